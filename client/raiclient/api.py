@@ -1,0 +1,189 @@
+"""HTTP access to the rai server; every failure becomes one human sentence (ApiError)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import connect_sse
+
+from . import __version__
+from .models import ExitCode, JobList, JobOut, LogLine, UserOut
+from .profile import Profile
+
+CHUNK = 256 * 1024
+
+
+class ApiError(Exception):
+    def __init__(self, message: str, code: int = ExitCode.CLIENT_ERROR, status: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+def _detail(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text.strip()[:300] or resp.reason_phrase
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if isinstance(detail, list):  # FastAPI's own validation errors
+        return "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)
+    return str(detail or body)
+
+
+class Api:
+    def __init__(self, profile: Profile, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
+        self.profile = profile
+        self.server = profile.server
+        self.client = httpx.Client(
+            base_url=profile.server,
+            auth=(profile.access_key, profile.secret_key),
+            timeout=httpx.Timeout(timeout, read=timeout),
+            headers={"User-Agent": f"raiclient/{__version__}"},
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def _request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        try:
+            resp = self.client.request(method, url, **kw)
+        except httpx.ConnectError:
+            raise ApiError(f"cannot reach the rai server at {self.server} (is it running? check RAI_SERVER or your profile)") from None
+        except httpx.TimeoutException:
+            raise ApiError(f"the rai server at {self.server} did not answer in time; try again") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+            raise ApiError(f"the connection to {self.server} broke off (the server may have restarted); try again") from None
+        except httpx.HTTPError as exc:
+            raise ApiError(f"talking to {self.server} failed: {exc}") from None
+        self._check(resp)
+        return resp
+
+    def _check(self, resp: httpx.Response) -> None:
+        if resp.is_success:
+            return
+        status = resp.status_code
+        if status == 401:
+            raise ApiError(
+                f"the server rejected your credentials ({_detail(resp)}); run 'raiclient login' or ask your instructor for a new profile",
+                status=status,
+            )
+        if status == 429:
+            after = resp.headers.get("Retry-After")
+            suffix = f" (retry in {after} s)" if after and after not in _detail(resp) else ""
+            raise ApiError(_detail(resp) + suffix, status=status)
+        if status >= 500:
+            raise ApiError(f"the server had an internal error (HTTP {status}); try again, and tell your TA if it persists", status=status)
+        raise ApiError(_detail(resp), status=status)
+
+    # -- calls -----------------------------------------------------------------------------------
+    def me(self) -> UserOut:
+        return UserOut.model_validate(self._request("GET", "/api/v1/me").json())
+
+    def submit(
+        self,
+        archive: Path,
+        queue: str | None,
+        kind: str,
+        progress: Callable[[int], None] | None = None,
+    ) -> JobOut:
+        size = archive.stat().st_size
+
+        def body() -> Iterator[bytes]:
+            with archive.open("rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    yield chunk
+                    if progress:
+                        progress(len(chunk))
+
+        params = {"kind": kind}
+        if queue:
+            params["queue"] = queue
+        resp = self._request(
+            "POST",
+            "/api/v1/jobs",
+            params=params,
+            content=body(),
+            headers={"Content-Type": "application/gzip", "Content-Length": str(size)},
+            timeout=httpx.Timeout(300.0, connect=30.0),
+        )
+        return JobOut.model_validate(resp.json())
+
+    def job(self, job_id: str) -> JobOut:
+        return JobOut.model_validate(self._request("GET", f"/api/v1/jobs/{job_id}").json())
+
+    def jobs(self, limit: int = 20) -> JobList:
+        return JobList.model_validate(self._request("GET", "/api/v1/jobs", params={"limit": limit}).json())
+
+    def cancel(self, job_id: str) -> JobOut:
+        return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel").json())
+
+    def download_build(self, job_id: str, dest: Path) -> int:
+        try:
+            with self.client.stream("GET", f"/api/v1/jobs/{job_id}/build.tar.gz") as resp:
+                if not resp.is_success:
+                    resp.read()
+                    self._check(resp)
+                written = 0
+                with dest.open("wb") as fh:
+                    for chunk in resp.iter_bytes(CHUNK):
+                        fh.write(chunk)
+                        written += len(chunk)
+                return written
+        except httpx.HTTPError as exc:
+            raise ApiError(f"download from {self.server} failed: {exc.__class__.__name__}") from None
+
+    def follow(self, job_id: str, after: int = 0, give_up_after: float = 300.0) -> Iterator[tuple[str, Any]]:
+        """Yield ("line", LogLine), ("status", dict) and finally ("end", JobOut) events.
+
+        Reconnects with ``Last-Event-ID`` when the connection drops (bad Wi-Fi, server restart),
+        so no line is lost or printed twice; gives up after ``give_up_after`` seconds of failures.
+        """
+        last = after
+        failing_since: float | None = None
+        delay = 0.5
+        while True:
+            try:
+                headers = {"Last-Event-ID": str(last)} if last else {}
+                with connect_sse(
+                    self.client, "GET", f"/api/v1/jobs/{job_id}/log", headers=headers,
+                    timeout=httpx.Timeout(30.0, read=60.0),
+                ) as source:
+                    if not source.response.is_success:
+                        source.response.read()
+                        self._check(source.response)
+                    failing_since, delay = None, 0.5
+                    for sse in source.iter_sse():
+                        if sse.event == "line":
+                            line = LogLine.model_validate_json(sse.data)
+                            if line.n <= last:
+                                continue
+                            last = line.n
+                            yield "line", line
+                        elif sse.event == "status":
+                            yield "status", json.loads(sse.data)
+                        elif sse.event == "end":
+                            yield "end", JobOut.model_validate_json(sse.data)
+                            return
+            except ApiError as exc:
+                if exc.status is None or exc.status < 500:
+                    raise
+            except httpx.HTTPError:
+                pass
+            now = time.monotonic()
+            failing_since = failing_since or now
+            if now - failing_since > give_up_after:
+                raise ApiError(
+                    f"lost the connection to {self.server} for {give_up_after:.0f} s; the job goes on: "
+                    f"'raiclient logs {job_id} --follow' to reattach"
+                )
+            yield "reconnecting", last
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)

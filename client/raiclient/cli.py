@@ -1,0 +1,299 @@
+"""``raiclient``: submit a project, follow it live, and get its results back."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from . import __version__
+from .api import Api, ApiError
+from .archive import pack_project
+from .models import ExitCode, JobOut, JobState, LogLine, LogStream
+from .profile import Profile, ProfileError, load_profile, profile_path, write_profile
+from .spec import SpecError, load_spec
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Submit GPU jobs to rai and follow them live.")
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+SERVER_OPT = typer.Option(None, "--server", envvar="RAI_SERVER", help="rai server URL (default: from your profile)")
+
+
+def say(message: str) -> None:
+    out.print(f"[bold cyan]✱[/] {message}")
+
+
+def fail(message: str, code: int = ExitCode.CLIENT_ERROR) -> None:
+    err.print(f"[bold red]✱ error:[/] {message}", markup=True)
+    raise typer.Exit(code)
+
+
+def _api(server: str | None) -> Api:
+    try:
+        return Api(load_profile(server))
+    except ProfileError as exc:
+        fail(str(exc))
+        raise  # unreachable
+
+
+def exit_code_for(job: JobOut) -> int:
+    if job.state is JobState.succeeded:
+        return ExitCode.OK
+    if job.state is JobState.failed:
+        return job.exit_code if job.exit_code not in (None, 0) else 1
+    return {
+        JobState.timed_out: ExitCode.TIMED_OUT,
+        JobState.cancelled: ExitCode.CANCELLED,
+    }.get(job.state, ExitCode.INFRA_ERROR)
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:,.0f} KiB" if n < 10 * 1024**2 else f"{n / 1024**2:,.1f} MiB"
+
+
+def _print_line(line: LogLine) -> None:
+    if line.s is LogStream.sys:
+        say(line.text)
+    elif line.s is LogStream.err:
+        sys.stderr.write(line.text + "\n")
+        sys.stderr.flush()
+    else:
+        sys.stdout.write(line.text + "\n")
+        sys.stdout.flush()
+
+
+def _print_results(job: JobOut) -> None:
+    r = job.results
+    if r is None or not (r.op_times or r.correctness or r.elapsed_seconds is not None):
+        return
+    table = Table(title="Results", show_header=False, box=None, padding=(0, 2))
+    if r.op_times:
+        table.add_row("Op Time", " + ".join(f"{t:g}" for t in r.op_times) + (f" = {r.op_time_total:g} s" if len(r.op_times) > 1 else " s"))
+    for model, value in r.correctness.items():
+        table.add_row("Correctness", f"{value:g} (model {model})")
+    if r.elapsed_seconds is not None:
+        table.add_row("Elapsed", f"{r.elapsed_seconds:g} s")
+    if r.max_rss_kb is not None:
+        table.add_row("Peak memory", f"{r.max_rss_kb / 1024:,.0f} MiB")
+    out.print(table)
+
+
+def _finish(api: Api, job: JobOut) -> int:
+    _print_results(job)
+    if job.has_build:
+        say(f"Build folder: {api.server}/api/v1/jobs/{job.id}/build.tar.gz  (raiclient download {job.id})")
+    took = f" in {job.duration:.1f} s" if job.duration is not None else ""
+    if job.state is JobState.succeeded:
+        say(f"Job [green]succeeded[/]{took}")
+    elif job.state is JobState.failed:
+        what = f": '{job.failed_command}' exited with {job.exit_code}" if job.failed_command else ""
+        say(f"Job [red]failed[/]{took}{what}")
+    else:
+        say(f"Job [red]{job.state.value.replace('_', ' ')}[/]{took}" + (f": {job.message}" if job.message else ""))
+    return exit_code_for(job)
+
+
+def follow_job(api: Api, job_id: str, after: int = 0) -> int:
+    """Print the job's log as it comes; Ctrl-C detaches without cancelling."""
+    last_position: int | None = None
+    try:
+        for kind, payload in api.follow(job_id, after=after):
+            if kind == "line":
+                _print_line(payload)
+            elif kind == "status":
+                pos = payload.get("position")
+                if payload.get("state") == "queued" and pos and pos != last_position:
+                    last_position = pos
+                    eta = payload.get("eta_seconds")
+                    say(f"Waiting in queue: position {pos}" + (f", about {eta:.0f} s" if eta else ""))
+            elif kind == "reconnecting":
+                err.print(f"[yellow]✱ connection lost, reconnecting (resuming after line {payload})…[/]")
+            elif kind == "end":
+                return _finish(api, payload)
+    except KeyboardInterrupt:
+        say(f"Detached; the job goes on. Reattach: raiclient logs {job_id} --follow   Cancel: raiclient cancel {job_id}")
+        return ExitCode.DETACHED
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    fail("the log stream ended before the job did; 'raiclient status " + job_id + "' tells where it is", ExitCode.INFRA_ERROR)
+    return ExitCode.INFRA_ERROR
+
+
+@app.command()
+def submit(
+    path: Path = typer.Option(Path("."), "-p", "--path", help="project folder holding rai_build.yml"),
+    queue: Optional[str] = typer.Option(None, "--queue", "-q", help="queue to run on (default: the server's)"),
+    kind: str = typer.Option("dev", "--kind", help="submission kind, e.g. m1, m2, m3, final"),
+    detach: bool = typer.Option(False, "--detach", "-d", help="queue the job and return at once"),
+    server: Optional[str] = SERVER_OPT,
+) -> None:
+    """Upload a project folder and run its rai_build.yml on a GPU worker."""
+    if not path.is_dir():
+        fail(f"{path} is not a folder")
+    try:
+        spec = load_spec(path)
+    except SpecError as exc:
+        for message in exc.messages:
+            err.print(f"[bold red]✱ error:[/] {message}")
+        raise typer.Exit(ExitCode.CLIENT_ERROR)
+    api = _api(server)
+    try:
+        say(f"Checking your credentials ({api.profile.username or api.profile.access_key[:8]} @ {api.server})")
+        me = api.me()
+        if not api.profile.username:
+            api.profile = api.profile.model_copy(update={"username": me.username})
+        packed = pack_project(path)
+        try:
+            say(f"Packing project ({packed.files} files, {_kib(packed.bytes)}" + (", .raiignore applied)" if packed.ignore_applied else ")"))
+            with Progress(
+                TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                console=out, transient=not out.is_terminal,
+            ) as bar:
+                task = bar.add_task("upload", total=packed.bytes)
+                job = api.submit(packed.path, queue, kind, progress=lambda n: bar.advance(task, n))
+        finally:
+            packed.path.unlink(missing_ok=True)
+        position = f" (position {job.position})" if job.position else ""
+        say(f"Job {job.id} queued on '{job.queue}'{position}  [image {spec.image}]")
+        if detach:
+            say(f"Detached. Follow: raiclient logs {job.id} --follow   Status: raiclient status {job.id}")
+            raise typer.Exit(ExitCode.OK)
+        raise typer.Exit(follow_job(api, job.id))
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
+
+
+@app.command()
+def logs(
+    job_id: str,
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep following until the job ends"),
+    server: Optional[str] = SERVER_OPT,
+) -> None:
+    """Print a job's log (whole, or live with --follow)."""
+    api = _api(server)
+    try:
+        job = api.job(job_id)
+        if follow or job.state.finished:
+            raise typer.Exit(follow_job(api, job_id))
+        # not following a running job: print what exists so far and stop
+        for kind, payload in api.follow(job_id):
+            if kind == "line":
+                _print_line(payload)
+            elif kind == "end":
+                break
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
+
+
+@app.command()
+def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
+    """Show one job's state; the exit status is the job's, as with submit."""
+    api = _api(server)
+    try:
+        job = api.job(job_id)
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
+    table = Table(show_header=False, box=None, padding=(0, 2))
+    for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position"):
+        value = getattr(job, key)
+        if value is not None:
+            table.add_row(key, str(value.value if isinstance(value, JobState) else value))
+    out.print(table)
+    _print_results(job)
+    raise typer.Exit(exit_code_for(job) if job.state.finished else ExitCode.OK)
+
+
+@app.command()
+def history(limit: int = typer.Option(20, "-n", help="how many jobs"), server: Optional[str] = SERVER_OPT) -> None:
+    """Your recent jobs, newest first."""
+    api = _api(server)
+    try:
+        jobs = api.jobs(limit).jobs
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
+    table = Table("job", "state", "kind", "queue", "submitted", "took", "op time")
+    for job in jobs:
+        took = f"{job.duration:.1f} s" if job.duration is not None else ""
+        op = f"{job.results.op_time_total:g}" if job.results and job.results.op_time_total is not None else ""
+        table.add_row(job.id, job.state.value, job.kind, job.queue, job.created_at.strftime("%Y-%m-%d %H:%M:%S"), took, op)
+    out.print(table)
+
+
+@app.command()
+def download(
+    job_id: str,
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="file to write (default: build-JOB.tar.gz)"),
+    server: Optional[str] = SERVER_OPT,
+) -> None:
+    """Download a job's build folder as a .tar.gz."""
+    api = _api(server)
+    dest = output or Path(f"build-{job_id}.tar.gz")
+    try:
+        size = api.download_build(job_id, dest)
+    except ApiError as exc:
+        dest.unlink(missing_ok=True)
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
+    say(f"Saved {dest} ({_kib(size)})")
+
+
+@app.command()
+def cancel(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
+    """Cancel a queued or running job."""
+    api = _api(server)
+    try:
+        job = api.cancel(job_id)
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
+    say(f"Job {job.id}: {job.state.value}" + (" (stopping)" if not job.state.finished else ""))
+
+
+@app.command()
+def login(
+    server: str = typer.Option(..., "--server", envvar="RAI_SERVER", prompt=True),
+    access_key: str = typer.Option(..., "--access-key", prompt=True),
+    secret_key: str = typer.Option(..., "--secret-key", prompt=True, hide_input=True),
+) -> None:
+    """Check credentials with the server and write them to ~/.rai_profile."""
+    profile = Profile(access_key=access_key, secret_key=secret_key, server=server.rstrip("/"))
+    api = Api(profile)
+    try:
+        me = api.me()
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
+    profile = profile.model_copy(update={"username": me.username, "email": me.email, "team": me.team, "firstname": me.firstname, "lastname": me.lastname})
+    path = write_profile(profile)
+    say(f"Logged in as {me.username} ({me.role}); profile written to {path}")
+
+
+@app.command()
+def version() -> None:
+    """Print the client's version (and the server's, when reachable)."""
+    out.print(f"raiclient {__version__}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Wire models shared by client, server and worker: the API speaks these and nothing else."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum, IntEnum
+
+from pydantic import BaseModel, Field
+
+
+class JobState(str, Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    timed_out = "timed_out"
+    cancelled = "cancelled"
+    error = "error"
+
+    @property
+    def finished(self) -> bool:
+        return self not in (JobState.queued, JobState.running)
+
+
+class ExitCode(IntEnum):
+    """The client's exit status; a failed job exits with its failing command's own code."""
+
+    OK = 0
+    CLIENT_ERROR = 2  # bad build file, unreachable server, rejected credentials
+    TIMED_OUT = 124
+    INFRA_ERROR = 125
+    DETACHED = 130  # Ctrl-C: the job goes on
+    CANCELLED = 143
+
+
+class LogStream(str, Enum):
+    out = "out"
+    err = "err"
+    sys = "sys"  # rai's own lines: "Running: …", "Worker … started the container"
+
+
+class LogLine(BaseModel):
+    n: int  # position in the job's log, from 1; the SSE event id
+    t: float  # unix time the worker read the line
+    s: LogStream
+    text: str
+
+
+class JobResultSummary(BaseModel):
+    op_times: list[float] = []
+    op_time_total: float | None = None
+    correctness: dict[str, float] = {}
+    elapsed_seconds: float | None = None
+    max_rss_kb: int | None = None
+
+
+class JobOut(BaseModel):
+    id: str
+    owner: str
+    queue: str
+    kind: str
+    state: JobState
+    image: str
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker: str | None = None
+    exit_code: int | None = None
+    failed_command: str | None = None
+    message: str | None = None
+    position: int | None = Field(default=None, description="place in the queue while queued, 1 = next")
+    has_build: bool = False
+    archive_bytes: int = 0
+    results: JobResultSummary | None = None
+
+    @property
+    def duration(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class JobList(BaseModel):
+    jobs: list[JobOut]
+
+
+class UserOut(BaseModel):
+    username: str
+    role: str
+    firstname: str | None = None
+    lastname: str | None = None
+    email: str | None = None
+    team: str | None = None
+
+
+class ErrorOut(BaseModel):
+    detail: str
+
+
+# -- worker <-> server --------------------------------------------------------------------------
+
+
+class GpuInfo(BaseModel):
+    index: int
+    name: str = "unknown"
+    memory_mb: int = 0
+
+
+class Heartbeat(BaseModel):
+    name: str
+    queues: list[str]
+    executor: str
+    slots: int
+    busy: int = 0
+    gpus: list[GpuInfo] = []
+    running: list[str] = []
+    version: str = ""
+
+
+class Claim(BaseModel):
+    worker: str
+    attempt: int
+
+
+class ClaimGranted(BaseModel):
+    job_id: str
+    attempt: int
+    image: str
+    commands: list[str]
+    gpu_count: int
+    wall_seconds: int | None = None
+    command_seconds: int | None = None
+    memory_mb: int | None = None
+    archive_sha256: str
+
+
+class JobUpdate(BaseModel):
+    """A state change reported by the worker holding the claim."""
+
+    attempt: int
+    state: JobState
+    exit_code: int | None = None
+    failed_command: str | None = None
+    message: str | None = None

@@ -1,0 +1,82 @@
+"""``~/.rai_profile``: RAI's own format (a ``profile:`` mapping) plus the server's URL.
+
+The environment (``RAI_SERVER``, ``RAI_ACCESS_KEY``, ``RAI_SECRET_KEY``) wins over the file, so a
+CI job or a TA's shell can submit without touching anyone's profile.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+class ProfileError(ValueError):
+    pass
+
+
+class Profile(BaseModel):
+    username: str = ""
+    access_key: str
+    secret_key: str
+    server: str = DEFAULT_SERVER
+    firstname: str | None = None
+    lastname: str | None = None
+    email: str | None = None
+    team: str | None = None
+
+
+def profile_path() -> Path:
+    return Path(os.environ.get("RAI_PROFILE") or Path.home() / ".rai_profile")
+
+
+def dump_profile(profile: Profile) -> str:
+    fields = profile.model_dump(exclude={"server"}, exclude_none=True)
+    return yaml.safe_dump({"profile": fields, "server": profile.server}, sort_keys=False)
+
+
+def write_profile(profile: Profile, path: Path | None = None) -> Path:
+    path = path or profile_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(dump_profile(profile))
+    return path
+
+
+def read_profile_file(path: Path) -> Profile:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"cannot read profile {path}: {exc}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("profile"), dict):
+        raise ProfileError(f"{path}: expected a 'profile:' section with access_key and secret_key")
+    data = dict(raw["profile"])
+    data.setdefault("server", raw.get("server") or DEFAULT_SERVER)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        missing = ", ".join(str(e["loc"][0]) for e in exc.errors())
+        raise ProfileError(f"{path}: profile is missing or has a bad {missing}") from None
+
+
+def load_profile(server: str | None = None) -> Profile:
+    """Environment first, then the profile file; a clear error if neither gives credentials."""
+    env_access = os.environ.get("RAI_ACCESS_KEY")
+    env_secret = os.environ.get("RAI_SECRET_KEY")
+    path = profile_path()
+    if env_access and env_secret:
+        profile = Profile(access_key=env_access, secret_key=env_secret, username=os.environ.get("RAI_USERNAME", ""))
+    elif path.is_file():
+        profile = read_profile_file(path)
+    else:
+        raise ProfileError(
+            f"no credentials: {path} does not exist and RAI_ACCESS_KEY/RAI_SECRET_KEY are not set; "
+            "run 'raiclient login' or use the profile your instructor gave you"
+        )
+    url = server or os.environ.get("RAI_SERVER") or profile.server
+    return profile.model_copy(update={"server": url.rstrip("/")})

@@ -1,0 +1,1 @@
+"""raiserver: the FastAPI service that owns jobs, storage and the database."""

@@ -1,0 +1,81 @@
+"""The FastAPI application: wiring of settings, database, storage, logs, dispatch and routes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from raiclient import __version__
+
+from .config import Settings
+from .db import Database, migrate
+from .dispatch import Dispatcher
+from .jobs import Services, reap
+from .logs import LogStore
+from .routes import jobs as jobs_routes
+from .routes import workers as workers_routes
+from .storage import Storage
+
+log = logging.getLogger("raiserver")
+
+
+async def _reaper(app: FastAPI) -> None:
+    svc: Services = app.state.services
+    while True:
+        await asyncio.sleep(svc.settings.reaper_interval)
+        try:
+            def _run() -> int:
+                with app.state.db.session() as db:
+                    return reap(db, svc)
+
+            n = await run_in_threadpool(_run)
+            if n:
+                log.warning("requeued %d job(s) from workers that stopped answering", n)
+        except Exception:  # keep reaping whatever one pass hit
+            log.exception("reaper pass failed")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.db_url)
+    migrate(db.engine)
+    storage = Storage(settings.data_dir / "storage")
+    services = Services(
+        settings=settings,
+        storage=storage,
+        logs=LogStore(settings.redis_url, storage, settings.log_ttl_seconds),
+        dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.job_wall_seconds * 2 + 600),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = asyncio.create_task(_reaper(app))
+        yield
+        task.cancel()
+        await services.logs.aclose()
+        db.engine.dispose()
+
+    app = FastAPI(title="rai", version=__version__, lifespan=lifespan,
+                  description="Submit GPU jobs, follow their logs live, get their build folders back.")
+    app.state.settings = settings
+    app.state.db = db
+    app.state.services = services
+    app.include_router(jobs_routes.router)
+    app.include_router(workers_routes.router)
+
+    @app.get("/healthz", tags=["meta"])
+    def healthz() -> dict:
+        return {"ok": True, "version": __version__}
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "internal error; the operator can find it in the server log"}, status_code=500)
+
+    return app

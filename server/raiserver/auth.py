@@ -1,0 +1,116 @@
+"""Credentials and who may do what.
+
+Keys are random and high-entropy, so a plain SHA-256 of the secret is enough to store (no slow
+hash needed); comparisons are constant-time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .tables import User
+
+ROLES = ("student", "ta", "instructor", "admin")
+STAFF = ("ta", "instructor", "admin")
+
+basic = HTTPBasic(auto_error=False)
+bearer = HTTPBearer(auto_error=False)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_keys() -> tuple[str, str]:
+    return secrets.token_hex(12), secrets.token_urlsafe(32)
+
+
+def create_user(db: Session, username: str, role: str = "student", **fields: str | None) -> tuple[User, str]:
+    """Make a user with fresh keys; the secret is returned once and only its hash is kept."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; one of {', '.join(ROLES)}")
+    access, secret = new_keys()
+    user = User(username=username, role=role, access_key=access, secret_hash=hash_secret(secret), **fields)
+    db.add(user)
+    db.flush()
+    return user, secret
+
+
+def rotate_keys(user: User) -> str:
+    access, secret = new_keys()
+    user.access_key = access
+    user.secret_hash = hash_secret(secret)
+    return secret
+
+
+def authenticate(db: Session, access_key: str, secret: str) -> User | None:
+    user = db.scalar(select(User).where(User.access_key == access_key))
+    if user is None or not hmac.compare_digest(user.secret_hash, hash_secret(secret)):
+        return None
+    return user
+
+
+@dataclass
+class Principal:
+    user: User
+
+    @property
+    def is_staff(self) -> bool:
+        return self.user.role in STAFF
+
+    @property
+    def is_admin(self) -> bool:
+        return self.user.role == "admin"
+
+
+def get_db(request: Request):
+    with request.app.state.db.session() as s:
+        yield s
+
+
+def current_user(
+    request: Request,
+    creds: HTTPBasicCredentials | None = Depends(basic),
+    db: Session = Depends(get_db),
+) -> Principal:
+    user: User | None = None
+    if creds is not None:
+        user = authenticate(db, creds.username, creds.password)
+        if user is None:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "unknown access key or wrong secret key",
+                                headers={"WWW-Authenticate": "Basic"})
+    else:
+        user_id = request.session.get("user_id") if "session" in request.scope else None
+        if user_id is not None:
+            user = db.get(User, user_id)
+    if user is None:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "credentials required", headers={"WWW-Authenticate": "Basic"})
+    if not user.active:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"account {user.username} is deactivated")
+    return Principal(user)
+
+
+def require_staff(p: Principal = Depends(current_user)) -> Principal:
+    if not p.is_staff:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "staff only")
+    return p
+
+
+def require_admin(p: Principal = Depends(current_user)) -> Principal:
+    if not p.is_admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "admins only")
+    return p
+
+
+def require_worker(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    token = request.app.state.settings.worker_token
+    if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "worker token required")

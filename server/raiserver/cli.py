@@ -1,0 +1,67 @@
+"""``raiserver``: run the service and manage its users from the operator's shell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+import uvicorn
+from rich.console import Console
+
+from raiclient.profile import Profile, write_profile
+
+from .auth import ROLES, create_user, rotate_keys
+from .config import Settings
+from .db import Database, migrate
+from .tables import User
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="The rai server.")
+console = Console(highlight=False)
+
+
+@app.command()
+def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
+    """Run the API (migrates the database first)."""
+    uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", timeout_graceful_shutdown=5)
+
+
+@app.command("migrate")
+def migrate_cmd() -> None:
+    """Bring the database schema up to date."""
+    settings = Settings()
+    migrate(Database(settings.db_url).engine)
+    console.print(f"database at {settings.db_url.split('@')[-1]} is up to date")
+
+
+@app.command("add-user")
+def add_user(
+    username: str,
+    role: str = typer.Option("student", help=f"one of {', '.join(ROLES)}"),
+    team: Optional[str] = None,
+    email: Optional[str] = None,
+    server_url: str = typer.Option("http://127.0.0.1:8000", "--server-url", help="URL written into the profile"),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="write a ready-to-use ~/.rai_profile here"),
+) -> None:
+    """Create a user (or give an existing one new keys) and print/write their profile."""
+    settings = Settings()
+    db = Database(settings.db_url)
+    migrate(db.engine)
+    with db.session() as s:
+        user = s.query(User).filter_by(username=username).one_or_none()
+        if user is None:
+            user, secret = create_user(s, username, role, team=team, email=email)
+        else:
+            secret = rotate_keys(user)
+        prof = Profile(username=user.username, access_key=user.access_key, secret_key=secret, server=server_url, team=user.team, email=user.email)
+    if profile:
+        write_profile(prof, profile)
+        console.print(f"profile for {username} written to {profile}")
+    else:
+        from raiclient.profile import dump_profile
+
+        console.print(dump_profile(prof))
+
+
+def main() -> None:
+    app()

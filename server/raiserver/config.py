@@ -1,0 +1,39 @@
+"""Server settings, from the environment (``RAI_*``) with safe defaults for one machine."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAI_", env_file=None, extra="ignore")
+
+    data_dir: Path = Path("./.rai-data")
+    database_url: str = Field(default="", validation_alias=AliasChoices("DATABASE_URL", "RAI_DATABASE_URL"))
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    worker_token: str = "change-me-worker-token"
+    public_url: str = ""  # how clients reach us, for links; empty = from the request
+
+    default_queue: str = "gpu"
+    max_upload_bytes: int = 200 * 1024**2
+    max_build_bytes: int = 1024**3
+    job_wall_seconds: int = 3600
+    job_memory_mb: int = 8192
+    max_attempts: int = 3
+    worker_dead_after: float = 45.0
+    reaper_interval: float = 5.0
+    log_ttl_seconds: int = 600  # live stream kept in Redis after the job, for late readers
+    session_secret: str = "change-me-session-secret"
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'rai.sqlite3').resolve()}"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

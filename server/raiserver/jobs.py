@@ -1,0 +1,223 @@
+"""A job's life: queued → running → succeeded | failed | timed_out | cancelled | error.
+
+Every change goes through here and is committed before anyone is told (log end marker, API), so
+the database always holds the truth. A running job whose worker disappears is requeued with a new
+attempt number; stale claims from an older attempt are refused, so a job never runs twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from fastapi import HTTPException, status
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+from ulid import ULID
+
+from raiclient.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate
+from raiclient.spec import BuildSpec, parse_spec
+
+from .config import Settings
+from .db import utcnow
+from .dispatch import Dispatcher
+from .logs import LogStore
+from .results import parse_log
+from .storage import Storage
+from .tables import Job, User, Worker
+
+
+@dataclass
+class Services:
+    settings: Settings
+    storage: Storage
+    logs: LogStore
+    dispatcher: Dispatcher
+
+
+def conflict(message: str) -> HTTPException:
+    return HTTPException(status.HTTP_409_CONFLICT, message)
+
+
+def queue_position(db: Session, job: Job) -> int | None:
+    if job.state != JobState.queued.value:
+        return None
+    ahead = db.scalar(
+        select(func.count()).select_from(Job).where(
+            Job.queue == job.queue, Job.state == JobState.queued.value, Job.created_at < job.created_at
+        )
+    )
+    return int(ahead or 0) + 1
+
+
+def job_out(db: Session, job: Job) -> JobOut:
+    return JobOut(
+        id=job.id,
+        owner=job.owner.username,
+        queue=job.queue,
+        kind=job.kind,
+        state=JobState(job.state),
+        image=job.image,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        worker=job.worker,
+        exit_code=job.exit_code,
+        failed_command=job.failed_command,
+        message=job.message,
+        position=queue_position(db, job),
+        has_build=job.has_build,
+        archive_bytes=job.archive_bytes,
+        results=JobResultSummary.model_validate(job.results) if job.results else None,
+    )
+
+
+def create_job(
+    db: Session, svc: Services, owner: User, spec: BuildSpec, spec_text: str, sha256: str, size: int, queue: str, kind: str
+) -> Job:
+    job = Job(
+        id=str(ULID()),
+        owner_id=owner.id,
+        queue=queue,
+        kind=kind,
+        state=JobState.queued.value,
+        image=spec.image,
+        spec_yaml=spec_text,
+        archive_sha256=sha256,
+        archive_bytes=size,
+        gpu_count=spec.gpu_count,
+        attempt=1,
+    )
+    db.add(job)
+    db.commit()
+    svc.dispatcher.send(job.id, job.attempt, job.queue)
+    return job
+
+
+def finish_job(
+    db: Session,
+    svc: Services,
+    job: Job,
+    state: JobState,
+    exit_code: int | None = None,
+    failed_command: str | None = None,
+    message: str | None = None,
+    announce: bool = True,
+) -> None:
+    """Terminal transition: store the log and results, commit, then tell live readers."""
+    if JobState(job.state).finished:
+        return
+    if announce and message and state is not JobState.succeeded:
+        svc.logs.system(job.id, message)
+    job.state = state.value
+    job.finished_at = utcnow()
+    job.exit_code = exit_code
+    job.failed_command = failed_command
+    job.message = message
+    svc.logs.archive(job.id)
+    job.log_stored = True
+    job.results = parse_log(svc.logs.stored(job.id)).model_dump()
+    job.has_build = svc.storage.build_path(job.id).exists()
+    if job.worker:
+        w = db.get(Worker, job.worker)
+        if w is not None:
+            w.jobs_done += 1
+    db.commit()
+    svc.logs.end(job.id, state.value)
+
+
+def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
+    if JobState(job.state).finished:
+        return
+    if job.state == JobState.queued.value:
+        finish_job(db, svc, job, JobState.cancelled, message=f"Cancelled by {by.username} before it started")
+        return
+    job.cancel_requested = True
+    db.commit()
+    svc.logs.request_cancel(job.id)
+    svc.logs.system(job.id, f"Cancel requested by {by.username}; stopping the container")
+
+
+def _worker_alive(db: Session, svc: Services, name: str | None) -> bool:
+    if not name:
+        return False
+    w = db.get(Worker, name)
+    return w is not None and utcnow() - w.last_seen < timedelta(seconds=svc.settings.worker_dead_after)
+
+
+def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGranted:
+    job = db.get(Job, job_id, with_for_update=True)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
+    if JobState(job.state).finished:
+        raise conflict(f"job already {job.state}")
+    if claim.attempt != job.attempt:
+        raise conflict(f"stale delivery: attempt {claim.attempt}, job is on attempt {job.attempt}")
+    if job.state == JobState.running.value:
+        if job.worker != claim.worker and _worker_alive(db, svc, job.worker):
+            raise conflict(f"job is running on {job.worker}")
+        svc.logs.system(job.id, f"Restarting on {claim.worker} (the previous run on {job.worker} was lost)")
+    job.state = JobState.running.value
+    job.worker = claim.worker
+    job.started_at = job.started_at or utcnow()
+    w = db.get(Worker, claim.worker)
+    if w is not None:
+        w.last_seen = utcnow()
+    db.commit()
+    s = svc.settings
+    spec = parse_spec(job.spec_yaml)
+    limits = spec.resources.limits
+    return ClaimGranted(
+        job_id=job.id,
+        attempt=job.attempt,
+        image=job.image,
+        commands=spec.commands.build,
+        gpu_count=job.gpu_count,
+        wall_seconds=min(limits.wall_seconds or s.job_wall_seconds, s.job_wall_seconds),
+        command_seconds=limits.command_seconds,
+        memory_mb=min(limits.memory_mb or s.job_memory_mb, s.job_memory_mb),
+        archive_sha256=job.archive_sha256,
+    )
+
+
+def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worker: str | None = None) -> Job:
+    job = db.get(Job, job_id, with_for_update=True)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
+    if update.attempt != job.attempt or JobState(job.state).finished:
+        raise conflict(f"job {job.id} is {job.state} on attempt {job.attempt}; this update is stale")
+    if update.state.finished:
+        state = update.state
+        if job.cancel_requested and state in (JobState.failed, JobState.error):
+            state = JobState.cancelled  # killed because of the cancel, not of its own accord
+        finish_job(db, svc, job, state, update.exit_code, update.failed_command, update.message, announce=False)
+    return job
+
+
+def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
+    """The worker holding this job is gone: run it again elsewhere, up to max_attempts."""
+    if job.cancel_requested:
+        finish_job(db, svc, job, JobState.cancelled, message=f"{reason}; the job had been cancelled")
+        return
+    if job.attempt >= svc.settings.max_attempts:
+        finish_job(db, svc, job, JobState.error, message=f"{reason}; gave up after {job.attempt} attempts")
+        return
+    job.attempt += 1
+    job.state = JobState.queued.value
+    job.worker = None
+    db.commit()
+    svc.logs.system(job.id, f"{reason}; the job goes back in the queue (attempt {job.attempt} of {svc.settings.max_attempts})")
+    svc.dispatcher.send(job.id, job.attempt, job.queue)
+
+
+def reap(db: Session, svc: Services) -> int:
+    """Requeue running jobs whose worker stopped sending heartbeats. Returns how many."""
+    cutoff = utcnow() - timedelta(seconds=svc.settings.worker_dead_after)
+    running = db.scalars(select(Job).where(Job.state == JobState.running.value)).all()
+    n = 0
+    for job in running:
+        w = db.get(Worker, job.worker) if job.worker else None
+        if w is None or w.last_seen < cutoff:
+            requeue_lost(db, svc, job, f"Worker {job.worker} stopped answering")
+            n += 1
+    return n

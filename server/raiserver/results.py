@@ -1,0 +1,61 @@
+"""Results read from a job's output: the course programs' ``Op Time:`` and ``Correctness:`` lines
+and GNU ``/usr/bin/time``'s summary. Lines are grouped by command, and the summary is taken from
+the last command that printed op times, so a build that runs the program at several batch sizes
+reports the final run rather than a meaningless sum across runs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from raiclient.models import JobResultSummary, LogLine, LogStream
+
+OP_TIME = re.compile(r"Op Time:\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+CORRECTNESS = re.compile(r"Correctness:\s*([0-9]*\.?[0-9]+)\s+Model:\s*(\S+)")
+GNU_TIME = re.compile(
+    r"(?P<user>[\d.]+)\s*user\s+(?P<sys>[\d.]+)\s*system\s+(?P<elapsed>[\d:.]+)\s*elapsed.*?(?P<rss>\d+)\s*maxresident"
+)
+
+
+def _clock(text: str) -> float:
+    seconds = 0.0
+    for part in text.split(":"):
+        seconds = seconds * 60 + float(part)
+    return seconds
+
+
+def parse_text_lines(lines: Iterable[str]) -> JobResultSummary:
+    """Parse plain output lines (one command's worth, or a whole report)."""
+    r = JobResultSummary()
+    for text in lines:
+        ops = [float(v) for v in OP_TIME.findall(text)]
+        r.op_times.extend(ops)
+        for value, model in CORRECTNESS.findall(text):
+            r.correctness[model] = float(value)
+        m = GNU_TIME.search(text)
+        if m:
+            r.elapsed_seconds = _clock(m.group("elapsed"))
+            r.max_rss_kb = int(m.group("rss"))
+    if r.op_times:
+        r.op_time_total = round(sum(r.op_times), 9)
+    return r
+
+
+def parse_log(lines: Iterable[LogLine]) -> JobResultSummary:
+    runs: list[list[str]] = [[]]
+    for line in lines:
+        if line.s is LogStream.sys:
+            if line.text.startswith("Running:"):
+                runs.append([])
+            continue
+        runs[-1].append(line.text)
+    summary = JobResultSummary()
+    for run in runs:
+        parsed = parse_text_lines(run)
+        if parsed.op_times:
+            summary.op_times, summary.op_time_total = parsed.op_times, parsed.op_time_total
+        summary.correctness.update(parsed.correctness)
+        if parsed.elapsed_seconds is not None:
+            summary.elapsed_seconds, summary.max_rss_kb = parsed.elapsed_seconds, parsed.max_rss_kb
+    return summary

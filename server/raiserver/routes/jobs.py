@@ -1,0 +1,201 @@
+"""The students' API: submit, look, follow, download, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from sse_starlette.sse import EventSourceResponse
+
+from raiclient.archive import ArchiveError, ArchiveLimits, inspect_archive
+from raiclient.models import JobList, JobOut, JobState, LogStream, UserOut
+from raiclient.spec import SPEC_FILENAME, SpecError, parse_spec
+
+from ..auth import Principal, current_user, get_db
+from ..jobs import Services, cancel_job, create_job, job_out
+from ..logs import END, to_line
+from ..tables import Job, User
+
+router = APIRouter(prefix="/api/v1", tags=["jobs"])
+KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services
+
+
+def can_see(p: Principal, job: Job) -> bool:
+    if p.is_staff or job.owner_id == p.user.id:
+        return True
+    return bool(p.user.team) and job.owner.team == p.user.team
+
+
+def visible_job(db: Session, p: Principal, job_id: str) -> Job:
+    """The job if this user may see it; 404 otherwise, so ids of others' jobs leak nothing."""
+    job = db.get(Job, job_id)
+    if job is None or not can_see(p, job):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id} (or not yours)")
+    return job
+
+
+def user_out(user: User) -> UserOut:
+    return UserOut(username=user.username, role=user.role, firstname=user.firstname, lastname=user.lastname, email=user.email, team=user.team)
+
+
+@router.get("/me", response_model=UserOut)
+def me(p: Principal = Depends(current_user)) -> UserOut:
+    return user_out(p.user)
+
+
+@router.post("/jobs", response_model=JobOut, status_code=status.HTTP_201_CREATED)
+async def submit(
+    request: Request,
+    queue: str | None = Query(None),
+    kind: str = Query("dev"),
+    content_length: int | None = Header(None),
+    p: Principal = Depends(current_user),
+) -> JobOut:
+    """Body: the project as a .tar.gz holding rai_build.yml at its top."""
+    svc = services(request)
+    limit = svc.settings.max_upload_bytes
+    if content_length is not None and content_length > limit:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is {content_length // 1024**2} MiB; the limit is {limit // 1024**2} MiB")
+    queue = queue or svc.settings.default_queue
+    if not QUEUE.match(queue):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"bad queue name {queue!r}")
+    if not KIND.match(kind):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"bad submission kind {kind!r}: lower-case letters, digits, - and _")
+    try:
+        tmp, sha, size = await svc.storage.receive(request.stream(), limit)
+    except OverflowError:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is over the {limit // 1024**2} MiB limit") from None
+    try:
+        info = await run_in_threadpool(inspect_archive, tmp, ArchiveLimits())
+        if info.spec_bytes is None:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{SPEC_FILENAME}: not found at the top of the uploaded project")
+        spec = parse_spec(info.spec_bytes)
+    except ArchiveError as exc:
+        tmp.unlink(missing_ok=True)
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+    except SpecError as exc:
+        tmp.unlink(missing_ok=True)
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+    except HTTPException:
+        tmp.unlink(missing_ok=True)
+        raise
+    svc.storage.keep_archive(tmp, sha)
+
+    def _create() -> JobOut:
+        with request.app.state.db.session() as db:
+            owner = db.get(User, p.user.id)
+            job = create_job(db, svc, owner, spec, info.spec_bytes.decode(), sha, size, queue, kind)
+            return job_out(db, job)
+
+    return await run_in_threadpool(_create)
+
+
+@router.get("/jobs", response_model=JobList)
+def history(
+    limit: int = Query(20, ge=1, le=500),
+    everyone: bool = Query(False, alias="all"),
+    p: Principal = Depends(current_user),
+    db: Session = Depends(get_db),
+) -> JobList:
+    q = select(Job).order_by(Job.created_at.desc()).limit(limit)
+    if not (everyone and p.is_staff):
+        q = q.where(Job.owner_id == p.user.id)
+    return JobList(jobs=[job_out(db, j) for j in db.scalars(q)])
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut)
+def get_job(job_id: str, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> JobOut:
+    return job_out(db, visible_job(db, p, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobOut)
+def cancel(job_id: str, request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> JobOut:
+    job = visible_job(db, p, job_id)
+    if job.owner_id != p.user.id and not p.is_staff and job.owner.team != p.user.team:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id} (or not yours)")
+    cancel_job(db, services(request), job, p.user)
+    db.refresh(job)
+    return job_out(db, job)
+
+
+@router.get("/jobs/{job_id}/build.tar.gz")
+def build_folder(job_id: str, request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> FileResponse:
+    job = visible_job(db, p, job_id)
+    path = services(request).storage.build_path(job.id)
+    if not job.has_build or not path.exists():
+        detail = "the job has not finished yet" if not JobState(job.state).finished else "this job left no build folder"
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail)
+    return FileResponse(path, media_type="application/gzip", filename=f"build-{job.id}.tar.gz")
+
+
+@router.get("/jobs/{job_id}/log")
+async def log(
+    job_id: str,
+    request: Request,
+    last_event_id: str | None = Header(None),
+    after: int = Query(0, ge=0, description="resume after this line (same as Last-Event-ID)"),
+    p: Principal = Depends(current_user),
+) -> EventSourceResponse:
+    """Server-Sent Events: `line` (id = position), `status` while queued, then `end` with the job."""
+    svc = services(request)
+    db_factory = request.app.state.db
+
+    def snapshot() -> JobOut:
+        with db_factory.session() as db:
+            return job_out(db, visible_job(db, p, job_id))
+
+    job = await run_in_threadpool(snapshot)
+    start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
+
+    def line_event(line) -> dict:
+        return {"event": "line", "id": str(line.n), "data": line.model_dump_json()}
+
+    async def events():
+        nonlocal job
+        if job.state.finished:
+            for line in await run_in_threadpool(lambda: list(svc.logs.stored(job_id, start))):
+                yield line_event(line)
+            yield {"event": "end", "data": job.model_dump_json()}
+            return
+        last_status: tuple | None = None
+        last_check = 0.0
+        position = start
+        async for item in svc.logs.tail(job_id, start):
+            if item is not None:
+                n, fields = item
+                if fields.get("s") == END:
+                    job = await run_in_threadpool(snapshot)
+                    yield {"event": "end", "data": job.model_dump_json()}
+                    return
+                position = n
+                yield line_event(to_line(n, fields))
+                continue
+            loop_time = asyncio.get_running_loop().time()
+            if loop_time - last_check < 2.0:
+                continue
+            last_check = loop_time
+            job = await run_in_threadpool(snapshot)
+            if job.state.finished:  # the end marker expired or was missed: finish from storage
+                for line in await run_in_threadpool(lambda: list(svc.logs.stored(job_id, position))):
+                    yield line_event(line)
+                yield {"event": "end", "data": job.model_dump_json()}
+                return
+            current = (job.state.value, job.position)
+            if current != last_status:
+                last_status = current
+                yield {"event": "status", "data": job.model_dump_json(include={"state", "position", "worker"})}
+
+    return EventSourceResponse(events(), ping=15, send_timeout=30)
+
+
+__all__ = ["router", "visible_job", "services", "LogStream"]

@@ -1,0 +1,109 @@
+"""The workers' API (worker token): heartbeats, claims, state changes, blobs in and out."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from raiclient.models import Claim, ClaimGranted, Heartbeat, JobState, JobUpdate
+
+from ..auth import Principal, get_db, require_staff, require_worker
+from ..db import utcnow
+from ..jobs import claim_job, update_job
+from ..tables import Job, Worker
+from .jobs import services
+
+router = APIRouter(prefix="/api/v1", tags=["workers"])
+
+
+class HeartbeatReply(BaseModel):
+    cancel: list[str] = []
+
+
+class WorkerOut(BaseModel):
+    name: str
+    queues: list[str]
+    executor: str
+    slots: int
+    busy: int
+    gpus: list[dict]
+    running: list[str]
+    last_seen: str
+    alive: bool
+    jobs_done: int
+
+
+@router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
+def heartbeat(hb: Heartbeat, db: Session = Depends(get_db)) -> HeartbeatReply:
+    w = db.get(Worker, hb.name)
+    if w is None:
+        w = Worker(name=hb.name)
+        db.add(w)
+    w.queues, w.executor, w.slots, w.busy = hb.queues, hb.executor, hb.slots, hb.busy
+    w.gpus = [g.model_dump() for g in hb.gpus]
+    w.running, w.version, w.last_seen = hb.running, hb.version, utcnow()
+    cancels = []
+    if hb.running:
+        cancels = list(db.scalars(select(Job.id).where(Job.id.in_(hb.running), Job.cancel_requested.is_(True))))
+    return HeartbeatReply(cancel=cancels)
+
+
+@router.get("/workers", response_model=list[WorkerOut])
+def workers(request: Request, _: Principal = Depends(require_staff), db: Session = Depends(get_db)) -> list[WorkerOut]:
+    dead_after = services(request).settings.worker_dead_after
+    now = utcnow()
+    return [
+        WorkerOut(
+            name=w.name, queues=w.queues, executor=w.executor, slots=w.slots, busy=w.busy, gpus=w.gpus,
+            running=w.running, last_seen=w.last_seen.isoformat(), alive=(now - w.last_seen).total_seconds() < dead_after,
+            jobs_done=w.jobs_done,
+        )
+        for w in db.scalars(select(Worker).order_by(Worker.name))
+    ]
+
+
+@router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=[Depends(require_worker)])
+def claim(job_id: str, body: Claim, request: Request, db: Session = Depends(get_db)) -> ClaimGranted:
+    return claim_job(db, services(request), job_id, body)
+
+
+@router.post("/worker/jobs/{job_id}/state", dependencies=[Depends(require_worker)])
+def state(job_id: str, body: JobUpdate, request: Request, db: Session = Depends(get_db)) -> dict:
+    job = update_job(db, services(request), job_id, body)
+    return {"state": job.state}
+
+
+@router.get("/worker/jobs/{job_id}/archive", dependencies=[Depends(require_worker)])
+def archive(job_id: str, request: Request, db: Session = Depends(get_db)) -> FileResponse:
+    job = db.get(Job, job_id)
+    if job is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
+    path = services(request).storage.archive_path(job.archive_sha256)
+    if not path.exists():
+        raise HTTPException(status.HTTP_410_GONE, "the project archive is missing from storage")
+    return FileResponse(path, media_type="application/gzip")
+
+
+@router.put("/worker/jobs/{job_id}/build", dependencies=[Depends(require_worker)])
+async def upload_build(job_id: str, request: Request, attempt: int = Query(...)) -> dict:
+    svc = services(request)
+
+    def _check() -> None:
+        with request.app.state.db.session() as db:
+            job = db.get(Job, job_id)
+            if job is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
+            if job.attempt != attempt or JobState(job.state).finished:
+                raise HTTPException(status.HTTP_409_CONFLICT, "stale attempt")
+
+    await run_in_threadpool(_check)
+    try:
+        tmp, _, size = await svc.storage.receive(request.stream(), svc.settings.max_build_bytes)
+    except OverflowError:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "build folder too large") from None
+    svc.storage.keep_build(tmp, job_id)
+    return {"bytes": size}

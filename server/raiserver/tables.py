@@ -1,0 +1,74 @@
+"""The database tables: users, jobs, workers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from .db import Base, UTCDateTime, utcnow
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16), default="student")
+    firstname: Mapped[str | None] = mapped_column(String(128))
+    lastname: Mapped[str | None] = mapped_column(String(128))
+    email: Mapped[str | None] = mapped_column(String(256))
+    team: Mapped[str | None] = mapped_column(String(128))
+    access_key: Mapped[str] = mapped_column(String(64), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(128))
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    jobs: Mapped[list["Job"]] = relationship(back_populates="owner")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    queue: Mapped[str] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(32), default="dev")
+    state: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    image: Mapped[str] = mapped_column(String(256))
+    spec_yaml: Mapped[str] = mapped_column(Text)
+    archive_sha256: Mapped[str] = mapped_column(String(64))
+    archive_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker: Mapped[str | None] = mapped_column(String(128))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    failed_command: Mapped[str | None] = mapped_column(Text)
+    message: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    has_build: Mapped[bool] = mapped_column(Boolean, default=False)
+    log_stored: Mapped[bool] = mapped_column(Boolean, default=False)
+    results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    owner: Mapped[User] = relationship(back_populates="jobs")
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    queues: Mapped[list[str]] = mapped_column(JSON, default=list)
+    executor: Mapped[str] = mapped_column(String(32), default="")
+    slots: Mapped[int] = mapped_column(Integer, default=1)
+    busy: Mapped[int] = mapped_column(Integer, default=0)
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    running: Mapped[list[str]] = mapped_column(JSON, default=list)
+    version: Mapped[str] = mapped_column(String(32), default="")
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    jobs_done: Mapped[int] = mapped_column(Integer, default=0)

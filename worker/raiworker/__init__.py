@@ -1,0 +1,1 @@
+"""raiworker: runs rai jobs on a GPU host."""

@@ -1,0 +1,91 @@
+"""The Celery side: the task the server sends by name, and the heartbeat of this worker.
+
+Late acks, one message prefetched per process and rejection on a lost process mean that a job
+whose worker dies is delivered again instead of vanishing; the server's claim protocol makes
+sure a second delivery never runs a job twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
+
+from raiclient import __version__
+from raiclient.models import Heartbeat
+
+from .config import WorkerSettings
+from .gpus import discover
+from .runner import run_job, running_dir
+from .server import ServerClient
+
+TASK_NAME = "rai.run_job"
+log = logging.getLogger("raiworker")
+
+settings = WorkerSettings()
+GPUS = discover(settings.gpus)
+SLOTS = settings.slots or max(len(GPUS), 1)
+
+app = Celery("raiworker", broker=settings.redis_url)
+app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    worker_concurrency=SLOTS,
+    broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+    broker_connection_retry_on_startup=True,
+    task_serializer="json",
+    accept_content=["json"],
+    worker_hijack_root_logger=False,
+    worker_send_task_events=False,
+    task_ignore_result=True,
+)
+
+
+@app.task(name=TASK_NAME, bind=True, max_retries=None)
+def run_job_task(self, job_id: str, attempt: int) -> str:
+    try:
+        return run_job(settings, GPUS, job_id, attempt)
+    except ConnectionError as exc:  # server unreachable before the claim: try again later
+        raise self.retry(exc=exc, countdown=10)
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self) -> None:
+        super().__init__(name="rai-heartbeat", daemon=True)
+        self.stop = threading.Event()
+        self.client = ServerClient(settings)
+
+    def beat(self) -> None:
+        running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
+        self.client.heartbeat(Heartbeat(
+            name=settings.worker_name, queues=settings.queue_list, executor=settings.executor, slots=SLOTS,
+            busy=len(running), gpus=GPUS, running=running, version=__version__,
+        ))
+
+    def run(self) -> None:
+        while True:
+            try:
+                self.beat()
+            except Exception as exc:  # the server may be restarting; keep trying
+                log.warning("heartbeat failed: %s", exc)
+            if self.stop.wait(settings.heartbeat_seconds):
+                return
+
+
+_heartbeat: _Heartbeat | None = None
+
+
+@worker_ready.connect
+def _start_heartbeat(**_) -> None:
+    global _heartbeat
+    _heartbeat = _Heartbeat()
+    _heartbeat.start()
+
+
+@worker_shutdown.connect
+def _stop_heartbeat(**_) -> None:
+    if _heartbeat is not None:
+        _heartbeat.stop.set()

@@ -1,0 +1,48 @@
+"""``raiworker``: start a worker for one or more queues, with the executor the operator chose."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import typer
+
+app = typer.Typer(add_completion=False, help="Run a rai GPU worker.")
+
+
+@app.command()
+def run(
+    loglevel: str = typer.Option("info", help="Celery log level"),
+) -> None:
+    """Start the worker (settings come from RAI_* environment variables)."""
+    logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .celery_app import GPUS, SLOTS, app as celery, settings
+
+    settings.work_dir.mkdir(parents=True, exist_ok=True)
+    (settings.work_dir / "running").mkdir(exist_ok=True)
+    for stale in (settings.work_dir / "running").glob("*"):
+        stale.unlink()
+    if settings.executor == "docker":
+        from .executors.docker import ExecutorUnavailable, docker_client, reap_containers
+
+        try:
+            client = docker_client()
+        except ExecutorUnavailable as exc:
+            typer.echo(f"raiworker: {exc}", err=True)
+            raise typer.Exit(2)
+        removed = reap_containers(client, settings.worker_name)
+        if removed:
+            typer.echo(f"raiworker: removed {removed} container(s) left by an earlier run")
+    gpus = ", ".join(f"{g.index}:{g.name}" for g in GPUS) or "none"
+    typer.echo(f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queue_list} "
+               f"slots={SLOTS} gpus={gpus} server={settings.server_url}")
+    celery.worker_main([
+        "worker", f"--loglevel={loglevel}", f"--queues={','.join(settings.queue_list)}",
+        f"--concurrency={SLOTS}", f"--hostname={settings.worker_name}@%h", "--without-gossip", "--without-mingle",
+        "--pool=prefork",
+    ])
+
+
+def main() -> None:
+    os.environ.setdefault("FORKED_BY_MULTIPROCESSING", "1")
+    app()

@@ -1,0 +1,44 @@
+"""Worker settings from the environment (``RAI_*``); limits are the operator's, per worker."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAI_", extra="ignore")
+
+    server_url: str = "http://127.0.0.1:8000"
+    worker_token: str = "change-me-worker-token"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    worker_name: str = socket.gethostname()
+    queues: str = "gpu"  # comma-separated
+    executor: Literal["docker", "process"] = "docker"
+    slots: int = 0  # 0: one per GPU, or 1 without GPUs
+    gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"
+    work_dir: Path = Path("/var/lib/rai-worker")
+    heartbeat_seconds: float = 5.0
+
+    # limits (a build file may ask for less, never more)
+    wall_seconds: int = 3600
+    memory_mb: int = 8192
+    pids: int = 1024
+    cpus: float = 4.0
+    nofile: int = 4096
+    tmp_mb: int = 1024
+    output_bytes: int = 16 * 1024**2
+    line_bytes: int = 64 * 1024
+    container_user: str = "1000:1000"
+    read_only_root: bool = False
+
+    @property
+    def queue_list(self) -> list[str]:
+        return [q.strip() for q in self.queues.split(",") if q.strip()]
+
+    @property
+    def visibility_timeout(self) -> int:
+        return self.wall_seconds * 2 + 600

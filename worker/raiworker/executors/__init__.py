@@ -1,0 +1,19 @@
+"""Executors: where a job's commands actually run (a Docker container, or plain processes)."""
+
+from __future__ import annotations
+
+from ..config import WorkerSettings
+from .base import Executor, JobContext, Outcome, execute
+
+
+def make_executor(settings: WorkerSettings) -> Executor:
+    if settings.executor == "docker":
+        from .docker import DockerExecutor
+
+        return DockerExecutor()
+    from .process import ProcessExecutor
+
+    return ProcessExecutor()
+
+
+__all__ = ["Executor", "JobContext", "Outcome", "execute", "make_executor"]

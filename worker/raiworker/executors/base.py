@@ -1,0 +1,124 @@
+"""What every executor shares: run the commands in order, stop at the first failure, and enforce
+wall time, per-command time and cancellation from a watchdog thread that kills the job.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raiclient.models import JobState
+
+from ..config import WorkerSettings
+from ..logsink import LogSink
+
+
+@dataclass
+class JobContext:
+    job_id: str
+    image: str
+    commands: list[str]
+    src_dir: Path
+    build_dir: Path
+    wall_seconds: int
+    command_seconds: int | None
+    memory_mb: int
+    gpu_ids: list[str]
+    settings: WorkerSettings
+
+
+@dataclass
+class Outcome:
+    state: JobState
+    exit_code: int | None = None
+    failed_command: str | None = None
+    message: str | None = None
+
+
+@dataclass
+class _Watch:
+    deadline: float = float("inf")
+    reason: str | None = None  # "cancel" | "wall" | "command"
+    command: str = ""
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class Executor(ABC):
+    name: str = "?"
+
+    @abstractmethod
+    def start(self, ctx: JobContext, sink: LogSink) -> str:
+        """Prepare the job's environment; return a sentence for the log ("started the container …")."""
+
+    @abstractmethod
+    def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
+        """Run one command to its end (or until killed); return its exit status."""
+
+    @abstractmethod
+    def kill(self) -> None:
+        """Stop everything the job runs, now. Called from the watchdog thread."""
+
+    @abstractmethod
+    def cleanup(self) -> None:
+        """Remove what start() made, whatever happened."""
+
+    def explain_kill(self, code: int, ctx: JobContext) -> str | None:
+        """A reason for a command that died of a signal (e.g. out of memory), if known."""
+        return None
+
+
+def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threading.Event) -> Outcome:
+    watch = _Watch()
+    started = time.monotonic()
+    wall_deadline = started + ctx.wall_seconds
+
+    def watchdog() -> None:
+        while not watch.stop.wait(0.05):
+            if cancel.is_set():
+                watch.reason = "cancel"
+            elif time.monotonic() > watch.deadline:
+                watch.reason = "wall" if watch.deadline >= wall_deadline else "command"
+            if watch.reason:
+                try:
+                    executor.kill()
+                finally:
+                    return
+
+    thread = threading.Thread(target=watchdog, name=f"watchdog-{ctx.job_id}", daemon=True)
+    thread.start()
+    try:
+        if cancel.is_set():
+            return Outcome(JobState.cancelled, message="cancelled before it started")
+        sink.system(executor.start(ctx, sink))
+        for command in ctx.commands:
+            now = time.monotonic()
+            watch.deadline = min(wall_deadline, now + ctx.command_seconds) if ctx.command_seconds else wall_deadline
+            watch.command = command
+            if watch.reason:
+                break
+            sink.system(f"Running: {command}")
+            code = executor.run_command(ctx, command, sink)
+            sink.flush()
+            if watch.reason:
+                break
+            if code != 0:
+                why = executor.explain_kill(code, ctx)
+                if why:
+                    sink.system(why)
+                return Outcome(JobState.failed, exit_code=code, failed_command=command, message=why)
+    finally:
+        watch.stop.set()
+        thread.join(timeout=5)
+        sink.flush()
+    if watch.reason == "cancel":
+        return Outcome(JobState.cancelled, failed_command=watch.command, message="cancelled while running")
+    if watch.reason == "wall":
+        return Outcome(JobState.timed_out, failed_command=watch.command,
+                       message=f"timed out: '{watch.command}' was running when the job hit its wall-time limit of {ctx.wall_seconds} s")
+    if watch.reason == "command":
+        return Outcome(JobState.timed_out, failed_command=watch.command,
+                       message=f"timed out: '{watch.command}' hit the per-command limit of {ctx.command_seconds} s")
+    return Outcome(JobState.succeeded, exit_code=0)

@@ -1,0 +1,115 @@
+"""Runs a job as plain processes, for a GPU host with no Docker engine (chosen by configuration).
+
+There is no container: commands run with the worker's user, in a fresh temporary folder, each in
+its own process group (killed whole on timeout, cancel, and at its end so no orphan survives),
+with resource limits set before exec. Paths ``/src`` and ``/build`` in the build file's commands
+point at the job's folders, so the same rai_build.yml runs here and in a container.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import selectors
+import signal
+import subprocess
+
+from raiclient.models import LogStream
+
+from ..logsink import LogSink
+from .base import Executor, JobContext
+
+_PATHS = re.compile(r"(?<![\w./~-])/(src|build)(?=/|\s|$|[\"';:*)])")
+
+
+def rewrite_paths(command: str, src: str, build: str) -> str:
+    return _PATHS.sub(lambda m: src if m.group(1) == "src" else build, command)
+
+
+class ProcessExecutor(Executor):
+    name = "process"
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.killed = False
+
+    def start(self, ctx: JobContext, sink: LogSink) -> str:
+        os.chmod(ctx.build_dir, 0o777)
+        gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
+        return (f"Worker {ctx.settings.worker_name} started the job as processes (no container; "
+                f"image {ctx.image} not used{gpu})")
+
+    def _limits(self, ctx: JobContext):
+        s = ctx.settings
+        memory = ctx.memory_mb * 1024**2
+        use_as = not ctx.gpu_ids  # CUDA reserves huge address ranges: RLIMIT_AS would break it
+
+        def apply() -> None:
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (s.nofile, s.nofile))
+            if use_as:
+                resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+        return apply
+
+    def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "HOME": str(ctx.build_dir),
+            "LANG": "C.UTF-8",
+            "RAI_JOB_ID": ctx.job_id,
+            "RAI_SRC": str(ctx.src_dir),
+            "RAI_BUILD": str(ctx.build_dir),
+            "TMPDIR": str(ctx.build_dir.parent / "tmp"),
+        }
+        for key in ("LD_LIBRARY_PATH", "CUDA_HOME", "PYTHONPATH"):
+            if key in os.environ:
+                env[key] = os.environ[key]
+        if ctx.gpu_ids:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_ids)
+        os.makedirs(env["TMPDIR"], exist_ok=True)
+        real = rewrite_paths(command, str(ctx.src_dir), str(ctx.build_dir))
+        self.proc = subprocess.Popen(
+            ["/bin/sh", "-c", real], cwd=ctx.build_dir, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._limits(ctx),
+        )
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ, LogStream.out)
+        sel.register(self.proc.stderr, selectors.EVENT_READ, LogStream.err)
+        open_streams = 2
+        while open_streams:
+            ready = sel.select(timeout=0.5)
+            if not ready and self.proc.poll() is not None:
+                break  # the command ended; a background child still holds its output open
+            for key, _ in ready:
+                data = os.read(key.fileobj.fileno(), 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                else:
+                    sink.feed(key.data, data)
+        sel.close()
+        code = self.proc.wait()
+        self._kill_group()  # orphans and background children die with the command
+        return 128 - code if code < 0 else code  # -9 → 137, as a shell reports it
+
+    def _kill_group(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def explain_kill(self, code: int, ctx: JobContext) -> str | None:
+        if code == 137 and not self.killed:
+            return f"killed by signal 9 (out of memory? the limit is {ctx.memory_mb / 1024:g} GiB)"
+        return None
+
+    def kill(self) -> None:
+        self.killed = True
+        self._kill_group()
+
+    def cleanup(self) -> None:
+        self._kill_group()
+        self.proc = None

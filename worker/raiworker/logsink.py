@@ -1,0 +1,85 @@
+"""Output lines from a job into its Redis Stream, as they come, with time and stream.
+
+Bytes are split into lines per stream (stdout and stderr separately), long lines are cut, and
+past the job's output cap the stream says so once and drops the rest while the job runs on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import redis
+
+from raiclient.models import LogStream
+
+
+def stream_key(job_id: str) -> str:  # must match raiserver.logs.stream_key
+    return f"rai:log:{job_id}"
+
+
+class LogSink:
+    def __init__(self, r: redis.Redis, job_id: str, output_bytes: int, line_bytes: int):
+        self.redis = r
+        self.key = stream_key(job_id)
+        self.output_bytes = output_bytes
+        self.line_bytes = line_bytes
+        self.written = 0
+        self.truncated = False
+        self.lines = 0
+        self._buffers: dict[LogStream, bytearray] = {LogStream.out: bytearray(), LogStream.err: bytearray()}
+        self._lock = threading.Lock()
+
+    def system(self, text: str) -> None:
+        self._add([(LogStream.sys, text)])
+
+    def feed(self, stream: LogStream, data: bytes) -> None:
+        """Take a chunk of raw output; complete lines go to Redis at once."""
+        with self._lock:
+            buf = self._buffers[stream]
+            buf += data
+            lines: list[tuple[LogStream, str]] = []
+            while True:
+                cut = buf.find(b"\n")
+                if cut < 0:
+                    if len(buf) >= self.line_bytes:  # a line with no end in sight: emit a piece
+                        cut = self.line_bytes
+                        piece, del_to = bytes(buf[:cut]), cut
+                    else:
+                        break
+                else:
+                    piece, del_to = bytes(buf[:cut]), cut + 1
+                del buf[:del_to]
+                lines.extend(self._accept(stream, piece))
+        self._add(lines)
+
+    def flush(self) -> None:
+        """At the end of a command: a last line without a newline still counts."""
+        with self._lock:
+            lines = []
+            for stream, buf in self._buffers.items():
+                if buf:
+                    lines.extend(self._accept(stream, bytes(buf)))
+                    buf.clear()
+        self._add(lines)
+
+    def _accept(self, stream: LogStream, piece: bytes) -> list[tuple[LogStream, str]]:
+        if self.truncated:
+            return []
+        self.written += len(piece) + 1
+        if self.written > self.output_bytes:
+            self.truncated = True
+            mib = self.output_bytes / 1024**2
+            return [(LogStream.sys, f"output truncated after {mib:g} MiB; the job keeps running")]
+        text = piece.decode("utf-8", errors="replace").rstrip("\r")
+        return [(stream, text)]
+
+    def _add(self, lines: list[tuple[LogStream, str]]) -> None:
+        if not lines:
+            return
+        now = f"{time.time():.6f}"
+        pipe = self.redis.pipeline(transaction=False)
+        for stream, text in lines:
+            pipe.xadd(self.key, {"t": now, "s": stream.value, "x": text}, id="0-*")
+        pipe.execute()
+        self.lines += len(lines)

@@ -1,0 +1,147 @@
+"""One job, start to end, on this worker: claim → fetch → unpack → run → build folder → report.
+
+Whatever happens inside, the job's end is reported to the server (retried through a server
+restart) and the container and temporary folders are removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import redis
+
+from raiclient.archive import ArchiveError, extract_archive, pack_directory
+from raiclient.models import GpuInfo, JobState, JobUpdate
+
+from .config import WorkerSettings
+from .executors import JobContext, Outcome, execute, make_executor
+from .gpus import hold_gpus
+from .logsink import LogSink
+from .server import Refused, ServerClient
+
+log = logging.getLogger("raiworker")
+
+
+def cancel_key(job_id: str) -> str:  # must match raiserver.logs.cancel_key
+    return f"rai:cancel:{job_id}"
+
+
+def _watch_cancel(r: redis.Redis, job_id: str, cancel: threading.Event, done: threading.Event) -> None:
+    while not done.wait(0.25):
+        try:
+            if r.exists(cancel_key(job_id)):
+                cancel.set()
+                return
+        except redis.RedisError:
+            pass
+
+
+def running_dir(settings: WorkerSettings) -> Path:
+    return settings.work_dir / "running"
+
+
+def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt: int) -> str:
+    """Run one delivery of a job. Returns the final state, or 'skipped' for a refused claim."""
+    server = ServerClient(settings)
+    r = redis.Redis.from_url(settings.redis_url)
+    try:
+        try:
+            grant = server.claim(job_id, attempt)
+        except Refused as exc:
+            log.info("not running %s (attempt %s): %s", job_id, attempt, exc)
+            return "skipped"
+        sink = LogSink(r, job_id, settings.output_bytes, settings.line_bytes)
+        marker = running_dir(settings) / job_id
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        workdir = settings.work_dir / "jobs" / f"{job_id}.{attempt}"
+        outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
+        build_uploaded = False
+        try:
+            outcome = _run(settings, gpus, server, r, sink, grant, workdir)
+            build_uploaded = _ship_build(server, job_id, attempt, workdir / "build", sink)
+        except Refused as exc:
+            log.warning("job %s refused mid-run: %s", job_id, exc)
+            return "skipped"
+        except Exception as exc:  # infrastructure trouble: the student's code did not fail
+            log.exception("job %s: worker error", job_id)
+            outcome = Outcome(JobState.error, message=f"worker {settings.worker_name} error: {exc}")
+            try:
+                sink.system(outcome.message)
+            except redis.RedisError:
+                pass
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+            marker.unlink(missing_ok=True)
+        if not build_uploaded and outcome.state is JobState.succeeded:
+            outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
+        try:
+            server.update(job_id, JobUpdate(attempt=attempt, state=outcome.state, exit_code=outcome.exit_code,
+                                            failed_command=outcome.failed_command, message=outcome.message))
+        except Refused as exc:
+            log.warning("final state of %s refused: %s", job_id, exc)
+        return outcome.state.value
+    finally:
+        server.close()
+        r.close()
+
+
+def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis,
+         sink: LogSink, grant, workdir: Path) -> Outcome:
+    shutil.rmtree(workdir, ignore_errors=True)
+    (workdir / "src").mkdir(parents=True)
+    (workdir / "build").mkdir()
+    archive = server.fetch_archive(grant.job_id, workdir / "project.tar.gz")
+    try:
+        extract_archive(archive, workdir / "src")
+    except ArchiveError as exc:
+        return Outcome(JobState.error, message=f"the project archive could not be unpacked: {exc}")
+    archive.unlink()
+    (workdir / "build").chmod(0o777)
+    executor = make_executor(settings)
+    cancel, done = threading.Event(), threading.Event()
+    watcher = threading.Thread(target=_watch_cancel, args=(r, grant.job_id, cancel, done), daemon=True)
+    watcher.start()
+    try:
+        with hold_gpus(settings.work_dir / "locks", gpus, grant.gpu_count) as gpu_ids:
+            ctx = JobContext(
+                job_id=grant.job_id,
+                image=grant.image,
+                commands=grant.commands,
+                src_dir=workdir / "src",
+                build_dir=workdir / "build",
+                wall_seconds=min(grant.wall_seconds or settings.wall_seconds, settings.wall_seconds),
+                command_seconds=grant.command_seconds,
+                memory_mb=min(grant.memory_mb or settings.memory_mb, settings.memory_mb),
+                gpu_ids=gpu_ids,
+                settings=settings,
+            )
+            try:
+                started = time.monotonic()
+                outcome = execute(executor, ctx, sink, cancel)
+                if outcome.state is not JobState.succeeded and outcome.message and outcome.state is not JobState.failed:
+                    sink.system(outcome.message)
+                log.info("job %s: %s in %.1f s", grant.job_id, outcome.state.value, time.monotonic() - started)
+                return outcome
+            finally:
+                executor.cleanup()
+    finally:
+        done.set()
+
+
+def _ship_build(server: ServerClient, job_id: str, attempt: int, build: Path, sink: LogSink) -> bool:
+    if not build.is_dir():
+        return False
+    tarball = build.parent / "build.tar.gz"
+    try:
+        pack_directory(build, tarball)
+    except (OSError, tarfile.TarError) as exc:
+        sink.system(f"could not pack the build folder: {exc}")
+        return False
+    server.upload_build(job_id, attempt, tarball)
+    return True

@@ -1,0 +1,84 @@
+"""The worker's HTTP client for the server: claims, state changes, archives and build folders.
+
+State changes are retried through a server restart: a finished job must never stay 'running'.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+from raiclient.models import Claim, ClaimGranted, Heartbeat, JobUpdate
+
+from .config import WorkerSettings
+
+
+class Refused(Exception):
+    """The server said no for good (stale attempt, finished job): drop the task."""
+
+
+class ServerClient:
+    def __init__(self, settings: WorkerSettings):
+        self.settings = settings
+        self.http = httpx.Client(
+            base_url=settings.server_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {settings.worker_token}"},
+            timeout=httpx.Timeout(30.0, read=120.0),
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _call(self, method: str, url: str, retry_for: float = 120.0, **kw) -> httpx.Response:
+        deadline = time.monotonic() + retry_for
+        delay = 0.5
+        factory = kw.pop("content_factory", None)
+        while True:
+            try:
+                if factory is not None:
+                    kw["content"] = factory()
+                resp = self.http.request(method, url, **kw)
+                if resp.status_code in (404, 409, 410):
+                    raise Refused(resp.json().get("detail", resp.text) if resp.headers.get("content-type", "").startswith("application/json") else resp.text)
+                if resp.status_code < 500:
+                    resp.raise_for_status()
+                    return resp
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise ConnectionError(f"server {self.settings.server_url} unreachable for {retry_for:.0f} s ({method} {url})")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def heartbeat(self, hb: Heartbeat) -> list[str]:
+        resp = self._call("POST", "/api/v1/workers/heartbeat", retry_for=0, json=hb.model_dump())
+        return resp.json().get("cancel", [])
+
+    def claim(self, job_id: str, attempt: int) -> ClaimGranted:
+        resp = self._call("POST", f"/api/v1/worker/jobs/{job_id}/claim",
+                          json=Claim(worker=self.settings.worker_name, attempt=attempt).model_dump())
+        return ClaimGranted.model_validate(resp.json())
+
+    def fetch_archive(self, job_id: str, dest: Path) -> Path:
+        with self.http.stream("GET", f"/api/v1/worker/jobs/{job_id}/archive") as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise Refused(f"archive not available: HTTP {resp.status_code} {resp.text[:200]}")
+            with dest.open("wb") as fh:
+                for chunk in resp.iter_bytes(1024 * 1024):
+                    fh.write(chunk)
+        return dest
+
+    def upload_build(self, job_id: str, attempt: int, tarball: Path) -> None:
+        def body():
+            with tarball.open("rb") as fh:
+                while chunk := fh.read(1024 * 1024):
+                    yield chunk
+
+        self._call("PUT", f"/api/v1/worker/jobs/{job_id}/build", params={"attempt": attempt}, content_factory=body,
+                   headers={"Content-Length": str(tarball.stat().st_size), "Content-Type": "application/gzip"})
+
+    def update(self, job_id: str, update: JobUpdate) -> None:
+        self._call("POST", f"/api/v1/worker/jobs/{job_id}/state", retry_for=600.0, json=update.model_dump(mode="json"))
