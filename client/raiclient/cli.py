@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -15,7 +16,7 @@ from . import __version__
 from .api import Api, ApiError
 from .archive import pack_project
 from .models import ExitCode, JobOut, JobState, LogLine, LogStream
-from .profile import Profile, ProfileError, load_profile, profile_path, write_profile
+from .profile import Profile, ProfileError, load_profile, write_profile
 from .spec import SpecError, load_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Submit GPU jobs to rai and follow them live.")
@@ -151,12 +152,17 @@ def submit(
         packed = pack_project(path)
         try:
             say(f"Packing project ({packed.files} files, {_kib(packed.bytes)}" + (", .raiignore applied)" if packed.ignore_applied else ")"))
-            with Progress(
-                TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                console=out, transient=not out.is_terminal,
-            ) as bar:
-                task = bar.add_task("upload", total=packed.bytes)
-                job = api.submit(packed.path, queue, kind, progress=lambda n: bar.advance(task, n))
+            if out.is_terminal:
+                with Progress(
+                    TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=out,
+                ) as bar:
+                    task = bar.add_task("upload", total=packed.bytes)
+                    job = api.submit(packed.path, queue, kind, progress=lambda n: bar.advance(task, n))
+            else:  # a log file or a pipe gets one line, not a bar redrawn
+                started = time.monotonic()
+                job = api.submit(packed.path, queue, kind)
+                rate = packed.bytes / max(time.monotonic() - started, 1e-3) / 1024**2
+                say(f"Uploaded {_kib(packed.bytes)} ({rate:.1f} MB/s)")
         finally:
             packed.path.unlink(missing_ok=True)
         position = f" (position {job.position})" if job.position else ""

@@ -65,3 +65,7 @@ def add_user(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

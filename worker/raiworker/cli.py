@@ -46,3 +46,7 @@ def run(
 def main() -> None:
     os.environ.setdefault("FORKED_BY_MULTIPROCESSING", "1")
     app()
+
+
+if __name__ == "__main__":
+    main()

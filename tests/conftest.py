@@ -1,0 +1,256 @@
+"""Fixtures with real parts: a private redis-server, PostgreSQL, a Docker engine, and the
+service itself (server + worker as separate processes) driven with the real client."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUSYBOX = "rai/busybox:latest"
+REQUIRE_DOCKER = os.environ.get("RAI_REQUIRE_DOCKER") == "1"
+PG_BASE = os.environ.get("RAI_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+# -- Redis ------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server)")
+    port = free_port()
+    d = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(d)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import redis
+
+    r = redis.Redis(port=port)
+    wait_for(lambda: _ping(r), what="redis-server")
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(10)
+
+
+def _ping(r) -> bool:
+    try:
+        return r.ping()
+    except Exception:
+        return False
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh database on the machine's PostgreSQL, dropped afterwards."""
+    import psycopg
+
+    name = f"rai_test_{uuid.uuid4().hex[:8]}"
+    dsn = PG_BASE.replace("postgresql+psycopg://", "postgresql://")
+    try:
+        with psycopg.connect(f"{dsn}/postgres", autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        if os.environ.get("RAI_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL not reachable at {dsn}: {exc}")
+        pytest.skip(f"PostgreSQL not reachable at {dsn}")
+    yield f"{PG_BASE}/{name}"
+    with psycopg.connect(f"{dsn}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- Docker -----------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def docker_engine():
+    try:
+        import docker
+
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except Exception as exc:
+        if REQUIRE_DOCKER:
+            pytest.fail(f"Docker engine required but not reachable: {exc}")
+        pytest.skip("no Docker engine")
+    from raiworker.images import ensure_busybox_image
+
+    assert ensure_busybox_image(client), "install busybox-static to build rai/busybox"
+    return client
+
+
+# -- the service ------------------------------------------------------------------------------
+@dataclass
+class Service:
+    url: str
+    data: Path
+    env: dict[str, str]
+    profile: Path
+    token: str
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    logs: Path = Path()
+
+    def client(self, *args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+        e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1", **(env or {})}
+        e.pop("COLUMNS", None)
+        return subprocess.run([sys.executable, "-m", "raiclient.cli", *args], cwd=cwd, env=e, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def popen_client(self, *args: str) -> subprocess.Popen:
+        e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1"}
+        return subprocess.Popen([sys.executable, "-m", "raiclient.cli", *args], env=e, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def http(self, profile: Path | None = None) -> httpx.Client:
+        from raiclient.profile import read_profile_file
+
+        p = read_profile_file(profile or self.profile)
+        return httpx.Client(base_url=self.url, auth=(p.access_key, p.secret_key), timeout=30)
+
+    def worker_http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
+
+    def add_user(self, name: str, role: str = "student", team: str | None = None) -> Path:
+        path = self.data / f"{name}.profile"
+        args = [sys.executable, "-m", "raiserver.cli", "add-user", name, "--role", role, "--server-url", self.url, "--profile", str(path)]
+        if team:
+            args += ["--team", team]
+        subprocess.run(args, env=self.env, check=True, capture_output=True)
+        return path
+
+    def start_worker(self, name: str = "w1", **extra: str) -> subprocess.Popen:
+        env = {**self.env, "RAI_WORKER_NAME": name, "RAI_WORK_DIR": str(self.data / f"work-{name}"), **extra}
+        log = (self.logs / f"worker-{name}.log").open("ab")
+        proc = subprocess.Popen([sys.executable, "-m", "raiworker.cli"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[f"worker-{name}"] = proc
+        with self.worker_http() as _:
+            pass
+        wait_for(lambda: self._worker_seen(name), timeout=40, what=f"worker {name} heartbeat")
+        return proc
+
+    def _worker_seen(self, name: str) -> bool:
+        with self.http() as h:
+            r = h.get("/api/v1/workers")
+            return r.status_code == 200 and any(w["name"] == name and w["alive"] for w in r.json())
+
+    def stop(self, key: str, sig: int = signal.SIGTERM) -> None:
+        proc = self.procs.pop(key, None)
+        if proc and proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+    def shutdown(self) -> None:
+        for key in list(self.procs):
+            self.stop(key)
+
+
+def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, slots: int = 4,
+                  worker: bool = True, extra_env: dict | None = None) -> Service:
+    port = free_port()
+    token = uuid.uuid4().hex
+    db_index = int(uuid.uuid4().int % 15) + 1
+    redis_db = redis_url.rsplit("/", 1)[0] + f"/{db_index}"
+    import redis as _r
+
+    _r.Redis.from_url(redis_db).flushdb()
+    env = {**os.environ, "RAI_DATA_DIR": str(tmp / "data"), "RAI_REDIS_URL": redis_db, "RAI_WORKER_TOKEN": token,
+           "RAI_SERVER_URL": f"http://127.0.0.1:{port}", "RAI_EXECUTOR": executor, "RAI_GPUS": "none",
+           "RAI_SLOTS": str(slots), "RAI_QUEUES": "gpu", "RAI_HEARTBEAT_SECONDS": "1", "RAI_WORKER_DEAD_AFTER": "6",
+           "RAI_REAPER_INTERVAL": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+    env.pop("DATABASE_URL", None)
+    if db_url:
+        env["DATABASE_URL"] = db_url
+    (tmp / "data").mkdir(parents=True, exist_ok=True)
+    logs = tmp / "logs"
+    logs.mkdir(exist_ok=True)
+    svc = Service(url=f"http://127.0.0.1:{port}", data=tmp / "data", env=env, profile=tmp / "data" / "admin.profile",
+                  token=token, logs=logs)
+    subprocess.run([sys.executable, "-m", "raiserver.cli", "add-user", "admin", "--role", "admin", "--server-url", svc.url,
+                    "--profile", str(svc.profile)], env=env, check=True, capture_output=True)
+    svc.start_server = lambda: _start_server(svc, port)  # type: ignore[attr-defined]
+    _start_server(svc, port)
+    if worker:
+        svc.start_worker("w1")
+    return svc
+
+
+def _start_server(svc: Service, port: int) -> None:
+    log = (svc.logs / "server.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", "127.0.0.1", "--port", str(port)],
+                            env=svc.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    svc.procs["server"] = proc
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {(svc.logs / 'server.log').read_text()[-2000:]}")
+        try:
+            return httpx.get(f"{svc.url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(up, timeout=40, what="server")
+
+
+@pytest.fixture(scope="module")
+def docker_service(tmp_path_factory, redis_url, docker_engine) -> Iterator[Service]:
+    svc = start_service(tmp_path_factory.mktemp("svc-docker"), redis_url, None, "docker")
+    yield svc
+    svc.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pg_service(tmp_path_factory, redis_url, pg_url, docker_engine) -> Iterator[Service]:
+    svc = start_service(tmp_path_factory.mktemp("svc-pg"), redis_url, pg_url, "docker")
+    yield svc
+    svc.shutdown()
+
+
+@pytest.fixture(scope="module")
+def process_service(tmp_path_factory, redis_url) -> Iterator[Service]:
+    svc = start_service(tmp_path_factory.mktemp("svc-process"), redis_url, None, "process")
+    yield svc
+    svc.shutdown()
+
+
+def make_project(root: Path, commands: list[str], image: str = BUSYBOX, files: dict[str, str] | None = None,
+                 extra: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    cmds = "\n".join(f"    - {json.dumps(c)}" for c in commands)
+    header = f"rai:\n  version: 0.2\n  image: {image}\n"
+    (root / "rai_build.yml").write_text(header + extra + "commands:\n  build:\n" + cmds + "\n")
+    for name, text in (files or {}).items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root

@@ -1,0 +1,102 @@
+"""Archives: .raiignore on the way out; on the way in, every unsafe entry refused by name."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from raiclient.archive import ArchiveError, ArchiveLimits, extract_archive, inspect_archive, pack_project
+
+
+def tar_with(tmp_path: Path, *members: tuple[tarfile.TarInfo, bytes | None]) -> Path:
+    path = tmp_path / "a.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        spec = b"rai:\n  image: x\ncommands:\n  build: [echo]\n"
+        info = tarfile.TarInfo("rai_build.yml")
+        info.size = len(spec)
+        tar.addfile(info, io.BytesIO(spec))
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    return info
+
+
+def test_pack_applies_raiignore(tmp_path):
+    proj = tmp_path / "p"
+    (proj / "scratch").mkdir(parents=True)
+    (proj / ".git").mkdir()
+    (proj / "rai_build.yml").write_text("x")
+    (proj / "main.cu").write_text("x")
+    (proj / "main.o").write_text("x")
+    (proj / "scratch" / "big.bin").write_text("x")
+    (proj / ".git" / "HEAD").write_text("x")
+    (proj / ".raiignore").write_text("*.o\nscratch/\n")
+    packed = pack_project(proj)
+    with tarfile.open(packed.path) as tar:
+        names = sorted(tar.getnames())
+    assert names == [".raiignore", "main.cu", "rai_build.yml"]
+    assert packed.ignore_applied and packed.files == 3
+
+
+@pytest.mark.parametrize(
+    "member, message",
+    [
+        ((entry("../../x"), b"x"), "entry '../../x': '..' in paths is not allowed"),
+        ((entry("/etc/cron.d/x"), b"x"), "entry '/etc/cron.d/x': absolute paths are not allowed"),
+        ((entry("passwd", tarfile.SYMTYPE, "/etc/passwd"), None), "entry 'passwd': symlink to an absolute path (/etc/passwd) is not allowed"),
+        ((entry("up", tarfile.SYMTYPE, "../../etc"), None), "entry 'up': symlink points outside the project (../../etc)"),
+        ((entry("hl", tarfile.LNKTYPE, "../outside"), None), "entry 'hl': hard link points outside the project (../outside)"),
+        ((entry("dev", tarfile.CHRTYPE), None), "entry 'dev': device files, FIFOs and other special files are not allowed"),
+        ((entry("fifo", tarfile.FIFOTYPE), None), "entry 'fifo': device files, FIFOs and other special files are not allowed"),
+        ((entry("a\nb"), b"x"), "entry 'a\\nb': name contains a control character"),
+    ],
+)
+def test_unsafe_entries_are_refused_by_name(tmp_path, member, message):
+    with pytest.raises(ArchiveError) as exc:
+        inspect_archive(tar_with(tmp_path, member))
+    assert str(exc.value) == message
+
+
+def test_links_inside_the_tree_are_fine_and_extract(tmp_path):
+    path = tar_with(tmp_path, (entry("data.txt"), b"hello"), (entry("alias.txt", tarfile.SYMTYPE, "data.txt"), None))
+    info = extract_archive(path, tmp_path / "out")
+    assert info.spec_bytes.startswith(b"rai:")
+    assert (tmp_path / "out" / "alias.txt").read_text() == "hello"
+
+
+def test_caps_on_count_size_and_ratio(tmp_path):
+    path = tar_with(tmp_path, *[(entry(f"f{i}"), b"") for i in range(20)])
+    with pytest.raises(ArchiveError, match="more than 10 entries"):
+        inspect_archive(path, ArchiveLimits(max_files=10))
+    zeros = tar_with(tmp_path, (entry("zeros"), b"\0" * (4 * 1024**2)))
+    with pytest.raises(ArchiveError, match="expands more than"):
+        inspect_archive(zeros, ArchiveLimits(ratio_floor_bytes=1024**2, max_ratio=50))
+    with pytest.raises(ArchiveError, match="unpacks to more than"):
+        inspect_archive(zeros, ArchiveLimits(max_unpacked_bytes=1024**2))
+
+
+def test_garbage_truncated_and_empty(tmp_path):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"this is not a tarball at all")
+    with pytest.raises(ArchiveError, match="not a readable .tar.gz"):
+        inspect_archive(junk)
+    good = tar_with(tmp_path, (entry("big"), bytes(range(256)) * 4000))
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    with pytest.raises(ArchiveError, match="not a readable .tar.gz"):
+        inspect_archive(cut)
+    empty = tmp_path / "empty.tar.gz"
+    empty.write_bytes(b"")
+    with pytest.raises(ArchiveError):
+        inspect_archive(empty)

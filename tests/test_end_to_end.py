@@ -1,0 +1,218 @@
+"""The whole path, for real: raiclient → server → Celery/Redis → Docker container → live log."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import io
+import json
+import signal
+import tarfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from conftest import ROOT, make_project, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def job_id_from(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("✱ Job ") and " queued on " in line:
+            return line.split()[2]
+    raise AssertionError(f"no job id in:\n{output}")
+
+
+def test_hello_streams_every_line_in_order_with_stderr(docker_service):
+    res = docker_service.client("submit", "-p", str(ROOT / "examples" / "hello"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = res.stdout
+    order = ["✱ Checking your credentials (admin @", "✱ Packing project (3 files", "queued on 'gpu'",
+             "✱ Worker w1 started the container (image rai/busybox:latest)",
+             '✱ Running: /bin/sh -c "cp -r /src/* /build"', "hello from Linux, working in /build",
+             "✱ Running: sh ./hello.sh 3", "step 1 of 3", "step 2 of 3", "step 3 of 3", "Op Time: 0.000125",
+             "✱ Build folder:", "✱ Job succeeded in"]
+    positions = [out.index(s) for s in order]
+    assert positions == sorted(positions), out
+    assert res.stderr.splitlines() == ["note 1 on stderr", "note 2 on stderr", "note 3 on stderr"]
+    # the stored log keeps stdout and stderr interleaved in the order they were read, each marked
+    jid = job_id_from(out)
+    with docker_service.http() as h:
+        events = sse_lines(h, jid)
+    texts = [(e["s"], e["text"]) for e in events]
+    assert ("err", "note 1 on stderr") in texts and ("out", "step 3 of 3") in texts
+    assert [e["n"] for e in events] == list(range(1, len(events) + 1))
+
+
+def sse_lines(h: httpx.Client, job_id: str, last_event_id: int | None = None) -> list[dict]:
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    lines, event = [], None
+    with h.stream("GET", f"/api/v1/jobs/{job_id}/log", headers=headers, timeout=60) as resp:
+        assert resp.status_code == 200
+        for raw in resp.iter_lines():
+            if raw.startswith("event:"):
+                event = raw.split(":", 1)[1].strip()
+            elif raw.startswith("data:") and event == "line":
+                lines.append(json.loads(raw.split(":", 1)[1]))
+            elif raw.startswith("data:") and event == "end":
+                return lines
+    return lines
+
+
+def test_failing_command_stops_the_job_and_its_code_is_the_clients(docker_service, tmp_path):
+    proj = make_project(tmp_path / "p", ["echo before", "sh -c 'echo oops >&2; exit 7'", "echo never-runs"])
+    res = docker_service.client("submit", "-p", str(proj))
+    assert res.returncode == 7, res.stdout + res.stderr
+    assert "before" in res.stdout and "never-runs" not in res.stdout.replace("✱ Running: echo never-runs", "")
+    assert "✱ Running: echo never-runs" not in res.stdout
+    assert "Job failed in" in res.stdout and "exited with 7" in res.stdout
+    assert "oops" in res.stderr
+
+
+def test_build_folder_holds_what_the_job_wrote(docker_service, tmp_path):
+    proj = make_project(tmp_path / "p", ["mkdir -p out", "sh -c 'echo 42 > out/answer.txt'", "cp /src/input.txt ."],
+                        files={"input.txt": "from the project\n"})
+    res = docker_service.client("submit", "-p", str(proj))
+    assert res.returncode == 0, res.stdout + res.stderr
+    jid = job_id_from(res.stdout)
+    dl = docker_service.client("download", jid, "-o", str(tmp_path / "b.tgz"))
+    assert dl.returncode == 0, dl.stderr
+    with tarfile.open(tmp_path / "b.tgz") as tar:
+        assert tar.extractfile("out/answer.txt").read() == b"42\n"
+        assert tar.extractfile("input.txt").read() == b"from the project\n"
+
+
+def test_src_is_read_only_and_there_is_no_network_and_no_root(docker_service, tmp_path):
+    proj = make_project(tmp_path / "p", [
+        "sh -c 'touch /src/x 2>&1 || echo SRC_READ_ONLY'",
+        "sh -c 'ls /sys/class/net; wget -T 2 -q -O- http://127.0.0.1:1/ 2>&1 || echo NO_NETWORK'",
+        "id -u",
+    ])
+    res = docker_service.client("submit", "-p", str(proj))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SRC_READ_ONLY" in res.stdout and "Read-only file system" in res.stdout
+    assert "NO_NETWORK" in res.stdout
+    lines = res.stdout.splitlines()
+    nets = lines[lines.index("✱ Running: sh -c 'ls /sys/class/net; wget -T 2 -q -O- http://127.0.0.1:1/ 2>&1 || echo NO_NETWORK'") + 1]
+    assert nets == "lo"  # loopback only: no interface reaches out
+    assert "1000" in lines
+
+
+def test_wall_time_limit_ends_timed_out(docker_service, tmp_path):
+    proj = make_project(tmp_path / "p", ["echo start", "sleep 60", "echo never"],
+                        extra="resources:\n  limits:\n    wall_seconds: 2\n")
+    t0 = time.monotonic()
+    res = docker_service.client("submit", "-p", str(proj))
+    assert res.returncode == 124, res.stdout + res.stderr
+    assert time.monotonic() - t0 < 20
+    assert "timed out: 'sleep 60' was running when the job hit its wall-time limit of 2 s" in res.stdout
+    assert "Job timed out" in res.stdout
+
+
+def test_cancel_stops_a_running_job_within_two_seconds(docker_service, tmp_path):
+    proj = make_project(tmp_path / "p", ["echo started", "sleep 120"])
+    proc = docker_service.popen_client("submit", "-p", str(proj))
+    buf = []
+    jid = None
+    while jid is None:
+        line = proc.stdout.readline()
+        buf.append(line)
+        if " queued on " in line:
+            jid = line.split()[2]
+    wait_for(lambda: "started" in (buf.append(proc.stdout.readline()) or "".join(buf)), timeout=30, what="job start")
+    t0 = time.monotonic()
+    res = docker_service.client("cancel", jid)
+    assert res.returncode == 0, res.stderr
+    out, _ = proc.communicate(timeout=30)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 143, "".join(buf) + out
+    assert "Job cancelled" in out
+    assert elapsed < 4.0  # stopped within 2 s; the rest is the client noticing
+    with docker_service.http() as h:
+        job = h.get(f"/api/v1/jobs/{jid}").json()
+    assert job["state"] == "cancelled"
+    assert (time.monotonic() - t0) < 5
+
+
+def test_ctrl_c_detaches_and_the_job_goes_on(docker_service, tmp_path):
+    proj = make_project(tmp_path / "p", ["sleep 2", "echo finished-anyway"])
+    proc = docker_service.popen_client("submit", "-p", str(proj))
+    line = ""
+    while " queued on " not in line:
+        line = proc.stdout.readline()
+    jid = line.split()[2]
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 130
+    assert f"raiclient logs {jid} --follow" in out and f"raiclient cancel {jid}" in out
+    res = docker_service.client("logs", jid, "--follow")
+    assert res.returncode == 0 and "finished-anyway" in res.stdout
+
+
+def test_ten_concurrent_submissions_all_finish_with_their_own_logs(docker_service, tmp_path):
+    projects = [make_project(tmp_path / f"p{i}", [f"sh -c 'for k in 1 2 3 4 5; do echo job{i} line $k; done'"]) for i in range(10)]
+    with cf.ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(lambda p: docker_service.client("submit", "-p", str(p), timeout=240), projects))
+    for i, res in enumerate(results):
+        assert res.returncode == 0, res.stdout + res.stderr
+        mine = [l for l in res.stdout.splitlines() if l.startswith("job")]
+        assert mine == [f"job{i} line {k}" for k in range(1, 6)]
+
+
+def test_reconnecting_reader_gets_every_line_exactly_once(docker_service, tmp_path):
+    proj = make_project(tmp_path / "p", ["sh -c 'for k in $(seq 1 40); do echo line $k; sleep 0.05; done'"])
+    res = docker_service.client("submit", "-p", str(proj), "--detach")
+    jid = job_id_from(res.stdout)
+    seen: list[dict] = []
+    last = 0
+    with docker_service.http() as h:
+        # read a few lines at a time, dropping the connection each time, resuming with Last-Event-ID
+        for _ in range(200):
+            headers = {"Last-Event-ID": str(last)} if last else {}
+            event, got, ended = None, 0, False
+            with h.stream("GET", f"/api/v1/jobs/{jid}/log", headers=headers, timeout=60) as resp:
+                for raw in resp.iter_lines():
+                    if raw.startswith("event:"):
+                        event = raw.split(":", 1)[1].strip()
+                    elif raw.startswith("data:") and event == "line":
+                        line = json.loads(raw.split(":", 1)[1])
+                        seen.append(line)
+                        last = line["n"]
+                        got += 1
+                        if got == 3:
+                            break
+                    elif raw.startswith("data:") and event == "end":
+                        ended = True
+                        break
+            if ended:
+                break
+    ns = [l["n"] for l in seen]
+    assert ns == list(range(1, len(ns) + 1)), "a line was lost or repeated"
+    outs = [l["text"] for l in seen if l["s"] == "out"]
+    assert outs == [f"line {k}" for k in range(1, 41)]
+
+
+def test_history_status_and_download_errors(docker_service, tmp_path):
+    res = docker_service.client("history")
+    assert res.returncode == 0 and "succeeded" in res.stdout
+    res = docker_service.client("status", "01NOTAJOB0000000000000000")
+    assert res.returncode == 2 and "no job 01NOTAJOB0000000000000000" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_other_students_jobs_are_invisible(docker_service, tmp_path):
+    bob = docker_service.add_user("bob")
+    carol = docker_service.add_user("carol")
+    proj = make_project(tmp_path / "p", ["echo bob-secret"])
+    res = docker_service.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(bob)})
+    jid = job_id_from(res.stdout)
+    with docker_service.http(carol) as h:
+        for method, url in [("GET", f"/api/v1/jobs/{jid}"), ("GET", f"/api/v1/jobs/{jid}/log"),
+                            ("GET", f"/api/v1/jobs/{jid}/build.tar.gz"), ("POST", f"/api/v1/jobs/{jid}/cancel")]:
+            assert h.request(method, url).status_code == 404, url
+        assert all(j["id"] != jid for j in h.get("/api/v1/jobs").json()["jobs"])
+    with docker_service.http(bob) as h:
+        assert h.get(f"/api/v1/jobs/{jid}").json()["state"] == "succeeded"

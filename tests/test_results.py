@@ -1,0 +1,48 @@
+"""Results parsed from output, with the students' real reports as fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from raiclient.models import LogLine, LogStream
+from raiserver.results import parse_log, parse_text_lines
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def test_op_times_correctness_and_time_from_a_real_report():
+    lines = (FIX / "seed_report_m3.txt").read_text().splitlines()
+    start = next(i for i, l in enumerate(lines) if "Op Time: 0.074735" in l)
+    r = parse_text_lines(lines[start:start + 8])
+    assert r.op_times == [0.074735, 0.255830]
+    assert r.op_time_total == 0.330565
+    assert r.correctness == {"ece408": 0.88}
+    assert r.elapsed_seconds == 1.09
+    assert r.max_rss_kb == 175624
+
+
+def test_models_and_elapsed_minutes_from_nvprof_report():
+    r = parse_text_lines((FIX / "seed_report_nvprof.txt").read_text().splitlines())
+    assert r.correctness["ece408-high"] == 0.8562
+    assert r.correctness["ece408-low"] == 0.629
+    r1 = parse_text_lines((FIX / "seed_report_m1.txt").read_text().splitlines())
+    assert r1.elapsed_seconds == 10.74 and r1.max_rss_kb == 2843392
+
+
+def test_summary_comes_from_the_last_run_not_a_sum_over_runs():
+    def L(n, s, text):
+        return LogLine(n=n, t=0, s=s, text=text)
+
+    log = [
+        L(1, LogStream.sys, "Running: ./m2 100"),
+        L(2, LogStream.out, "Op Time: 0.5 Op Time: 0.25"),
+        L(3, LogStream.sys, "Running: ./m2 10000"),
+        L(4, LogStream.out, "Op Time: 2.0"),
+        L(5, LogStream.out, "Op Time: 3.0"),
+        L(6, LogStream.out, "Correctness: 0.8562 Model: ece408"),
+        L(7, LogStream.err, "1.10user 0.58system 1:02.50elapsed 154%CPU (0avgtext+0avgdata 175624maxresident)k"),
+    ]
+    r = parse_log(log)
+    assert r.op_times == [2.0, 3.0] and r.op_time_total == 5.0
+    assert r.correctness == {"ece408": 0.8562}
+    assert r.elapsed_seconds == 62.5

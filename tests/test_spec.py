@@ -1,0 +1,80 @@
+"""The build file: RAI's format accepted unchanged, mistakes reported with file, line and field."""
+
+from __future__ import annotations
+
+import pytest
+
+from raiclient.spec import SpecError, parse_spec
+
+RAI_FORMAT = """\
+rai:
+  version: 0.2
+  image: rai/cuda:12
+resources:
+  cpu:
+    architecture: amd64
+  gpu:
+    count: 1
+  network: false
+commands:
+  build:
+    - /bin/bash -c "cp -rv /src/* /build"
+    - nvcc -O3 -o m2 m2.cu
+    - /usr/bin/time ./m2 1000
+"""
+
+
+def errors(text: str | bytes) -> list[str]:
+    with pytest.raises(SpecError) as exc:
+        parse_spec(text)
+    return exc.value.messages
+
+
+def test_rai_format_is_accepted_unchanged():
+    spec = parse_spec(RAI_FORMAT)
+    assert spec.image == "rai/cuda:12"
+    assert spec.gpu_count == 1
+    assert spec.commands.build[1] == "nvcc -O3 -o m2 m2.cu"
+
+
+def test_build_must_be_a_list_of_strings_names_the_line():
+    text = RAI_FORMAT.split("commands:")[0] + "commands:\n  build: nvcc -O3 -o m2 m2.cu\n"
+    assert errors(text) == ["rai_build.yml:11: commands.build must be a list of strings"]
+
+
+def test_unknown_key_is_named_with_its_line():
+    text = RAI_FORMAT.replace("  network: false\n", "  network: false\n  gpus: 2\n")
+    assert errors(text) == ["rai_build.yml:10: resources.gpus is not a known field"]
+
+
+def test_wrong_type_and_missing_section():
+    msgs = errors("rai:\n  version: 0.2\n  image: x\nresources:\n  gpu:\n    count: many\n")
+    assert "rai_build.yml:6: resources.gpu.count must be a whole number" in msgs
+    assert "rai_build.yml:1: commands is required" in msgs
+
+
+def test_empty_command_list_and_blank_command():
+    assert errors("rai:\n  image: x\ncommands:\n  build: []\n") == ["rai_build.yml:4: commands.build must not be empty"]
+    msgs = errors("rai:\n  image: x\ncommands:\n  build:\n    - echo hi\n    - '  '\n")
+    assert msgs == ["rai_build.yml:5: commands.build command 2 is empty"]
+
+
+def test_malformed_yaml_points_at_the_line():
+    msgs = errors("rai:\n  image: x\ncommands:\n  build:\n    - [unclosed\n")
+    assert len(msgs) == 1 and msgs[0].startswith("rai_build.yml:") and "malformed YAML" in msgs[0]
+
+
+def test_network_is_refused():
+    text = RAI_FORMAT.replace("network: false", "network: true")
+    assert errors(text) == ["rai_build.yml:9: resources.network jobs run without network access; set it to false or remove it"]
+
+
+def test_yaml_bombs_and_non_utf8_are_refused():
+    bomb = "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"
+    assert errors(bomb) == ["rai_build.yml:1: YAML anchors and aliases are not allowed"]
+    assert errors(b"rai:\n  image: \xff\xfe\n") == ["rai_build.yml: not UTF-8 text (byte 14)"]
+    assert "larger than 64 KiB" in errors(b"#" * 70000)[0]
+
+
+def test_empty_file():
+    assert errors("") == ["rai_build.yml:1: the file is empty; it needs 'rai:' and 'commands:' sections"]
