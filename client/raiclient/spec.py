@@ -138,12 +138,13 @@ def _reject_aliases(text: str, filename: str) -> None:
                 line = event.start_mark.line + 1
                 raise SpecError([f"{filename}:{line}: YAML anchors and aliases are not allowed"])
     except yaml.YAMLError as exc:
-        raise SpecError([_yaml_error(exc, filename)]) from None
+        raise SpecError([_yaml_error(exc, filename, text)]) from None
 
 
-def _yaml_error(exc: yaml.YAMLError, filename: str) -> str:
+def _yaml_error(exc: yaml.YAMLError, filename: str, text: str = "") -> str:
     mark = getattr(exc, "problem_mark", None)
     line = mark.line + 1 if mark is not None else 1
+    line = max(1, min(line, len(text.rstrip("\n").splitlines()) or 1))  # "end of file" → the last line
     problem = getattr(exc, "problem", None) or str(exc)
     return f"{filename}:{line}: malformed YAML: {problem}"
 
@@ -166,7 +167,7 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError([_yaml_error(exc, filename)]) from None
+        raise SpecError([_yaml_error(exc, filename, text)]) from None
     if raw is None:
         raise SpecError([f"{filename}:1: the file is empty; it needs 'rai:' and 'commands:' sections"])
     if not isinstance(raw, dict):

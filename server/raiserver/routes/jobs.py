@@ -26,6 +26,10 @@ KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
+def human_size(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n < 1024**2 else f"{n / 1024**2:.1f} MiB"
+
+
 def services(request: Request) -> Services:
     return request.app.state.services
 
@@ -65,7 +69,7 @@ async def submit(
     svc = services(request)
     limit = svc.settings.max_upload_bytes
     if content_length is not None and content_length > limit:
-        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is {content_length // 1024**2} MiB; the limit is {limit // 1024**2} MiB")
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is {human_size(content_length)}; the limit is {human_size(limit)}")
     queue = queue or svc.settings.default_queue
     if not QUEUE.match(queue):
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"bad queue name {queue!r}")
@@ -74,7 +78,7 @@ async def submit(
     try:
         tmp, sha, size = await svc.storage.receive(request.stream(), limit)
     except OverflowError:
-        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is over the {limit // 1024**2} MiB limit") from None
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is over the limit of {human_size(limit)}") from None
     try:
         info = await run_in_threadpool(inspect_archive, tmp, ArchiveLimits())
         if info.spec_bytes is None:
