@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test suite, with real Redis, PostgreSQL, Docker and Chromium; installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh docker.io busybox-static redis-server postgresql dataset-fashion-mnist
+
+# PostgreSQL: use the one running on 127.0.0.1:5432, else start the installed cluster with trust
+# auth on loopback (a throwaway test machine only).
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  ver=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -1)
+  if [ -n "$ver" ]; then
+    hba=/etc/postgresql/$ver/main/pg_hba.conf
+    grep -q "rai-test" "$hba" || sed -i '1i host all all 127.0.0.1/32 trust # rai-test\nlocal all all trust # rai-test' "$hba"
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
+  fi
+fi
+
+export RAI_REQUIRE_DOCKER=1 RAI_REQUIRE_POSTGRES=1
+exec .venv/bin/python -m pytest "$@"
