@@ -175,11 +175,16 @@ class Service:
             self.stop(key)
 
 
+_redis_db = 0
+
+
 def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, slots: int = 4,
                   worker: bool = True, extra_env: dict | None = None) -> Service:
     port = free_port()
     token = uuid.uuid4().hex
-    db_index = int(uuid.uuid4().int % 15) + 1
+    global _redis_db
+    _redis_db = _redis_db % 15 + 1  # one Redis database per service: no worker ever sees another's queue
+    db_index = _redis_db
     redis_db = redis_url.rsplit("/", 1)[0] + f"/{db_index}"
     import redis as _r
 

@@ -78,3 +78,9 @@ def test_yaml_bombs_and_non_utf8_are_refused():
 
 def test_empty_file():
     assert errors("") == ["rai_build.yml:1: the file is empty; it needs 'rai:' and 'commands:' sections"]
+
+
+def test_a_colon_in_an_unquoted_command_gets_a_hint():
+    msgs = errors("rai:\n  image: x\ncommands:\n  build:\n    - echo note: this breaks\n")
+    assert msgs == ["rai_build.yml:5: commands.build.0 must be a string (YAML read it as a mapping because it contains ': '; "
+                    "put the whole command in quotes)"]

@@ -184,6 +184,8 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
                 human = err["msg"].removeprefix("Value error, ")
             if err["type"] == "list_type" and loc and loc[-1] != "build":
                 human = "must be a list"
+            if err["type"] == "string_type" and isinstance(err.get("input"), dict):
+                human += " (YAML read it as a mapping because it contains ': '; put the whole command in quotes)"
             messages.append(f"{filename}:{_line_of(node, loc)}: {dotted} {human}")
         raise SpecError(messages) from None
 

@@ -33,11 +33,17 @@ class WorkerSettings(BaseSettings):
     output_bytes: int = 16 * 1024**2
     line_bytes: int = 64 * 1024
     container_user: str = "1000:1000"
+    job_env: str = ""  # "KEY=VALUE,KEY2=VALUE2": set by the operator for every job (dataset paths, …)
     read_only_root: bool = False
 
     @property
     def queue_list(self) -> list[str]:
         return [q.strip() for q in self.queues.split(",") if q.strip()]
+
+    @property
+    def job_env_dict(self) -> dict[str, str]:
+        pairs = (item.split("=", 1) for item in self.job_env.split(",") if "=" in item)
+        return {k.strip(): v.strip() for k, v in pairs}
 
     @property
     def visibility_timeout(self) -> int:

@@ -82,7 +82,7 @@ class DockerExecutor(Executor):
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={s.tmp_mb}m"},
             read_only=s.read_only_root,
             labels={LABEL: ctx.job_id, "rai.worker": s.worker_name},
-            environment={"RAI_JOB_ID": ctx.job_id, "HOME": "/build"},
+            environment={**s.job_env_dict, "RAI_JOB_ID": ctx.job_id, "HOME": "/build"},
             name=f"rai-{ctx.job_id}-{s.worker_name}".lower()[:120],
         )
         if ctx.gpu_ids:
