@@ -29,20 +29,24 @@ def test_models_and_elapsed_minutes_from_nvprof_report():
     assert r1.elapsed_seconds == 10.74 and r1.max_rss_kb == 2843392
 
 
-def test_summary_comes_from_the_last_run_not_a_sum_over_runs():
+def test_summary_is_the_first_timed_run_not_a_sum_nor_a_profiled_rerun():
     def L(n, s, text):
         return LogLine(n=n, t=0, s=s, text=text)
 
     log = [
-        L(1, LogStream.sys, "Running: ./m2 100"),
-        L(2, LogStream.out, "Op Time: 0.5 Op Time: 0.25"),
-        L(3, LogStream.sys, "Running: ./m2 10000"),
-        L(4, LogStream.out, "Op Time: 2.0"),
-        L(5, LogStream.out, "Op Time: 3.0"),
-        L(6, LogStream.out, "Correctness: 0.8562 Model: ece408"),
-        L(7, LogStream.err, "1.10user 0.58system 1:02.50elapsed 154%CPU (0avgtext+0avgdata 175624maxresident)k"),
+        L(1, LogStream.sys, "Running: make m2"),
+        L(2, LogStream.sys, "Running: /usr/bin/time ./m2 10000"),
+        L(3, LogStream.out, "Op Time: 2.0"),
+        L(4, LogStream.out, "Op Time: 3.0"),
+        L(5, LogStream.out, "Correctness: 0.8562 Model: ece408"),
+        L(6, LogStream.err, "1.10user 0.58system 1:02.50elapsed 154%CPU (0avgtext+0avgdata 175624maxresident)k"),
+        L(7, LogStream.sys, "Running: ncu --section SpeedOfLight ./m2 100"),
+        L(8, LogStream.out, "Op Time: 1.4 Op Time: 0.3"),
+        L(9, LogStream.out, "Correctness: 0.89 Model: ece408"),
+        L(10, LogStream.sys, "Running: ./m2 100"),
+        L(11, LogStream.out, "Op Time: 0.5 Op Time: 0.25"),
     ]
     r = parse_log(log)
     assert r.op_times == [2.0, 3.0] and r.op_time_total == 5.0
     assert r.correctness == {"ece408": 0.8562}
-    assert r.elapsed_seconds == 62.5
+    assert r.elapsed_seconds == 62.5 and r.max_rss_kb == 175624

@@ -1,7 +1,8 @@
 """Results read from a job's output: the course programs' ``Op Time:`` and ``Correctness:`` lines
-and GNU ``/usr/bin/time``'s summary. Lines are grouped by command, and the summary is taken from
-the last command that printed op times, so a build that runs the program at several batch sizes
-reports the final run rather than a meaningless sum across runs.
+and GNU ``/usr/bin/time``'s summary. Lines are grouped by command. The op times and correctness
+come from the first command that printed op times and was not run under a profiler (ncu, nsys,
+nvprof, compute-sanitizer inflate timings): the canonical timed run, not a sum across runs at
+several batch sizes nor a profiled re-run.
 """
 
 from __future__ import annotations
@@ -42,20 +43,26 @@ def parse_text_lines(lines: Iterable[str]) -> JobResultSummary:
     return r
 
 
+PROFILERS = re.compile(r"(^|[\s/;&|(])(ncu|nsys|nvprof|nv-nsight-cu-cli|compute-sanitizer|cuda-memcheck)(\s|$)")
+
+
 def parse_log(lines: Iterable[LogLine]) -> JobResultSummary:
-    runs: list[list[str]] = [[]]
+    runs: list[tuple[str, list[str]]] = [("", [])]
     for line in lines:
         if line.s is LogStream.sys:
             if line.text.startswith("Running:"):
-                runs.append([])
+                runs.append((line.text.removeprefix("Running:").strip(), []))
             continue
-        runs[-1].append(line.text)
+        runs[-1][1].append(line.text)
     summary = JobResultSummary()
-    for run in runs:
+    for command, run in runs:
+        if PROFILERS.search(command):
+            continue
         parsed = parse_text_lines(run)
         if parsed.op_times:
             summary.op_times, summary.op_time_total = parsed.op_times, parsed.op_time_total
-        summary.correctness.update(parsed.correctness)
-        if parsed.elapsed_seconds is not None:
+            summary.correctness = parsed.correctness
             summary.elapsed_seconds, summary.max_rss_kb = parsed.elapsed_seconds, parsed.max_rss_kb
+            return summary
+        summary.correctness.update(parsed.correctness)
     return summary
