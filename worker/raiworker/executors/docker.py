@@ -8,6 +8,7 @@ id so a restarted worker can remove anything a crash left behind.
 from __future__ import annotations
 
 import os
+import threading
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -126,9 +127,20 @@ class DockerExecutor(Executor):
                 pass
 
     def cleanup(self) -> None:
-        if self.container is not None:
+        """Kill now (nothing of the job may outlive it on the GPU), remove in the background so
+        the job's end is reported without waiting; a restarted worker removes any leftover."""
+        container, self.container = self.container, None
+        if container is None:
+            return
+        try:
+            container.kill()
+        except DockerException:
+            pass
+
+        def remove() -> None:
             try:
-                self.container.remove(force=True)
-            except NotFound:
+                container.remove(force=True)
+            except DockerException:
                 pass
-            self.container = None
+
+        threading.Thread(target=remove, name=f"remove-{container.short_id}", daemon=True).start()
