@@ -122,6 +122,10 @@ class Api:
     def jobs(self, limit: int = 20) -> JobList:
         return JobList.model_validate(self._request("GET", "/api/v1/jobs", params={"limit": limit}).json())
 
+    def leaderboard(self, limit: int | None) -> list[dict]:
+        params = {"n": limit} if limit else {}
+        return self._request("GET", "/api/v1/leaderboard", params=params).json()
+
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel").json())
 

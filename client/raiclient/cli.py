@@ -259,6 +259,24 @@ def download(
 
 
 @app.command()
+def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), server: Optional[str] = SERVER_OPT) -> None:
+    """The leaderboard: each team's fastest valid run (yours is marked -->)."""
+    api = _api(server)
+    try:
+        entries = api.leaderboard(n)
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
+    table = Table("#", "team", "op time (s)", "correctness", "when", "gpu", "verified")
+    for e in entries:
+        name = f"[bold]{e['name']} -->[/]" if e["mine"] else e["name"]
+        table.add_row(str(e["rank"]), name, f"{e['op_time']:.6f}", f"{e['correctness']:g}", e["when"][:16].replace("T", " "),
+                      e.get("gpu") or "", "✓" if e["verified"] else "")
+    out.print(table if entries else "No valid run yet.")
+
+
+@app.command()
 def cancel(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
     """Cancel a queued or running job."""
     api = _api(server)

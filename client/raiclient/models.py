@@ -46,7 +46,13 @@ class LogLine(BaseModel):
     text: str
 
 
+class KernelTime(BaseModel):
+    name: str
+    ms: float
+
+
 class JobResultSummary(BaseModel):
+    kernels: list[KernelTime] = []  # from ncu/nsys output, for the per-kernel chart
     op_times: list[float] = []
     op_time_total: float | None = None
     correctness: dict[str, float] = {}
@@ -69,6 +75,8 @@ class JobOut(BaseModel):
     failed_command: str | None = None
     message: str | None = None
     position: int | None = Field(default=None, description="place in the queue while queued, 1 = next")
+    eta_seconds: float | None = Field(default=None, description="expected wait before it starts, while queued")
+    gpu_name: str | None = None
     has_build: bool = False
     archive_bytes: int = 0
     results: JobResultSummary | None = None

@@ -17,7 +17,9 @@ from .db import Database, migrate
 from .dispatch import Dispatcher
 from .jobs import Services, reap
 from .logs import LogStore
+from . import web
 from .routes import jobs as jobs_routes
+from .routes import leaderboard as leaderboard_routes
 from .routes import workers as workers_routes
 from .storage import Storage
 
@@ -68,6 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.services = services
     app.include_router(jobs_routes.router)
     app.include_router(workers_routes.router)
+    app.include_router(leaderboard_routes.router)
+    web.install(app)
 
     @app.get("/healthz", tags=["meta"])
     def healthz() -> dict:

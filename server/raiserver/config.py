@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     log_ttl_seconds: int = 600  # live stream kept in Redis after the job, for late readers
     session_secret: str = "change-me-session-secret"
 
+    # results and ranking
+    correctness_threshold: float = 0.8  # every model's correctness must reach this to be ranked
+    ranked_kinds: str = ""  # comma-separated submission kinds that rank; empty = every kind
+    verified_kind: str = "final"  # entries of this kind are marked verified
+    final_requires: str = "report.pdf"  # files a 'final' submission must contain (comma-separated)
+
     @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'rai.sqlite3').resolve()}"

@@ -50,6 +50,23 @@ def queue_position(db: Session, job: Job) -> int | None:
     return int(ahead or 0) + 1
 
 
+def eta_seconds(db: Session, job: Job, position: int | None) -> float | None:
+    """Expected wait: recent run times on this queue × jobs ahead ÷ live slots serving it."""
+    if position is None:
+        return None
+    recent = db.execute(
+        select(Job.started_at, Job.finished_at).where(Job.queue == job.queue, Job.finished_at.is_not(None),
+                                                      Job.started_at.is_not(None))
+        .order_by(Job.finished_at.desc()).limit(20)
+    ).all()
+    if not recent:
+        return None
+    mean = sum((f - s).total_seconds() for s, f in recent) / len(recent)
+    cutoff = utcnow() - timedelta(seconds=60)
+    slots = sum(w.slots for w in db.scalars(select(Worker).where(Worker.last_seen > cutoff)) if job.queue in (w.queues or []))
+    return round(mean * position / max(slots, 1), 1)
+
+
 def job_out(db: Session, job: Job) -> JobOut:
     return JobOut(
         id=job.id,
@@ -65,7 +82,9 @@ def job_out(db: Session, job: Job) -> JobOut:
         exit_code=job.exit_code,
         failed_command=job.failed_command,
         message=job.message,
-        position=queue_position(db, job),
+        position=(position := queue_position(db, job)),
+        eta_seconds=eta_seconds(db, job, position),
+        gpu_name=job.gpu_name,
         has_build=job.has_build,
         archive_bytes=job.archive_bytes,
         results=JobResultSummary.model_validate(job.results) if job.results else None,
@@ -163,6 +182,8 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     w = db.get(Worker, claim.worker)
     if w is not None:
         w.last_seen = utcnow()
+        if job.gpu_count and w.gpus:
+            job.gpu_name = w.gpus[0].get("name")
     db.commit()
     s = svc.settings
     spec = parse_spec(job.spec_yaml)

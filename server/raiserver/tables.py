@@ -54,6 +54,7 @@ class Job(Base):
     has_build: Mapped[bool] = mapped_column(Boolean, default=False)
     log_stored: Mapped[bool] = mapped_column(Boolean, default=False)
     results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    gpu_name: Mapped[str | None] = mapped_column(String(128))
 
     owner: Mapped[User] = relationship(back_populates="jobs")
 
@@ -72,3 +73,16 @@ class Worker(Base):
     first_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     jobs_done: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class AuditEntry(Base):
+    """Every state-changing action by staff: who did what to whom, when."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(256), default="")
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)

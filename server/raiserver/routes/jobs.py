@@ -194,10 +194,10 @@ async def log(
                     yield line_event(line)
                 yield {"event": "end", "data": job.model_dump_json()}
                 return
-            current = (job.state.value, job.position)
+            current = (job.state.value, job.position, job.eta_seconds)
             if current != last_status:
                 last_status = current
-                yield {"event": "status", "data": job.model_dump_json(include={"state", "position", "worker"})}
+                yield {"event": "status", "data": job.model_dump_json(include={"state", "position", "eta_seconds", "worker"})}
 
     return EventSourceResponse(events(), ping=15, send_timeout=30)
 

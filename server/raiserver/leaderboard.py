@@ -1,0 +1,100 @@
+"""The leaderboard: each team's (or lone student's) best valid run, fastest first.
+
+Valid: the job succeeded, printed op times, and every model's correctness reaches the course's
+threshold. Best: smallest total op time, ties to the earlier run. Students see other teams under
+stable pseudonyms and their own under its real name; staff see everyone's names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import datetime
+
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session, joinedload
+
+from raiclient.models import JobState
+
+from .auth import Principal
+from .config import Settings
+from .tables import Job
+
+
+class Entry(BaseModel):
+    rank: int
+    name: str
+    op_time: float
+    op_times: list[float]
+    correctness: float
+    when: datetime
+    gpu: str | None
+    kind: str
+    verified: bool
+    mine: bool = False
+    job_id: str | None = None  # only for staff and for the viewer's own row
+    members: list[str] | None = None  # staff only
+
+
+def team_key(job: Job) -> str:
+    return f"team:{job.owner.team}" if job.owner.team else f"user:{job.owner.username}"
+
+
+def pseudonym(key: str, secret: str) -> str:
+    digest = hmac.new(secret.encode(), key.encode(), hashlib.sha256).hexdigest()
+    return f"team-{digest[:6]}"
+
+
+def valid(job: Job, settings: Settings) -> bool:
+    r = job.results or {}
+    if job.state != JobState.succeeded.value or r.get("op_time_total") is None:
+        return False
+    kinds = [k.strip() for k in settings.ranked_kinds.split(",") if k.strip()]
+    if kinds and job.kind not in kinds:
+        return False
+    corr = r.get("correctness") or {}
+    return bool(corr) and min(corr.values()) >= settings.correctness_threshold
+
+
+def best_runs(db: Session, settings: Settings) -> list[tuple[str, Job, set[str]]]:
+    jobs = db.scalars(
+        select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded.value)
+    ).all()
+    best: dict[str, Job] = {}
+    members: dict[str, set[str]] = {}
+    for job in jobs:
+        if not valid(job, settings):
+            continue
+        key = team_key(job)
+        members.setdefault(key, set()).add(job.owner.username)
+        cur = best.get(key)
+        t, ct = job.results["op_time_total"], (cur.results["op_time_total"] if cur else None)
+        if cur is None or t < ct or (t == ct and job.finished_at < cur.finished_at):
+            best[key] = job
+    ranked = sorted(best.items(), key=lambda kv: (kv[1].results["op_time_total"], kv[1].finished_at))
+    return [(key, job, members[key]) for key, job in ranked]
+
+
+def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int | None = None) -> list[Entry]:
+    mine_key = f"team:{viewer.user.team}" if viewer.user.team else f"user:{viewer.user.username}"
+    out = []
+    for i, (key, job, names) in enumerate(best_runs(db, settings)[:limit], start=1):
+        mine = key == mine_key
+        real = key.split(":", 1)[1]
+        corr = job.results["correctness"]
+        out.append(Entry(
+            rank=i,
+            name=real if (viewer.is_staff or mine) else pseudonym(key, settings.session_secret),
+            op_time=job.results["op_time_total"],
+            op_times=job.results["op_times"],
+            correctness=min(corr.values()),
+            when=job.finished_at,
+            gpu=job.gpu_name,
+            kind=job.kind,
+            verified=job.kind == settings.verified_kind,
+            mine=mine,
+            job_id=job.id if (viewer.is_staff or mine) else None,
+            members=sorted(names) if viewer.is_staff else None,
+        ))
+    return out

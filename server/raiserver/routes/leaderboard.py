@@ -1,0 +1,33 @@
+"""Leaderboard API: JSON for everyone (pseudonyms for students), CSV for staff grading."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import PlainTextResponse
+from sqlalchemy.orm import Session
+
+from ..auth import Principal, current_user, get_db, require_staff
+from ..leaderboard import Entry, leaderboard
+
+router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
+
+
+@router.get("/leaderboard", response_model=list[Entry])
+def get_leaderboard(request: Request, n: int | None = Query(None, ge=1, le=10000), p: Principal = Depends(current_user),
+                    db: Session = Depends(get_db)) -> list[Entry]:
+    return leaderboard(db, request.app.state.settings, p, n)
+
+
+@router.get("/leaderboard.csv", response_class=PlainTextResponse)
+def leaderboard_csv(request: Request, p: Principal = Depends(require_staff), db: Session = Depends(get_db)) -> PlainTextResponse:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["rank", "team", "members", "op_time_s", "op_times_s", "correctness", "when", "gpu", "kind", "verified", "job"])
+    for e in leaderboard(db, request.app.state.settings, p):
+        w.writerow([e.rank, e.name, " ".join(e.members or []), f"{e.op_time:.9f}", " ".join(f"{t:.9f}" for t in e.op_times),
+                    e.correctness, e.when.isoformat(), e.gpu or "", e.kind, e.verified, e.job_id])
+    return PlainTextResponse(buf.getvalue(), media_type="text/csv",
+                             headers={"Content-Disposition": 'attachment; filename="leaderboard.csv"'})

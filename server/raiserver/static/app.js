@@ -1,0 +1,106 @@
+// rai's web view: live queue, live job log (ANSI colours, follow that pauses when you scroll up), charts.
+"use strict";
+const rai = (() => {
+  const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+  const dur = (s) => (s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`);
+
+  // SGR colour codes → spans; anything else of ANSI is dropped
+  const COLORS = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"];
+  function ansi(text) {
+    let out = "", open = 0;
+    const parts = text.split(/\x1b\[([0-9;]*)m/);
+    for (let i = 0; i < parts.length; i++) {
+      if (i % 2 === 0) { out += esc(parts[i].replace(/\x1b\[[0-9;?]*[A-Za-z]/g, "")); continue; }
+      const codes = parts[i] === "" ? [0] : parts[i].split(";").map(Number);
+      for (const c of codes) {
+        if (c === 0) { out += "</span>".repeat(open); open = 0; }
+        else if (c === 1) { out += '<span class="ansi-bold">'; open++; }
+        else if (c >= 30 && c <= 37) { out += `<span class="ansi-${COLORS[c - 30]}">`; open++; }
+        else if (c >= 90 && c <= 97) { out += `<span class="ansi-${COLORS[c - 90]} ansi-bright">`; open++; }
+      }
+    }
+    return out + "</span>".repeat(open);
+  }
+
+  function jobPage(jobId) {
+    const log = document.getElementById("log");
+    const follow = document.getElementById("follow");
+    const state = document.getElementById("state");
+    log.addEventListener("scroll", () => {  // reading back up stops the follow; back at the bottom resumes it
+      follow.checked = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    });
+    const src = new EventSource(`/api/v1/jobs/${jobId}/log`);
+    src.addEventListener("line", (ev) => {
+      const line = JSON.parse(ev.data);
+      const div = document.createElement("div");
+      div.className = `l-${line.s}`;
+      div.innerHTML = line.s === "sys" ? `✱ ${esc(line.text)}` : ansi(line.text) || "&nbsp;";
+      log.appendChild(div);
+      if (follow.checked) log.scrollTop = log.scrollHeight;
+    });
+    src.addEventListener("status", (ev) => {
+      const s = JSON.parse(ev.data);
+      state.textContent = s.state.replace("_", " ");
+      state.className = `pill state-${s.state}`;
+    });
+    src.addEventListener("end", (ev) => {
+      src.close();
+      const job = JSON.parse(ev.data);
+      if (state.textContent !== job.state.replace("_", " ")) location.reload();  // show results and download
+    });
+  }
+
+  function queuePage(initial, staff, csrf) {
+    const cancel = (j) => (staff && j.id ? `<td><form method="post" action="/jobs/${j.id}/cancel"><input type="hidden" name="csrf" value="${esc(csrf)}"><button class="danger small">Cancel</button></form></td>` : staff ? "<td></td>" : "");
+    const jobCell = (j) => (j.id ? `<a href="/jobs/${j.id}"><code>${j.id.slice(-10)}</code></a>` : '<span class="muted">—</span>');
+    function draw(snap) {
+      document.querySelector("#running tbody").innerHTML = snap.running.map((j) =>
+        `<tr class="${j.mine ? "mine" : ""}"><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td>${esc(j.kind)}</td><td>${esc(j.queue)}</td><td>${esc(j.worker)}</td><td>${dur(j.seconds)}</td>${cancel(j)}</tr>`).join("")
+        || `<tr><td colspan="7" class="muted">Nothing running.</td></tr>`;
+      document.querySelector("#queued tbody").innerHTML = snap.queued.map((j) =>
+        `<tr class="${j.mine ? "mine" : ""}"><td>${j.position}</td><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td>${esc(j.kind)}</td><td>${esc(j.queue)}</td><td>${dur(j.seconds)}</td><td>${j.eta != null ? "≈ " + dur(Math.round(j.eta)) : "—"}</td>${cancel(j)}</tr>`).join("")
+        || `<tr><td colspan="8" class="muted">Nobody is waiting.</td></tr>`;
+      document.getElementById("running-count").textContent = snap.running.length;
+      document.getElementById("queued-count").textContent = snap.queued.length;
+    }
+    draw(initial);
+    const live = document.getElementById("live");
+    const src = new EventSource("/web/queue/events");
+    src.addEventListener("queue", (ev) => { draw(JSON.parse(ev.data)); live.classList.remove("off"); });
+    src.onerror = () => live.classList.add("off");
+  }
+
+  const BLUE = "#2563eb";
+  function barChart(id, labels, values, unit) {
+    new Chart(document.getElementById(id), {
+      type: "bar",
+      data: { labels, datasets: [{ label: unit, data: values, backgroundColor: BLUE }] },
+      options: { indexAxis: "y", plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: unit } } } },
+    });
+  }
+
+  function histogram(id, timesMs) {
+    const el = document.getElementById(id);
+    if (!timesMs.length) { el.replaceWith(Object.assign(document.createElement("p"), { className: "muted", textContent: "No valid run yet." })); return; }
+    const lo = Math.min(...timesMs), hi = Math.max(...timesMs);
+    const n = Math.min(12, Math.max(1, timesMs.length)), width = (hi - lo) / n || 1;
+    const counts = new Array(n).fill(0);
+    for (const t of timesMs) counts[Math.min(n - 1, Math.floor((t - lo) / width))]++;
+    const labels = counts.map((_, i) => `${(lo + i * width).toFixed(3)}–${(lo + (i + 1) * width).toFixed(3)}`);
+    new Chart(el, {
+      type: "bar",
+      data: { labels, datasets: [{ label: "teams", data: counts, backgroundColor: BLUE }] },
+      options: { plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: "total op time (ms)" } }, y: { title: { display: true, text: "teams" }, ticks: { precision: 0 } } } },
+    });
+  }
+
+  function lineChart(id, history) {
+    new Chart(document.getElementById(id), {
+      type: "line",
+      data: { labels: history.map((h) => h.t.slice(5, 16).replace("T", " ")), datasets: [{ label: "total op time (ms)", data: history.map((h) => h.ms), borderColor: BLUE, tension: 0.2 }] },
+      options: { scales: { y: { title: { display: true, text: "ms" } } } },
+    });
+  }
+
+  return { ansi, jobPage, queuePage, barChart, histogram, lineChart };
+})();

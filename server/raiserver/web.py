@@ -1,0 +1,222 @@
+"""The web view: server-rendered pages (Jinja2) with small vanilla JS, live parts over SSE.
+
+Login uses the same access/secret keys as the client and keeps a signed session cookie (HttpOnly,
+SameSite=strict); every form carries a CSRF token bound to the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+from datetime import timedelta
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Form, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from sqlalchemy import select
+from sqlalchemy.orm import Session, joinedload
+from sse_starlette.sse import EventSourceResponse
+
+from raiclient.models import JobState
+
+from .auth import Principal, authenticate, get_db
+from .db import utcnow
+from .jobs import cancel_job, job_out
+from .leaderboard import leaderboard
+from .routes.jobs import visible_job
+from .tables import Job, User, Worker
+
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+router = APIRouter(include_in_schema=False)
+
+
+class LoginRequired(Exception):
+    pass
+
+
+def csrf_token(request: Request) -> str:
+    token = request.session.get("csrf")
+    if not token:
+        token = secrets.token_urlsafe(24)
+        request.session["csrf"] = token
+    return token
+
+
+def check_csrf(request: Request, token: str) -> None:
+    expected = request.session.get("csrf", "")
+    if not expected or not hmac.compare_digest(expected, token):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "the form expired; reload the page and try again")
+
+
+def web_user(request: Request, db: Session = Depends(get_db)) -> Principal:
+    uid = request.session.get("user_id")
+    user = db.get(User, uid) if uid is not None else None
+    if user is None or not user.active:
+        raise LoginRequired()
+    return Principal(user)
+
+
+def render(request: Request, name: str, p: Principal | None, **ctx) -> HTMLResponse:
+    return templates.TemplateResponse(request, name, {"me": p, "csrf": csrf_token(request), **ctx})
+
+
+@router.get("/login")
+def login_page(request: Request, error: str | None = None) -> HTMLResponse:
+    return render(request, "login.html", None, error=error)
+
+
+@router.post("/login")
+def login(request: Request, access_key: str = Form(...), secret_key: str = Form(...), csrf: str = Form(...),
+          db: Session = Depends(get_db)) -> Response:
+    check_csrf(request, csrf)
+    user = authenticate(db, access_key.strip(), secret_key.strip())
+    if user is None or not user.active:
+        return render(request, "login.html", None, error="Unknown access key or wrong secret key.")
+    request.session.clear()
+    request.session["user_id"] = user.id
+    return RedirectResponse("/queue", status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/logout")
+def logout(request: Request, csrf: str = Form(...)) -> Response:
+    check_csrf(request, csrf)
+    request.session.clear()
+    return RedirectResponse("/login", status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/")
+def home() -> Response:
+    return RedirectResponse("/queue", status.HTTP_303_SEE_OTHER)
+
+
+def queue_snapshot(db: Session, p: Principal) -> dict:
+    jobs = db.scalars(
+        select(Job).options(joinedload(Job.owner))
+        .where(Job.state.in_([JobState.queued.value, JobState.running.value])).order_by(Job.created_at)
+    ).all()
+    now = utcnow()
+    rows = {"queued": [], "running": []}
+    for job in jobs:
+        out = job_out(db, job)
+        mine = job.owner_id == p.user.id
+        shown = p.is_staff or mine
+        since = job.started_at if job.state == JobState.running.value else job.created_at
+        rows[job.state].append({
+            "id": job.id if shown else None,
+            "owner": job.owner.username if shown else "another student",
+            "mine": mine,
+            "queue": job.queue,
+            "kind": job.kind,
+            "image": job.image,
+            "worker": job.worker or "",
+            "position": out.position,
+            "eta": out.eta_seconds,
+            "seconds": round((now - since).total_seconds()) if since else 0,
+        })
+    return rows
+
+
+@router.get("/queue")
+def queue_page(request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+    return render(request, "queue.html", p, snapshot=queue_snapshot(db, p))
+
+
+@router.get("/web/queue/events")
+async def queue_events(request: Request) -> EventSourceResponse:
+    def snap() -> dict:
+        with request.app.state.db.session() as db:
+            uid = request.session.get("user_id")
+            user = db.get(User, uid) if uid is not None else None
+            if user is None:
+                raise HTTPException(status.HTTP_401_UNAUTHORIZED, "log in first")
+            return queue_snapshot(db, Principal(user))
+
+    first = await run_in_threadpool(snap)
+
+    async def events():
+        last = None
+        data = first
+        while True:
+            text = json.dumps(data, sort_keys=True)
+            if text != last:
+                last = text
+                yield {"event": "queue", "data": text}
+            await asyncio.sleep(1.0)
+            if await request.is_disconnected():
+                return
+            data = await run_in_threadpool(snap)
+
+    return EventSourceResponse(events(), ping=15)
+
+
+@router.get("/workers")
+def workers_page(request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+    if not p.is_staff:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "the workers page is for staff")
+    dead_after = request.app.state.settings.worker_dead_after
+    now = utcnow()
+    rows = []
+    for w in db.scalars(select(Worker).order_by(Worker.name)):
+        age = (now - w.last_seen).total_seconds()
+        rows.append({"w": w, "alive": age < dead_after, "age": round(age)})
+    return render(request, "workers.html", p, workers=rows)
+
+
+@router.get("/jobs/{job_id}")
+def job_page(job_id: str, request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+    job = visible_job(db, p, job_id)
+    return render(request, "job.html", p, job=job_out(db, job), spec=job.spec_yaml,
+                  can_cancel=(p.is_staff or job.owner_id == p.user.id))
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_from_web(job_id: str, request: Request, csrf: str = Form(...), p: Principal = Depends(web_user),
+                    db: Session = Depends(get_db)) -> Response:
+    check_csrf(request, csrf)
+    job = visible_job(db, p, job_id)
+    cancel_job(db, request.app.state.services, job, p.user)
+    back = request.headers.get("referer") or f"/jobs/{job_id}"
+    return RedirectResponse(back if back.startswith(str(request.base_url)) else f"/jobs/{job_id}", status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/leaderboard")
+def leaderboard_page(request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+    entries = leaderboard(db, request.app.state.settings, p)
+    return render(request, "leaderboard.html", p, entries=entries,
+                  times=[round(e.op_time * 1000, 6) for e in entries],
+                  threshold=request.app.state.settings.correctness_threshold)
+
+
+@router.get("/users/{username}")
+def user_page(username: str, request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+    user = db.scalar(select(User).where(User.username == username))
+    if user is None or not (p.is_staff or user.id == p.user.id):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {username}")
+    jobs = db.scalars(select(Job).where(Job.owner_id == user.id).order_by(Job.created_at.desc()).limit(200)).all()
+    history = [
+        {"t": j.finished_at.isoformat(), "ms": j.results["op_time_total"] * 1000, "id": j.id}
+        for j in reversed(jobs)
+        if j.results and j.results.get("op_time_total") is not None and j.finished_at
+    ]
+    return render(request, "user.html", p, user=user, jobs=[job_out(db, j) for j in jobs], history=history)
+
+
+def install(app) -> None:
+    """Mount the pages, the static files and the login redirect on an app."""
+    from fastapi.staticfiles import StaticFiles
+    from starlette.middleware.sessions import SessionMiddleware
+
+    settings = app.state.settings
+    app.add_middleware(SessionMiddleware, secret_key=settings.session_secret, same_site="strict",
+                       max_age=int(timedelta(hours=12).total_seconds()), session_cookie="rai_session")
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    app.include_router(router)
+
+    @app.exception_handler(LoginRequired)
+    async def _to_login(request: Request, exc: LoginRequired) -> Response:
+        return RedirectResponse("/login", status.HTTP_303_SEE_OTHER)

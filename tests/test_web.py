@@ -1,0 +1,121 @@
+"""The web view in real headless Chromium (Debian's), driven by Playwright; screenshots land in
+tests/artifacts/ for a person to look at."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_project, wait_for
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()
+
+
+def login(browser, svc, profile: Path):
+    from raiclient.profile import read_profile_file
+
+    p = read_profile_file(profile)
+    page = browser.new_page(viewport={"width": 1280, "height": 860})
+    page.goto(f"{svc.url}/queue")
+    assert page.url.endswith("/login")  # not logged in: sent to the login page
+    page.fill("input[name=access_key]", p.access_key)
+    page.fill("input[name=secret_key]", p.secret_key)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/queue")
+    return page
+
+
+def test_login_rejects_wrong_keys_and_forms_need_csrf(browser, docker_service):
+    page = browser.new_page()
+    page.goto(f"{docker_service.url}/login")
+    page.fill("input[name=access_key]", "nobody")
+    page.fill("input[name=secret_key]", "wrong")
+    page.click("button[type=submit]")
+    assert "Unknown access key or wrong secret key." in page.inner_text("main")
+    import httpx
+
+    r = httpx.post(f"{docker_service.url}/login", data={"access_key": "x", "secret_key": "y", "csrf": "forged"})
+    assert r.status_code == 403
+    cookie = page.context.cookies()[0]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    page.close()
+
+
+def test_instructor_watches_queue_job_log_and_leaderboard_live(browser, docker_service, tmp_path):
+    ARTIFACTS.mkdir(exist_ok=True)
+    staff = docker_service.add_user("prof", role="instructor")
+    page = login(browser, docker_service, staff)
+
+    # a student's job that prints for a few seconds, with colours, and reports results
+    proj = make_project(tmp_path / "p", [
+        "sh -c 'for k in 1 2 3 4 5 6 7 8; do printf \"\\033[32mepoch $k ok\\033[0m\\n\"; sleep 0.5; done'",
+        "sh -c 'echo Op Time: 0.0123; echo Op Time: 0.0456; echo Correctness: 0.91 Model: ece408'",
+    ])
+    proc = docker_service.popen_client("submit", "-p", str(proj))
+    line = ""
+    while " queued on " not in line:
+        line = proc.stdout.readline()
+    job_id = line.split()[2]
+
+    # the queue page shows it running, without a reload
+    page.wait_for_selector(f"#running a[href='/jobs/{job_id}']", timeout=20000)
+    page.screenshot(path=str(ARTIFACTS / "queue.png"), full_page=True)
+
+    # the job page: lines arrive while it runs, colours rendered
+    page.goto(f"{docker_service.url}/jobs/{job_id}")
+    page.wait_for_function("document.querySelectorAll('#log .l-out').length >= 3", timeout=20000)
+    first = page.eval_on_selector_all("#log .l-out", "els => els.length")
+    assert first < 8, "the log should still be arriving"
+    page.wait_for_function("document.querySelectorAll('#log .l-out').length >= 8", timeout=20000)
+    assert page.eval_on_selector("#log .ansi-green", "e => e.textContent").startswith("epoch")
+    page.screenshot(path=str(ARTIFACTS / "job-running.png"), full_page=True)
+    proc.communicate(timeout=60)
+    page.wait_for_selector("text=Download build folder", timeout=20000)  # reloaded at the end with results
+    assert "0.057900 s" in page.inner_text("main")
+    page.screenshot(path=str(ARTIFACTS / "job-done.png"), full_page=True)
+
+    # leaderboard: the run is ranked with its op time; staff see real names and the CSV link
+    page.goto(f"{docker_service.url}/leaderboard")
+    text = page.inner_text("main")
+    assert "0.057900 s" in text and "Download CSV" in text
+    page.wait_for_selector("#dist")
+    time.sleep(0.5)
+    page.screenshot(path=str(ARTIFACTS / "leaderboard.png"), full_page=True)
+
+    page.goto(f"{docker_service.url}/workers")
+    assert "w1" in page.inner_text("main") and "alive" in page.inner_text("main")
+    page.screenshot(path=str(ARTIFACTS / "workers.png"), full_page=True)
+    page.close()
+
+
+def test_student_sees_pseudonyms_and_no_workers_page(browser, docker_service, tmp_path):
+    bob = docker_service.add_user("bob_w", team="bobs")
+    proj = make_project(tmp_path / "p", ["sh -c 'echo Op Time: 0.5; echo Correctness: 0.95 Model: ece408'"])
+    res = docker_service.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(bob)})
+    assert res.returncode == 0
+    page = login(browser, docker_service, bob)
+    page.goto(f"{docker_service.url}/leaderboard")
+    rows = page.inner_text("table.board")
+    assert "bobs -->" in rows  # own row: real name and the arrow
+    assert "admin" not in rows and "team-" in rows  # others: stable pseudonyms
+    page.screenshot(path=str(ARTIFACTS / "leaderboard-student.png"), full_page=True)
+    resp = page.goto(f"{docker_service.url}/workers")
+    assert resp.status == 403
+    page.close()
