@@ -126,6 +126,19 @@ class Api:
         params = {"n": limit} if limit else {}
         return self._request("GET", "/api/v1/leaderboard", params=params).json()
 
+    def import_roster(self, csv_text: str) -> dict:
+        return self._request("POST", "/api/v1/admin/roster", content=csv_text.encode(),
+                             headers={"Content-Type": "text/csv"}).json()
+
+    def rotate_keys(self, username: str) -> dict:
+        return self._request("POST", f"/api/v1/admin/users/{username}/keys").json()
+
+    def revoke_keys(self, username: str) -> dict:
+        return self._request("POST", f"/api/v1/admin/users/{username}/revoke").json()
+
+    def audit(self, limit: int) -> list[dict]:
+        return self._request("GET", "/api/v1/admin/audit", params={"limit": limit}).json()
+
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel").json())
 

@@ -316,6 +316,9 @@ def version() -> None:
 
 
 def main() -> None:
+    from .admin import admin
+
+    app.add_typer(admin, name="admin")
     app()
 
 

@@ -15,9 +15,11 @@ from raiclient import __version__
 from .config import Settings
 from .db import Database, migrate
 from .dispatch import Dispatcher
+from .fairshare import dispatch, release_stale
 from .jobs import Services, reap
 from .logs import LogStore
 from . import web
+from .routes import admin as admin_routes
 from .routes import jobs as jobs_routes
 from .routes import leaderboard as leaderboard_routes
 from .routes import workers as workers_routes
@@ -42,6 +44,40 @@ async def _reaper(app: FastAPI) -> None:
             log.exception("reaper pass failed")
 
 
+def dispatch_pass(app: FastAPI) -> int:
+    """One fair-share release pass, by one server process at a time (a Redis lock)."""
+    svc: Services = app.state.services
+    s = svc.settings
+    lock = svc.logs.redis.lock("rai:dispatch-lock", timeout=30, blocking=False)
+    if not lock.acquire():
+        return 0
+    try:
+        with app.state.db.session() as db:
+            release_stale(db)
+            kinds = {k.strip() for k in s.priority_kinds.split(",") if k.strip()}
+            return dispatch(db, lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
+                            s.worker_dead_after, s.staff_priority, kinds)
+    finally:
+        try:
+            lock.release()
+        except Exception:  # expired under a very slow pass: harmless
+            pass
+
+
+async def _dispatcher(app: FastAPI, wake: asyncio.Event) -> None:
+    interval = app.state.settings.dispatch_interval
+    while True:
+        try:
+            await asyncio.wait_for(wake.wait(), timeout=interval)
+        except asyncio.TimeoutError:
+            pass
+        wake.clear()
+        try:
+            await run_in_threadpool(dispatch_pass, app)
+        except Exception:  # the database or Redis may be restarting: try again next round
+            log.exception("dispatch pass failed")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -57,9 +93,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        task = asyncio.create_task(_reaper(app))
+        loop = asyncio.get_running_loop()
+        wake = asyncio.Event()
+        services.kick = lambda: loop.call_soon_threadsafe(wake.set)
+        tasks = [asyncio.create_task(_reaper(app)), asyncio.create_task(_dispatcher(app, wake))]
         yield
-        task.cancel()
+        for task in tasks:
+            task.cancel()
         await services.logs.aclose()
         db.engine.dispose()
 
@@ -71,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(jobs_routes.router)
     app.include_router(workers_routes.router)
     app.include_router(leaderboard_routes.router)
+    app.include_router(admin_routes.router)
     web.install(app)
 
     @app.get("/healthz", tags=["meta"])

@@ -16,7 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicC
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .tables import User
+from .tables import RevokedKey, User
 
 ROLES = ("student", "ta", "instructor", "admin")
 STAFF = ("ta", "instructor", "admin")
@@ -44,11 +44,24 @@ def create_user(db: Session, username: str, role: str = "student", **fields: str
     return user, secret
 
 
-def rotate_keys(user: User) -> str:
+def _retire(db: Session, user: User, reason: str) -> None:
+    db.merge(RevokedKey(access_key=user.access_key, username=user.username, reason=reason))
+
+
+def rotate_keys(db: Session, user: User, reason: str = "rotated") -> str:
+    """New keys; the old access key is remembered as retired so its holder gets a clear message."""
+    _retire(db, user, reason)
     access, secret = new_keys()
     user.access_key = access
     user.secret_hash = hash_secret(secret)
     return secret
+
+
+def revoke_keys(db: Session, user: User) -> None:
+    """No working key at all until the next rotation: the stored hash matches no secret."""
+    _retire(db, user, "revoked")
+    user.access_key = "revoked-" + secrets.token_hex(12)
+    user.secret_hash = "!"
 
 
 def authenticate(db: Session, access_key: str, secret: str) -> User | None:
@@ -85,8 +98,10 @@ def current_user(
     if creds is not None:
         user = authenticate(db, creds.username, creds.password)
         if user is None:
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "unknown access key or wrong secret key",
-                                headers={"WWW-Authenticate": "Basic"})
+            retired = db.get(RevokedKey, creds.username)
+            detail = (f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; use your new profile or ask your instructor for one"
+                      if retired else "unknown access key or wrong secret key")
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Basic"})
     else:
         user_id = request.session.get("user_id") if "session" in request.scope else None
         if user_id is not None:

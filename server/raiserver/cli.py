@@ -52,7 +52,7 @@ def add_user(
         if user is None:
             user, secret = create_user(s, username, role, team=team, email=email)
         else:
-            secret = rotate_keys(user)
+            secret = rotate_keys(s, user)
         prof = Profile(username=user.username, access_key=user.access_key, secret_key=secret, server=server_url, team=user.team, email=user.email)
     if profile:
         write_profile(prof, profile)

@@ -29,6 +29,15 @@ class Settings(BaseSettings):
     log_ttl_seconds: int = 600  # live stream kept in Redis after the job, for late readers
     session_secret: str = "change-me-session-secret"
 
+    # people and fairness
+    max_active_jobs: int = 2  # per student: waiting or running at once
+    submissions_per_minute: int = 5
+    gpu_minutes_per_day: float = 0  # 0 = no daily limit
+    staff_exempt: bool = True
+    staff_priority: bool = True
+    priority_kinds: str = ""  # e.g. "final": released before other kinds
+    dispatch_interval: float = 0.5
+
     # results and ranking
     correctness_threshold: float = 0.8  # every model's correctness must reach this to be ranked
     ranked_kinds: str = ""  # comma-separated submission kinds that rank; empty = every kind

@@ -7,6 +7,7 @@ attempt number; stale claims from an older attempt are refused, so a job never r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -18,9 +19,11 @@ from ulid import ULID
 from raiclient.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate
 from raiclient.spec import BuildSpec, parse_spec
 
+from .audit import audit
 from .config import Settings
 from .db import utcnow
 from .dispatch import Dispatcher
+from .fairshare import fair_order
 from .logs import LogStore
 from .results import parse_log
 from .storage import Storage
@@ -33,6 +36,7 @@ class Services:
     storage: Storage
     logs: LogStore
     dispatcher: Dispatcher
+    kick: Callable[[], None] = lambda: None  # run a fair-share release pass soon
 
 
 def conflict(message: str) -> HTTPException:
@@ -40,14 +44,13 @@ def conflict(message: str) -> HTTPException:
 
 
 def queue_position(db: Session, job: Job) -> int | None:
+    """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
     if job.state != JobState.queued.value:
         return None
-    ahead = db.scalar(
-        select(func.count()).select_from(Job).where(
-            Job.queue == job.queue, Job.state == JobState.queued.value, Job.created_at < job.created_at
-        )
-    )
-    return int(ahead or 0) + 1
+    if job.dispatched_at is not None:
+        return 1
+    order = fair_order(db, job.queue)
+    return next((i for i, j in enumerate(order, start=1) if j.id == job.id), None)
 
 
 def eta_seconds(db: Session, job: Job, position: int | None) -> float | None:
@@ -109,7 +112,7 @@ def create_job(
     )
     db.add(job)
     db.commit()
-    svc.dispatcher.send(job.id, job.attempt, job.queue)
+    svc.kick()
     return job
 
 
@@ -143,15 +146,20 @@ def finish_job(
             w.jobs_done += 1
     db.commit()
     svc.logs.end(job.id, state.value)
+    svc.kick()  # a slot is free
 
 
 def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
     if JobState(job.state).finished:
         return
     if job.state == JobState.queued.value:
+        if by.id != job.owner_id:
+            audit(db, by.username, "job.cancel", job.id, owner=job.owner.username)
         finish_job(db, svc, job, JobState.cancelled, message=f"Cancelled by {by.username} before it started")
         return
     job.cancel_requested = True
+    if by.id != job.owner_id:
+        audit(db, by.username, "job.cancel", job.id, owner=job.owner.username)
     db.commit()
     svc.logs.request_cancel(job.id)
     svc.logs.system(job.id, f"Cancel requested by {by.username}; stopping the container")
@@ -226,9 +234,9 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
     job.attempt += 1
     job.state = JobState.queued.value
     job.worker = None
+    job.dispatched_at = None
     db.commit()
     svc.logs.system(job.id, f"{reason}; the job goes back in the queue (attempt {job.attempt} of {svc.settings.max_attempts})")
-    svc.dispatcher.send(job.id, job.attempt, job.queue)
 
 
 def reap(db: Session, svc: Services) -> int:

@@ -55,6 +55,7 @@ class Job(Base):
     log_stored: Mapped[bool] = mapped_column(Boolean, default=False)
     results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     gpu_name: Mapped[str | None] = mapped_column(String(128))
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)
 
     owner: Mapped[User] = relationship(back_populates="jobs")
 
@@ -86,3 +87,14 @@ class AuditEntry(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(256), default="")
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class RevokedKey(Base):
+    """Access keys that no longer work, so their holders get a clear message instead of 'unknown'."""
+
+    __tablename__ = "revoked_keys"
+
+    access_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    username: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    reason: Mapped[str] = mapped_column(String(32), default="revoked")

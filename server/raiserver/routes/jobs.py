@@ -18,6 +18,8 @@ from raiclient.spec import SPEC_FILENAME, SpecError, parse_spec
 
 from ..auth import Principal, current_user, get_db
 from ..jobs import Services, cancel_job, create_job, job_out
+from ..capacity import check_gpus, check_queue
+from ..quotas import check_quotas
 from ..logs import END, to_line
 from ..tables import Job, User
 
@@ -75,6 +77,12 @@ async def submit(
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"bad queue name {queue!r}")
     if not KIND.match(kind):
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"bad submission kind {kind!r}: lower-case letters, digits, - and _")
+    def _precheck() -> None:  # before reading a byte of the upload: bad Wi-Fi, big projects
+        with request.app.state.db.session() as db:
+            check_queue(db, queue, svc.settings.default_queue)
+            check_quotas(db, db.get(User, p.user.id), svc.settings)
+
+    await run_in_threadpool(_precheck)
     try:
         tmp, sha, size = await svc.storage.receive(request.stream(), limit)
     except OverflowError:
@@ -97,7 +105,9 @@ async def submit(
 
     def _create() -> JobOut:
         with request.app.state.db.session() as db:
-            owner = db.get(User, p.user.id)
+            check_gpus(db, queue, spec, svc.settings.worker_dead_after)
+            owner = db.get(User, p.user.id, with_for_update=True)  # serialises this user's submissions
+            check_quotas(db, owner, svc.settings)
             job = create_job(db, svc, owner, spec, info.spec_bytes.decode(), sha, size, queue, kind)
             return job_out(db, job)
 
@@ -125,8 +135,6 @@ def get_job(job_id: str, p: Principal = Depends(current_user), db: Session = Dep
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
 def cancel(job_id: str, request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> JobOut:
     job = visible_job(db, p, job_id)
-    if job.owner_id != p.user.id and not p.is_staff and job.owner.team != p.user.team:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id} (or not yours)")
     cancel_job(db, services(request), job, p.user)
     db.refresh(job)
     return job_out(db, job)

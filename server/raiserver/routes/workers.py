@@ -38,7 +38,7 @@ class WorkerOut(BaseModel):
 
 
 @router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
-def heartbeat(hb: Heartbeat, db: Session = Depends(get_db)) -> HeartbeatReply:
+def heartbeat(hb: Heartbeat, request: Request, db: Session = Depends(get_db)) -> HeartbeatReply:
     w = db.get(Worker, hb.name)
     if w is None:
         w = Worker(name=hb.name)
@@ -49,6 +49,8 @@ def heartbeat(hb: Heartbeat, db: Session = Depends(get_db)) -> HeartbeatReply:
     cancels = []
     if hb.running:
         cancels = list(db.scalars(select(Job.id).where(Job.id.in_(hb.running), Job.cancel_requested.is_(True))))
+    db.commit()
+    services(request).kick()  # free slots may have appeared
     return HeartbeatReply(cancel=cancels)
 
 

@@ -1,0 +1,103 @@
+"""``raiclient admin …``: roster import, key rotation and revocation, the audit log (staff)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .api import ApiError
+from .profile import Profile, write_profile
+
+admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).")
+roster = typer.Typer(no_args_is_help=True, help="The class list.")
+keys = typer.Typer(no_args_is_help=True, help="Students' credentials.")
+admin.add_typer(roster, name="roster")
+admin.add_typer(keys, name="keys")
+
+
+def _cli():
+    from . import cli  # the shared console, server option and error printing
+
+    return cli
+
+
+def _profile(issued: dict, server: str) -> Profile:
+    fields = {k: issued.get(k) for k in ("username", "access_key", "secret_key", "firstname", "lastname", "email", "team")}
+    return Profile(server=server, **fields)
+
+
+@roster.command("import")
+def roster_import(
+    csv_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="CSV: username, name, email, team (and optionally role)"),
+    out: Path = typer.Option(Path("profiles"), "--out", help="folder for one ready-to-use .rai_profile per new student"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """Create the students of a roster and write their profiles; re-importing changes only what changed."""
+    cli = _cli()
+    api = cli._api(server)
+    try:
+        result = api.import_roster(csv_file.read_text(encoding="utf-8-sig"))
+    except ApiError as exc:
+        cli.fail(str(exc), exc.code)
+    finally:
+        api.close()
+    out.mkdir(parents=True, exist_ok=True)
+    for issued in result["created"]:
+        write_profile(_profile(issued, api.server), out / f"{issued['username']}.rai_profile")
+    cli.say(f"{len(result['created'])} created (profiles in {out}/), {len(result['updated'])} updated, "
+            f"{len(result['unchanged'])} unchanged, {len(result['reactivated'])} reactivated, {len(result['deactivated'])} deactivated")
+    if result["deactivated"]:
+        cli.say("deactivated (not in the roster; history kept): " + ", ".join(result["deactivated"]))
+
+
+@keys.command("rotate")
+def keys_rotate(
+    username: str,
+    out: Optional[Path] = typer.Option(None, "--out", help="write the new profile here (default: USER.rai_profile)"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """Issue new keys; the old ones stop working at once."""
+    cli = _cli()
+    api = cli._api(server)
+    try:
+        issued = api.rotate_keys(username)
+    except ApiError as exc:
+        cli.fail(str(exc), exc.code)
+    finally:
+        api.close()
+    path = write_profile(_profile(issued, api.server), out or Path(f"{username}.rai_profile"))
+    cli.say(f"new keys for {username}: profile written to {path}; the old access key no longer works")
+
+
+@keys.command("revoke")
+def keys_revoke(username: str, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+    """Stop a user's key from working (rotate later to give them a new one)."""
+    cli = _cli()
+    api = cli._api(server)
+    try:
+        api.revoke_keys(username)
+    except ApiError as exc:
+        cli.fail(str(exc), exc.code)
+    finally:
+        api.close()
+    cli.say(f"{username}'s key is revoked")
+
+
+@admin.command("audit")
+def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+    """Recent staff actions."""
+    cli = _cli()
+    api = cli._api(server)
+    try:
+        rows = api.audit(limit)
+    except ApiError as exc:
+        cli.fail(str(exc), exc.code)
+    finally:
+        api.close()
+    table = Table("when", "who", "action", "target", "detail")
+    for r in rows:
+        table.add_row(r["at"][:19].replace("T", " "), r["actor"], r["action"], r["target"], str(r["detail"] or ""))
+    cli.out.print(table)

@@ -1,0 +1,151 @@
+"""Course management for instructors and admins: roster import, keys, users, the audit log."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import datetime
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, status
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ..audit import audit
+from ..auth import ROLES, Principal, create_user, get_db, require_staff, revoke_keys, rotate_keys
+from ..tables import AuditEntry, User
+
+router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
+
+
+def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
+    if p.user.role not in ("instructor", "admin"):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "instructors and admins only")
+    return p
+
+
+class IssuedKeys(BaseModel):
+    username: str
+    access_key: str
+    secret_key: str
+    firstname: str | None = None
+    lastname: str | None = None
+    email: str | None = None
+    team: str | None = None
+
+
+class RosterResult(BaseModel):
+    created: list[IssuedKeys] = []
+    updated: list[str] = []
+    unchanged: list[str] = []
+    deactivated: list[str] = []
+    reactivated: list[str] = []
+
+
+class UserRow(BaseModel):
+    username: str
+    role: str
+    team: str | None
+    email: str | None
+    active: bool
+
+
+class AuditRow(BaseModel):
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: dict | None
+
+
+def _issued(user: User, secret: str) -> IssuedKeys:
+    return IssuedKeys(username=user.username, access_key=user.access_key, secret_key=secret, firstname=user.firstname,
+                      lastname=user.lastname, email=user.email, team=user.team)
+
+
+@router.post("/roster", response_model=RosterResult)
+def import_roster(csv_text: str = Body(..., media_type="text/csv"), p: Principal = Depends(require_instructor),
+                  db: Session = Depends(get_db)) -> RosterResult:
+    """CSV with a header: username (required), name or firstname/lastname, email, team, role.
+    New users get keys (returned once); students missing from the CSV are deactivated, history kept."""
+    reader = csv.DictReader(io.StringIO(csv_text.lstrip("\ufeff")))
+    if not reader.fieldnames or "username" not in [f.strip().lower() for f in reader.fieldnames]:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "roster: the first line must name the columns, with at least 'username'")
+    result = RosterResult()
+    listed: set[str] = set()
+    for lineno, raw in enumerate(reader, start=2):
+        row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
+        username = row.get("username", "")
+        if not username:
+            continue
+        if not username.replace("_", "").replace("-", "").replace(".", "").isalnum() or len(username) > 64:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"roster line {lineno}: bad username {username!r}")
+        role = row.get("role") or "student"
+        if role not in ROLES:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"roster line {lineno}: unknown role {role!r}")
+        first, last = row.get("firstname"), row.get("lastname")
+        if not first and row.get("name"):
+            first, _, last = row["name"].partition(" ")
+        fields = {"firstname": first or None, "lastname": last or None, "email": row.get("email") or None,
+                  "team": row.get("team") or None, "role": role}
+        listed.add(username)
+        user = db.scalar(select(User).where(User.username == username))
+        if user is None:
+            user, secret = create_user(db, username, **fields)
+            result.created.append(_issued(user, secret))
+            continue
+        changed = {k: v for k, v in fields.items() if getattr(user, k) != v}
+        for k, v in changed.items():
+            setattr(user, k, v)
+        if not user.active:
+            user.active = True
+            result.reactivated.append(username)
+        elif changed:
+            result.updated.append(username)
+        else:
+            result.unchanged.append(username)
+    for user in db.scalars(select(User).where(User.role == "student", User.active.is_(True))):
+        if user.username not in listed:
+            user.active = False
+            result.deactivated.append(user.username)
+    audit(db, p.user.username, "roster.import", "", created=[c.username for c in result.created],
+          updated=result.updated, deactivated=result.deactivated, reactivated=result.reactivated)
+    return result
+
+
+def _user(db: Session, username: str) -> User:
+    user = db.scalar(select(User).where(User.username == username))
+    if user is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {username}")
+    return user
+
+
+@router.post("/users/{username}/keys", response_model=IssuedKeys)
+def rotate(username: str, p: Principal = Depends(require_instructor), db: Session = Depends(get_db)) -> IssuedKeys:
+    """New keys for a user; the old access key stops working at once."""
+    user = _user(db, username)
+    secret = rotate_keys(db, user, reason="rotated")
+    audit(db, p.user.username, "keys.rotate", username)
+    return _issued(user, secret)
+
+
+@router.post("/users/{username}/revoke", response_model=UserRow)
+def revoke(username: str, p: Principal = Depends(require_instructor), db: Session = Depends(get_db)) -> UserRow:
+    """The user's key stops working and no new one is issued (rotate to give them one again)."""
+    user = _user(db, username)
+    revoke_keys(db, user)
+    audit(db, p.user.username, "keys.revoke", username)
+    return UserRow(username=user.username, role=user.role, team=user.team, email=user.email, active=user.active)
+
+
+@router.get("/users", response_model=list[UserRow])
+def users(_: Principal = Depends(require_staff), db: Session = Depends(get_db)) -> list[UserRow]:
+    return [UserRow(username=u.username, role=u.role, team=u.team, email=u.email, active=u.active)
+            for u in db.scalars(select(User).order_by(User.username))]
+
+
+@router.get("/audit", response_model=list[AuditRow])
+def audit_log(limit: int = Query(100, ge=1, le=1000), _: Principal = Depends(require_instructor),
+              db: Session = Depends(get_db)) -> list[AuditRow]:
+    rows = db.scalars(select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit))
+    return [AuditRow(at=r.at, actor=r.actor, action=r.action, target=r.target, detail=r.detail) for r in rows]
