@@ -84,3 +84,8 @@ def test_a_colon_in_an_unquoted_command_gets_a_hint():
     msgs = errors("rai:\n  image: x\ncommands:\n  build:\n    - echo note: this breaks\n")
     assert msgs == ["rai_build.yml:5: commands.build.0 must be a string (YAML read it as a mapping because it contains ': '; "
                     "put the whole command in quotes)"]
+
+
+def test_limits_are_said_in_words():
+    assert errors("rai:\n  image: x\nresources:\n  gpu:\n    count: 99\ncommands:\n  build: [echo]\n") == [
+        "rai_build.yml:5: resources.gpu.count must be at most 16"]

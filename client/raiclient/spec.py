@@ -184,6 +184,10 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
                 human = err["msg"].removeprefix("Value error, ")
             if err["type"] == "list_type" and loc and loc[-1] != "build":
                 human = "must be a list"
+            if err["type"] in ("less_than_equal", "greater_than_equal", "greater_than") and err.get("ctx"):
+                bound = next(iter(err["ctx"].values()))
+                human = {"less_than_equal": f"must be at most {bound}", "greater_than_equal": f"must be at least {bound}",
+                         "greater_than": f"must be more than {bound}"}[err["type"]]
             if err["type"] == "string_type" and isinstance(err.get("input"), dict):
                 human += " (YAML read it as a mapping because it contains ': '; put the whole command in quotes)"
             messages.append(f"{filename}:{_line_of(node, loc)}: {dotted} {human}")

@@ -1,0 +1,206 @@
+"""Every endpoint × every role × someone else's ids: allowed, 401, 403, or 404 (no existence leak).
+
+The table below must name every route the app has: a new endpoint without a row fails this test.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from conftest import make_project
+from raiclient.profile import read_profile_file
+
+pytestmark = pytest.mark.timeout(240)
+
+ROLES = ["anon", "owner", "other", "ta", "instructor", "admin", "worker"]
+USERS = ["owner", "other", "ta", "instructor", "admin"]
+STAFF = {"ta", "instructor", "admin"}
+ALLOWED = "allowed"  # any status but 401/403/404
+NO_KEEPALIVE = httpx.Limits(max_keepalive_connections=0)  # a fresh connection per request: no idle-timeout races
+
+
+def any_user(role):
+    return ALLOWED if role in USERS else 401
+
+
+def owner_or_staff(role):
+    if role in ("anon", "worker"):
+        return 401
+    return ALLOWED if role == "owner" or role in STAFF else 404
+
+
+def staff(role):
+    if role in ("anon", "worker"):
+        return 401
+    return ALLOWED if role in STAFF else 403
+
+
+def instructor(role):
+    if role in ("anon", "worker"):
+        return 401
+    return ALLOWED if role in ("instructor", "admin") else 403
+
+
+def worker(role):
+    return ALLOWED if role == "worker" else 401
+
+
+def public(role):
+    return ALLOWED
+
+
+# web pages use the session cookie; without one they send you to /login (303)
+def web_user(role):
+    return ALLOWED if role in USERS else 303
+
+
+def web_staff(role):
+    return ALLOWED if role in STAFF else (403 if role in USERS else 303)
+
+
+def web_owner_or_staff(role):
+    return ALLOWED if role == "owner" or role in STAFF else (404 if role in USERS else 303)
+
+
+def web_events(role):
+    return ALLOWED if role in USERS else 401
+
+
+MATRIX = {
+    ("GET", "/healthz"): public,
+    ("GET", "/openapi.json"): public,
+    ("GET", "/docs"): public,
+    ("GET", "/docs/oauth2-redirect"): public,
+    ("GET", "/redoc"): public,
+    ("GET", "/api/v1/me"): any_user,
+    ("POST", "/api/v1/jobs"): any_user,
+    ("GET", "/api/v1/jobs"): any_user,
+    ("GET", "/api/v1/jobs/{job_id}"): owner_or_staff,
+    ("POST", "/api/v1/jobs/{job_id}/cancel"): owner_or_staff,
+    ("GET", "/api/v1/jobs/{job_id}/build.tar.gz"): owner_or_staff,
+    ("GET", "/api/v1/jobs/{job_id}/log"): owner_or_staff,
+    ("GET", "/api/v1/leaderboard"): any_user,
+    ("GET", "/api/v1/leaderboard.csv"): staff,
+    ("POST", "/api/v1/workers/heartbeat"): worker,
+    ("GET", "/api/v1/workers"): staff,
+    ("POST", "/api/v1/worker/jobs/{job_id}/claim"): worker,
+    ("POST", "/api/v1/worker/jobs/{job_id}/state"): worker,
+    ("GET", "/api/v1/worker/jobs/{job_id}/archive"): worker,
+    ("PUT", "/api/v1/worker/jobs/{job_id}/build"): worker,
+    ("POST", "/api/v1/admin/roster"): instructor,
+    ("POST", "/api/v1/admin/users/{username}/keys"): instructor,
+    ("POST", "/api/v1/admin/users/{username}/revoke"): instructor,
+    ("GET", "/api/v1/admin/users"): staff,
+    ("GET", "/api/v1/admin/audit"): instructor,
+    ("GET", "/login"): public,
+    ("POST", "/login"): public,
+    ("POST", "/logout"): public,
+    ("GET", "/"): public,
+    ("GET", "/queue"): web_user,
+    ("GET", "/web/queue/events"): web_events,
+    ("GET", "/workers"): web_staff,
+    ("GET", "/jobs/{job_id}"): web_owner_or_staff,
+    ("POST", "/jobs/{job_id}/cancel"): web_owner_or_staff,
+    ("GET", "/leaderboard"): web_user,
+    ("GET", "/users/{username}"): web_owner_or_staff,
+}
+
+
+def app_routes() -> set[tuple[str, str]]:
+    """Every (method, path) the application serves, walking included routers too."""
+    import tempfile
+    from pathlib import Path
+
+    from raiserver.app import create_app
+    from raiserver.config import Settings
+
+    app = create_app(Settings(data_dir=Path(tempfile.mkdtemp())))
+    found: set[tuple[str, str]] = set()
+
+    def walk(routes):
+        for r in routes:
+            inner = getattr(r, "original_router", None)
+            if inner is not None:
+                walk(inner.routes)
+            elif getattr(r, "methods", None) and hasattr(r, "path"):
+                for m in r.methods - {"HEAD"}:
+                    found.add((m, r.path))
+
+    walk(app.routes)
+    return found
+
+
+def test_the_matrix_names_every_route():
+    assert app_routes() == set(MATRIX), "add the new route(s) to MATRIX with who may call them"
+
+
+def web_login(url: str, profile) -> httpx.Client:
+    c = httpx.Client(base_url=url, timeout=30, limits=NO_KEEPALIVE)
+    html = c.get("/login").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+    r = c.post("/login", data={"access_key": profile.access_key, "secret_key": profile.secret_key, "csrf": csrf})
+    assert r.status_code == 303
+    return c
+
+
+@pytest.fixture(scope="module")
+def world(docker_service, tmp_path_factory):
+    svc = docker_service
+    profiles = {"owner": svc.add_user("mx_owner"), "other": svc.add_user("mx_other"), "ta": svc.add_user("mx_ta", role="ta"),
+                "instructor": svc.add_user("mx_prof", role="instructor"), "admin": svc.profile}
+    svc.add_user("mx_victim")
+    proj = make_project(tmp_path_factory.mktemp("mx") / "p", ["echo hi > out.txt"])
+    res = svc.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(profiles["owner"])})
+    assert res.returncode == 0, res.stderr
+    job_id = next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l)
+    return svc, profiles, job_id
+
+
+def client_for(svc, profiles, role, web: bool) -> httpx.Client:
+    if role == "worker":
+        return httpx.Client(base_url=svc.url, headers={"Authorization": f"Bearer {svc.token}"}, timeout=30, limits=NO_KEEPALIVE)
+    if role == "anon":
+        return httpx.Client(base_url=svc.url, timeout=30, limits=NO_KEEPALIVE)
+    p = read_profile_file(profiles[role])
+    if web:
+        return web_login(svc.url, p)
+    return httpx.Client(base_url=svc.url, auth=(p.access_key, p.secret_key), timeout=30, limits=NO_KEEPALIVE)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_route_for_every_role(world, role):
+    svc, profiles, job_id = world
+    api = client_for(svc, profiles, role, web=False)
+    web = client_for(svc, profiles, role, web=True) if role in USERS else api
+    owner_name = read_profile_file(profiles["owner"]).username
+    failures = []
+    for (method, path), rule in sorted(MATRIX.items()):
+        expected = rule(role)
+        is_web = not path.startswith("/api/") and path not in ("/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
+        c = web if is_web else api
+        url = path.replace("{job_id}", job_id)
+        url = url.replace("{username}", owner_name if path.startswith("/users/") else "mx_victim")
+        kw: dict = {}
+        if path == "/api/v1/admin/roster":
+            kw = {"content": b"no,username,column\n", "headers": {"Content-Type": "text/csv"}}  # 422, changes nothing
+        elif path.endswith("/revoke") or path.endswith("/keys"):
+            pass  # acts on mx_victim only
+        elif method in ("POST", "PUT") and path.startswith("/api/v1/worker"):
+            kw = {"json": {"worker": "x", "attempt": 99, "state": "running"}} if not path.endswith("/build") else {"params": {"attempt": 99}, "content": b""}
+        elif method == "POST" and is_web and path not in ("/login", "/logout"):
+            html = web.get("/queue").text if role in USERS else ""
+            m = re.search(r'name="csrf" value="([^"]+)"', html)
+            kw = {"data": {"csrf": m.group(1) if m else ""}}
+        if path.endswith("/log") or path == "/web/queue/events":
+            with c.stream(method, url, **kw) as r:
+                status = r.status_code
+        else:
+            status = c.request(method, url, follow_redirects=False, **kw).status_code
+        redirected_to_login = is_web and method == "GET" and status == 303 and path != "/"
+        ok = (status not in (401, 403, 404) and not redirected_to_login) if expected == ALLOWED else status == expected
+        if not ok:
+            failures.append(f"{method} {path} as {role}: got {status}, expected {expected}")
+    assert failures == []

@@ -1,0 +1,109 @@
+"""Courses and people: roster import, keys, quotas, queues, and the audit log, through the real CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_project, start_service
+from raiclient.profile import read_profile_file
+
+pytestmark = pytest.mark.timeout(240)
+
+ROSTER = "username,name,email,team\nana,Ana Lima,ana@x.edu,alpha\nben,Ben Ode,ben@x.edu,alpha\ncy,Cy Park,cy@x.edu,\n"
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory, redis_url):
+    # a worker that never frees its slot quickly keeps jobs queued, so quotas can be observed
+    s = start_service(tmp_path_factory.mktemp("people"), redis_url, None, "process", slots=1,
+                      extra_env={"RAI_SUBMISSIONS_PER_MINUTE": "4"})
+    instructor = s.add_user("prof", role="instructor")
+    s.prof = instructor
+    yield s
+    s.shutdown()
+
+
+def test_roster_import_writes_profiles_and_is_idempotent(svc, tmp_path):
+    (tmp_path / "roster.csv").write_text(ROSTER)
+    res = svc.client("admin", "roster", "import", str(tmp_path / "roster.csv"), "--out", str(tmp_path / "profiles"),
+                     env={"RAI_PROFILE": str(svc.prof)})
+    assert res.returncode == 0, res.stderr
+    assert "3 created" in res.stdout
+    ana = read_profile_file(tmp_path / "profiles" / "ana.rai_profile")
+    assert ana.username == "ana" and ana.team == "alpha" and ana.server == svc.url and len(ana.secret_key) > 30
+    with svc.http(tmp_path / "profiles" / "ana.rai_profile") as h:
+        assert h.get("/api/v1/me").json()["team"] == "alpha"
+    # again, with ben gone and cy moved to a team: nothing recreated, ben deactivated, history kept
+    (tmp_path / "roster2.csv").write_text("username,name,email,team\nana,Ana Lima,ana@x.edu,alpha\ncy,Cy Park,cy@x.edu,beta\n")
+    res = svc.client("admin", "roster", "import", str(tmp_path / "roster2.csv"), "--out", str(tmp_path / "p2"),
+                     env={"RAI_PROFILE": str(svc.prof)})
+    assert "0 created" in res.stdout and "1 updated" in res.stdout and "1 unchanged" in res.stdout and "1 deactivated" in res.stdout
+    res = svc.client("history", env={"RAI_PROFILE": str(tmp_path / "profiles" / "ben.rai_profile")})
+    assert res.returncode == 2 and "account ben is deactivated" in res.stderr
+    # a student cannot import rosters
+    res = svc.client("admin", "roster", "import", str(tmp_path / "roster.csv"), env={"RAI_PROFILE": str(tmp_path / "profiles" / "ana.rai_profile")})
+    assert res.returncode == 2 and "staff only" in res.stderr
+
+
+def test_rotated_and_revoked_keys_fail_at_once_with_a_clear_message(svc, tmp_path):
+    old = svc.add_user("dora")
+    res = svc.client("admin", "keys", "rotate", "dora", "--out", str(tmp_path / "dora.new"), env={"RAI_PROFILE": str(svc.prof)})
+    assert res.returncode == 0, res.stderr
+    res = svc.client("history", env={"RAI_PROFILE": str(old)})
+    assert res.returncode == 2 and "this access key was rotated on" in res.stderr
+    assert svc.client("history", env={"RAI_PROFILE": str(tmp_path / "dora.new")}).returncode == 0
+    assert svc.client("admin", "keys", "revoke", "dora", env={"RAI_PROFILE": str(svc.prof)}).returncode == 0
+    res = svc.client("history", env={"RAI_PROFILE": str(tmp_path / "dora.new")})
+    assert res.returncode == 2 and "this access key was revoked on" in res.stderr
+    audit = svc.client("admin", "audit", env={"RAI_PROFILE": str(svc.prof)}).stdout
+    assert "keys.rotate" in audit and "keys.revoke" in audit and "dora" in audit
+
+
+def test_quota_of_two_waiting_jobs_and_submission_rate(svc, tmp_path):
+    eve = svc.add_user("eve")
+    slow = make_project(tmp_path / "slow", ["sleep 30"])
+    ids = []
+    for _ in range(2):
+        res = svc.client("submit", "-p", str(slow), "--detach", env={"RAI_PROFILE": str(eve)})
+        assert res.returncode == 0, res.stderr
+        ids.append(next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l))
+    res = svc.client("submit", "-p", str(slow), "--detach", env={"RAI_PROFILE": str(eve)})
+    assert res.returncode == 2
+    assert f"You already have 2 jobs in the queue ({ids[0]}, {ids[1]}); wait for one to finish or cancel it" in res.stderr
+    assert res.stderr.count("\n") == 1  # one line
+    with svc.http(eve) as h:
+        r = h.post("/api/v1/jobs", content=b"x")
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
+    for jid in ids:
+        assert svc.client("cancel", jid, env={"RAI_PROFILE": str(eve)}).returncode == 0
+    # 4 submissions a minute: the fifth is refused with a time to wait
+    quick = make_project(tmp_path / "quick", ["true"])
+    for _ in range(2):
+        svc.client("submit", "-p", str(quick), env={"RAI_PROFILE": str(eve)})
+    res = svc.client("submit", "-p", str(quick), "--detach", env={"RAI_PROFILE": str(eve)})
+    assert res.returncode == 2 and "You submitted 4 jobs in the last minute (the limit is 4); try again in" in res.stderr
+    # staff are exempt
+    assert svc.client("submit", "-p", str(quick)).returncode == 0
+
+
+def test_unknown_queue_is_refused_with_the_list(svc, tmp_path):
+    proj = make_project(tmp_path / "p", ["true"])
+    res = svc.client("submit", "-p", str(proj), "--queue", "tpu")
+    assert res.returncode == 2 and "unknown queue 'tpu'; the queues are: gpu" in res.stderr
+
+
+def test_gpu_request_no_worker_can_serve_is_refused(svc, tmp_path):
+    proj = make_project(tmp_path / "p", ["true"], extra="resources:\n  gpu:\n    count: 4\n")
+    res = svc.client("submit", "-p", str(proj))
+    assert res.returncode == 2
+    assert "rai_build.yml asks for 4 GPU(s); no worker on queue 'gpu' has that (w1: 0 × no GPU)" in res.stderr
+
+
+def test_staff_cancel_of_a_students_job_is_audited(svc, tmp_path):
+    fay = svc.add_user("fay")
+    res = svc.client("submit", "-p", str(make_project(tmp_path / "p", ["sleep 30"])), "--detach", env={"RAI_PROFILE": str(fay)})
+    jid = next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l)
+    assert svc.client("cancel", jid, env={"RAI_PROFILE": str(svc.prof)}).returncode == 0
+    with svc.http(svc.prof) as h:
+        entries = h.get("/api/v1/admin/audit").json()
+    assert any(e["action"] == "job.cancel" and e["target"] == jid and e["actor"] == "prof" for e in entries)
