@@ -68,6 +68,7 @@ class JobOut(BaseModel):
     state: JobState
     image: str
     created_at: datetime
+    released_at: datetime | None = None  # handed to the workers' queue by the fair-share dispatcher
     started_at: datetime | None = None
     finished_at: datetime | None = None
     worker: str | None = None

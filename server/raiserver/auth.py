@@ -89,28 +89,27 @@ def get_db(request: Request):
         yield s
 
 
-def current_user(
-    request: Request,
-    creds: HTTPBasicCredentials | None = Depends(basic),
-    db: Session = Depends(get_db),
-) -> Principal:
-    user: User | None = None
-    if creds is not None:
-        user = authenticate(db, creds.username, creds.password)
+def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(basic)) -> Principal:
+    """Who is calling. Uses its own short session, so no database connection is held while a
+    slow upload streams in (students on bad Wi-Fi must not exhaust the pool)."""
+    with request.app.state.db.session() as db:
+        user: User | None = None
+        if creds is not None:
+            user = authenticate(db, creds.username, creds.password)
+            if user is None:
+                retired = db.get(RevokedKey, creds.username)
+                detail = (f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; use your new profile or ask your instructor for one"
+                          if retired else "unknown access key or wrong secret key")
+                raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Basic"})
+        else:
+            user_id = request.session.get("user_id") if "session" in request.scope else None
+            if user_id is not None:
+                user = db.get(User, user_id)
         if user is None:
-            retired = db.get(RevokedKey, creds.username)
-            detail = (f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; use your new profile or ask your instructor for one"
-                      if retired else "unknown access key or wrong secret key")
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Basic"})
-    else:
-        user_id = request.session.get("user_id") if "session" in request.scope else None
-        if user_id is not None:
-            user = db.get(User, user_id)
-    if user is None:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "credentials required", headers={"WWW-Authenticate": "Basic"})
-    if not user.active:
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"account {user.username} is deactivated")
-    return Principal(user)
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "credentials required", headers={"WWW-Authenticate": "Basic"})
+        if not user.active:
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"account {user.username} is deactivated")
+        return Principal(user)
 
 
 def require_staff(p: Principal = Depends(current_user)) -> Principal:

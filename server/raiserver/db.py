@@ -46,7 +46,7 @@ def make_engine(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=10, max_overflow=30)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(conn, _record) -> None:  # WAL: readers never block the writer

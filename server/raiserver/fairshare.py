@@ -1,16 +1,16 @@
 """Fair share: waiting jobs stay in the database and are released to Celery only as workers have
 free slots, round-robin across students.
 
-Each waiting job gets a round: how many jobs its owner already has running or released, plus its
-place among the owner's waiting jobs. Jobs leave in order of (priority, round, submission time),
-so a student with ten jobs never delays a hundred students with one each: nobody waits behind more
-than one job of any other student. The same order gives queue positions, so what a student is
-told is what will happen.
+Round-robin by last service: among students with waiting jobs, the one whose last job was
+released longest ago (or never) goes next, with their oldest waiting job; then they go to the back.
+A student with ten jobs therefore never delays a hundred students with one each: a waiting job sees
+at most one job of any other student released per job of its own owner ahead of it. The same
+order gives queue positions, so what a student is told is what will happen.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import heapq
 from datetime import timedelta
 
 from sqlalchemy import func, or_, select
@@ -34,28 +34,39 @@ def _priority(job: Job, staff_priority: bool, priority_kinds: set[str]) -> int:
 
 def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> list[Job]:
     """The queue's waiting (not yet released) jobs in the order they will be released."""
-    active = Counter(
-        db.scalars(
-            select(Job.owner_id).where(
-                Job.queue == queue,
-                or_(Job.state == JobState.running.value,
-                    (Job.state == JobState.queued.value) & Job.dispatched_at.is_not(None)),
-            )
-        ).all()
-    )
     waiting = db.scalars(
         select(Job).options(joinedload(Job.owner))
         .where(Job.queue == queue, Job.state == JobState.queued.value, Job.dispatched_at.is_(None))
         .order_by(Job.created_at, Job.id)
     ).all()
-    seen: Counter[int] = Counter()
-    keyed = []
+    if not waiting:
+        return []
+    owners = {j.owner_id for j in waiting}
+    last = dict(db.execute(
+        select(Job.owner_id, func.max(Job.dispatched_at)).where(Job.owner_id.in_(owners), Job.dispatched_at.is_not(None))
+        .group_by(Job.owner_id)
+    ).all())
+    per_owner: dict[int, list[Job]] = {}
     for job in waiting:
-        rnd = active[job.owner_id] + seen[job.owner_id]
-        seen[job.owner_id] += 1
-        keyed.append(((_priority(job, staff_priority, priority_kinds or set()), rnd, job.created_at, job.id), job))
-    keyed.sort(key=lambda kv: kv[0])
-    return [job for _, job in keyed]
+        per_owner.setdefault(job.owner_id, []).append(job)
+    # heap of each owner's next job: (priority, last service, that job's submission time, tiebreak)
+    heap = []
+    for owner, jobs in per_owner.items():
+        served = last.get(owner)
+        heapq.heappush(heap, (_priority(jobs[0], staff_priority, priority_kinds or set()),
+                              (1, served.timestamp()) if served else (0, 0.0), jobs[0].created_at, jobs[0].id, owner, 0))
+    order: list[Job] = []
+    tick = 0
+    while heap:
+        _, _, _, _, owner, i = heapq.heappop(heap)
+        jobs = per_owner[owner]
+        order.append(jobs[i])
+        tick += 1
+        if i + 1 < len(jobs):  # served now: to the back of the round
+            nxt = jobs[i + 1]
+            heapq.heappush(heap, (_priority(nxt, staff_priority, priority_kinds or set()), (2, float(tick)),
+                                  nxt.created_at, nxt.id, owner, i + 1))
+    return order
 
 
 def free_slots(db: Session, queue: str, dead_after: float) -> int:

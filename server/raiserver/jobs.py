@@ -79,6 +79,7 @@ def job_out(db: Session, job: Job) -> JobOut:
         state=JobState(job.state),
         image=job.image,
         created_at=job.created_at,
+        released_at=job.dispatched_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
         worker=job.worker,
