@@ -137,6 +137,7 @@ class ClaimGranted(BaseModel):
     image: str
     commands: list[str]
     gpu_count: int
+    exclusive: bool = False  # no other job on the host while it runs (timing runs)
     wall_seconds: int | None = None
     command_seconds: int | None = None
     memory_mb: int | None = None

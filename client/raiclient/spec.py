@@ -188,6 +188,8 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
                 bound = next(iter(err["ctx"].values()))
                 human = {"less_than_equal": f"must be at most {bound}", "greater_than_equal": f"must be at least {bound}",
                          "greater_than": f"must be more than {bound}"}[err["type"]]
+            if err["type"] == "too_long" and err.get("ctx"):
+                human = f"must have at most {err['ctx'].get('max_length')} entries"
             if err["type"] == "string_type" and isinstance(err.get("input"), dict):
                 human += " (YAML read it as a mapping because it contains ': '; put the whole command in quotes)"
             messages.append(f"{filename}:{_line_of(node, loc)}: {dotted} {human}")

@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     priority_kinds: str = ""  # e.g. "final": released before other kinds
     dispatch_interval: float = 0.5
 
+    # images a build file may name: "img1 img2" for every queue, "gpu=img1 img2; cpu=img3" per queue;
+    # empty = any image the workers have
+    allowed_images: str = ""
+
     # results and ranking
     correctness_threshold: float = 0.8  # every model's correctness must reach this to be ranked
     ranked_kinds: str = ""  # comma-separated submission kinds that rank; empty = every kind

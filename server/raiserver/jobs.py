@@ -203,6 +203,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         image=job.image,
         commands=spec.commands.build,
         gpu_count=job.gpu_count,
+        exclusive=spec.resources.gpu.exclusive,
         wall_seconds=min(limits.wall_seconds or s.job_wall_seconds, s.job_wall_seconds),
         command_seconds=limits.command_seconds,
         memory_mb=min(limits.memory_mb or s.job_memory_mb, s.job_memory_mb),

@@ -30,11 +30,12 @@ class WorkerSettings(BaseSettings):
     cpus: float = 4.0
     nofile: int = 4096
     tmp_mb: int = 1024
+    build_mb: int = 2048  # /build is a tmpfs of this size in the container (counted in its memory)
     output_bytes: int = 16 * 1024**2
     line_bytes: int = 64 * 1024
     container_user: str = "1000:1000"
     job_env: str = ""  # "KEY=VALUE,KEY2=VALUE2": set by the operator for every job (dataset paths, …)
-    read_only_root: bool = False
+    read_only_root: bool = True
 
     @property
     def queue_list(self) -> list[str]:

@@ -73,3 +73,16 @@ def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 360
     finally:
         for _, fd in held:
             os.close(fd)
+
+
+@contextmanager
+def host_share(lock_dir: Path, exclusive: bool):
+    """Every job holds the host lock shared; an exclusive job (timing runs) holds it alone, so it
+    starts only when the host is idle and nothing starts beside it."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_dir / "host.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)

@@ -34,23 +34,26 @@ class LogSink:
         self._add([(LogStream.sys, text)])
 
     def feed(self, stream: LogStream, data: bytes) -> None:
-        """Take a chunk of raw output; complete lines go to Redis at once."""
+        """Take a chunk of raw output; complete lines go to Redis at once. Linear in the chunk's
+        size (a job may print a gigabyte), and past the cap it only counts."""
         with self._lock:
+            if self.truncated:
+                return
             buf = self._buffers[stream]
-            buf += data
+            parts = data.split(b"\n")
+            parts[0] = bytes(buf) + parts[0]
+            buf.clear()
+            buf += parts.pop()  # the unfinished last line waits for more
             lines: list[tuple[LogStream, str]] = []
-            while True:
-                cut = buf.find(b"\n")
-                if cut < 0:
-                    if len(buf) >= self.line_bytes:  # a line with no end in sight: emit a piece
-                        cut = self.line_bytes
-                        piece, del_to = bytes(buf[:cut]), cut
-                    else:
-                        break
-                else:
-                    piece, del_to = bytes(buf[:cut]), cut + 1
-                del buf[:del_to]
-                lines.extend(self._accept(stream, piece))
+            for part in parts:
+                for i in range(0, max(len(part), 1), self.line_bytes):
+                    lines.extend(self._accept(stream, part[i:i + self.line_bytes]))
+            while len(buf) >= self.line_bytes:  # a line with no end in sight: emit it in pieces
+                lines.extend(self._accept(stream, bytes(buf[:self.line_bytes])))
+                del buf[:self.line_bytes]
+            if self.truncated:
+                for b in self._buffers.values():
+                    b.clear()
         self._add(lines)
 
     def flush(self) -> None:

@@ -20,7 +20,7 @@ from raiclient.models import GpuInfo, JobState, JobUpdate
 
 from .config import WorkerSettings
 from .executors import JobContext, Outcome, execute, make_executor
-from .gpus import hold_gpus
+from .gpus import hold_gpus, host_share
 from .logsink import LogSink
 from .server import Refused, ServerClient
 
@@ -108,7 +108,10 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
     watcher = threading.Thread(target=_watch_cancel, args=(r, grant.job_id, cancel, done), daemon=True)
     watcher.start()
     try:
-        with hold_gpus(settings.work_dir / "locks", gpus, grant.gpu_count) as gpu_ids:
+        if grant.exclusive:
+            sink.system(f"Waiting for {settings.worker_name} to be free of other jobs (exclusive run)")
+        with host_share(settings.work_dir / "locks", grant.exclusive), \
+                hold_gpus(settings.work_dir / "locks", gpus, grant.gpu_count) as gpu_ids:
             ctx = JobContext(
                 job_id=grant.job_id,
                 image=grant.image,
@@ -124,6 +127,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
             try:
                 started = time.monotonic()
                 outcome = execute(executor, ctx, sink, cancel)
+                executor.collect_build(ctx)
                 if outcome.state is not JobState.succeeded and outcome.message and outcome.state is not JobState.failed:
                     sink.system(outcome.message)
                 log.info("job %s: %s in %.1f s", grant.job_id, outcome.state.value, time.monotonic() - started)

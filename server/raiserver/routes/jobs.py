@@ -18,7 +18,7 @@ from raiclient.spec import SPEC_FILENAME, SpecError, parse_spec
 
 from ..auth import Principal, current_user, get_db
 from ..jobs import Services, cancel_job, create_job, job_out
-from ..capacity import check_gpus, check_queue
+from ..capacity import check_gpus, check_image, check_queue
 from ..quotas import check_quotas
 from ..logs import END, to_line
 from ..tables import Job, User
@@ -105,6 +105,7 @@ async def submit(
 
     def _create() -> JobOut:
         with request.app.state.db.session() as db:
+            check_image(spec.image, queue, svc.settings.allowed_images)
             check_gpus(db, queue, spec, svc.settings.worker_dead_after)
             owner = db.get(User, p.user.id, with_for_update=True)  # serialises this user's submissions
             check_quotas(db, owner, svc.settings)

@@ -61,6 +61,9 @@ class Executor(ABC):
     def kill(self) -> None:
         """Stop everything the job runs, now. Called from the watchdog thread."""
 
+    def collect_build(self, ctx: JobContext) -> None:
+        """Bring the job's /build to ``ctx.build_dir`` on the host, if it lives elsewhere."""
+
     @abstractmethod
     def cleanup(self) -> None:
         """Remove what start() made, whatever happened."""

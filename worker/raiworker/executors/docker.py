@@ -7,7 +7,11 @@ id so a restarted worker can remove anything a crash left behind.
 
 from __future__ import annotations
 
+import io
 import os
+import socket
+import struct
+import tarfile
 import threading
 
 import docker
@@ -21,6 +25,13 @@ from .base import Executor, JobContext
 
 LABEL = "rai.job"
 KEEPALIVE = ["/bin/sh", "-c", "exec sleep 2147483647"]
+# Kill every process of the job but init and the keepalive (init's first child), from inside, as the
+# job's user: the container and its /build tmpfs survive for collection. A few passes catch forks.
+KILL_JOB = (
+    "keep=$(cut -d' ' -f1 /proc/1/task/1/children 2>/dev/null); "
+    "for pass in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    '[ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null; done; done; true'
+)
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -54,6 +65,7 @@ class DockerExecutor(Executor):
     def __init__(self, client: docker.DockerClient | None = None):
         self.client = client or docker_client()
         self.container = None
+        self.user = "1000:1000"
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
@@ -62,6 +74,8 @@ class DockerExecutor(Executor):
         except ImageNotFound:
             raise ExecutorUnavailable(f"image {ctx.image} is not on worker {s.worker_name}; the operator must load it") from None
         mem = f"{ctx.memory_mb}m"
+        uid, _, gid = s.container_user.partition(":")
+        gid = gid or uid
         kwargs: dict = dict(
             command=KEEPALIVE,
             detach=True,
@@ -76,11 +90,11 @@ class DockerExecutor(Executor):
             pids_limit=s.pids,
             nano_cpus=int(min(s.cpus, os.cpu_count() or 1) * 1e9),
             ulimits=[Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=s.nofile, hard=s.nofile)],
-            mounts=[
-                Mount("/src", str(ctx.src_dir), type="bind", read_only=True),
-                Mount("/build", str(ctx.build_dir), type="bind", read_only=False),
-            ],
-            tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={s.tmp_mb}m"},
+            mounts=[Mount("/src", str(ctx.src_dir), type="bind", read_only=True)],
+            tmpfs={
+                "/tmp": f"rw,exec,nosuid,nodev,size={s.tmp_mb}m,mode=1777",
+                "/build": f"rw,exec,nosuid,nodev,size={s.build_mb}m,uid={uid},gid={gid},mode=0755",
+            },
             read_only=s.read_only_root,
             labels={LABEL: ctx.job_id, "rai.worker": s.worker_name},
             environment={**s.job_env_dict, "RAI_JOB_ID": ctx.job_id, "HOME": "/build"},
@@ -89,42 +103,121 @@ class DockerExecutor(Executor):
         if ctx.gpu_ids:
             kwargs["device_requests"] = [DeviceRequest(device_ids=ctx.gpu_ids, capabilities=[["gpu"]])]
         self.container = self.client.containers.run(ctx.image, **kwargs)
+        self.user = s.container_user
         gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
         return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
 
     def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
+        """Exec the command and relay its output frames as they come. The command ends when its
+        own process does, even if a background child it left behind still holds the output open."""
         api = self.client.api
         try:
-            exec_id = api.exec_create(self.container.id, ["/bin/sh", "-c", command], workdir="/build", user=ctx.settings.container_user)["Id"]
-            for out, err in api.exec_start(exec_id, stream=True, demux=True):
-                if out:
-                    sink.feed(LogStream.out, out)
-                if err:
-                    sink.feed(LogStream.err, err)
+            exec_id = api.exec_create(self.container.id, ["/bin/sh", "-c", command], workdir="/build", user=self.user)["Id"]
+            conn = api.exec_start(exec_id, socket=True)
+        except (APIError, NotFound):
+            return 137  # the container is gone (killed under us)
+        raw = getattr(conn, "_sock", conn)
+        raw.settimeout(0.5)
+        frames = _Frames(sink)
+        try:
+            while True:
+                try:
+                    data = raw.recv(65536)
+                except socket.timeout:
+                    if not self._running(exec_id):
+                        frames.drain(raw)
+                        break
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                frames.feed(data)
+        finally:
+            conn.close()
+        try:
             code = api.exec_inspect(exec_id)["ExitCode"]
         except (APIError, NotFound):
-            return 137  # the container was killed under us (timeout, cancel)
+            return 137
         return 137 if code is None else int(code)
+
+    def _running(self, exec_id: str) -> bool:
+        try:
+            return bool(self.client.api.exec_inspect(exec_id)["Running"])
+        except (APIError, NotFound):
+            return False
+
+    def _oom_kills(self) -> int | None:
+        """The container cgroup's OOM-kill count (cgroup v1 or v2), when the host's cgroups are visible."""
+        cid = self.container.id
+        for path in (f"/sys/fs/cgroup/memory/docker/{cid}/memory.oom_control",
+                     f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.events",
+                     f"/sys/fs/cgroup/docker/{cid}/memory.events"):
+            try:
+                with open(path) as fh:
+                    for line in fh:
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill":
+                            return int(value)
+            except OSError:
+                continue
+        return None
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         if code != 137 or self.container is None:
             return None
         try:
             self.container.reload()
-            oom = self.container.attrs["State"].get("OOMKilled")
+            if self.container.status != "running":
+                return "the job's container stopped: its first process (PID 1) was killed"
         except DockerException:
-            oom = False
+            pass
         gib = ctx.memory_mb / 1024
-        if oom:
+        kills = self._oom_kills()
+        if kills:
             return f"killed: out of memory (limit {gib:g} GiB)"
-        return f"killed by signal 9 (out of memory? the limit is {gib:g} GiB)"
+        if kills is None:
+            return f"killed by signal 9 (out of memory? the limit is {gib:g} GiB)"
+        return "killed by signal 9"
 
     def kill(self) -> None:
-        if self.container is not None:
-            try:
-                self.container.kill()
-            except DockerException:
-                pass
+        """Kill every process of the job but keep the container (and its /build) for collection;
+        if even that cannot run (a fork bomb took every pid), kill the container."""
+        if self.container is None:
+            return
+        try:
+            res = self.container.exec_run(["/bin/sh", "-c", KILL_JOB], user=self.user)
+            if res.exit_code == 0:
+                return
+        except DockerException:
+            pass
+        try:
+            self.container.kill()
+        except DockerException:
+            pass
+
+    def collect_build(self, ctx: JobContext) -> None:
+        """Copy /build (a tmpfs: it dies with the container, and `docker cp` cannot read it) out
+        through the image's own tar, into the host folder, through the ``data`` filter: links out
+        of the tree, devices and the like are left behind."""
+        if self.container is None:
+            return
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, ["tar", "-C", "/build", "-cf", "-", "."], user=self.user)["Id"]
+            chunks = (out for out, _ in api.exec_start(exec_id, stream=True, demux=True) if out)
+            with tarfile.open(fileobj=_IterReader(chunks), mode="r|") as tar:
+                for member in tar:
+                    name = member.name.removeprefix("./")
+                    if name in ("", "."):
+                        continue
+                    member.name = name
+                    try:
+                        tar.extract(member, ctx.build_dir, filter="data")
+                    except (tarfile.FilterError, OSError):
+                        continue
+        except (DockerException, tarfile.TarError):
+            return
 
     def cleanup(self) -> None:
         """Kill now (nothing of the job may outlive it on the GPU), remove in the background so
@@ -144,3 +237,54 @@ class DockerExecutor(Executor):
                 pass
 
         threading.Thread(target=remove, name=f"remove-{container.short_id}", daemon=True).start()
+
+
+class _IterReader(io.RawIOBase):
+    """A file-like view of an iterator of byte chunks (the Docker archive stream)."""
+
+    def __init__(self, chunks):
+        self.chunks = iter(chunks)
+        self.rest = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while not self.rest:
+            try:
+                self.rest = next(self.chunks)
+            except StopIteration:
+                return 0
+        n = min(len(buf), len(self.rest))
+        buf[:n] = self.rest[:n]
+        self.rest = self.rest[n:]
+        return n
+
+
+class _Frames:
+    """Docker's multiplexed stream: 8-byte headers (stream id, size) before each payload."""
+
+    STREAMS = {1: LogStream.out, 2: LogStream.err}
+
+    def __init__(self, sink: LogSink):
+        self.sink = sink
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        while len(self.buf) >= 8:
+            stream, size = self.buf[0], struct.unpack(">I", self.buf[4:8])[0]
+            if len(self.buf) < 8 + size:
+                return
+            payload = bytes(self.buf[8:8 + size])
+            del self.buf[:8 + size]
+            self.sink.feed(self.STREAMS.get(stream, LogStream.out), payload)
+
+    def drain(self, raw: socket.socket) -> None:
+        """What is already on the wire after the process ended."""
+        raw.settimeout(0.1)
+        try:
+            while data := raw.recv(65536):
+                self.feed(data)
+        except OSError:
+            pass

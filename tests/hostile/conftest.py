@@ -1,0 +1,90 @@
+"""A service with tight limits for the hostile suite, and a check that it still serves normal work."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from conftest import start_service  # noqa: E402
+
+GOOD_SPEC = b'rai:\n  version: 0.2\n  image: rai/busybox:latest\ncommands:\n  build:\n    - "echo healthy"\n'
+
+
+def tar_gz(members: list[tuple[tarfile.TarInfo, bytes | None]], spec: bytes | None = GOOD_SPEC) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
+        if spec is not None:
+            info = tarfile.TarInfo("rai_build.yml")
+            info.size = len(spec)
+            tar.addfile(info, io.BytesIO(spec))
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def build_file(commands: list[str], extra: str = "") -> bytes:
+    cmds = "".join(f"    - {json.dumps(c)}\n" for c in commands)
+    return f"rai:\n  version: 0.2\n  image: rai/busybox:latest\n{extra}commands:\n  build:\n{cmds}".encode()
+
+
+class Hostile:
+    def __init__(self, svc):
+        self.svc = svc
+        self.http = svc.http()
+
+    def post(self, body: bytes):
+        return self.http.post("/api/v1/jobs", content=body, headers={"Content-Type": "application/gzip"}, timeout=120)
+
+    def run(self, commands: list[str], extra: str = "", timeout: float = 120) -> tuple[dict, list[dict]]:
+        """Submit a job, wait for its end, return the job and its stored log lines."""
+        r = self.post(tar_gz([], build_file(commands, extra)))
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.http.get(f"/api/v1/jobs/{jid}").json()
+            if job["state"] not in ("queued", "running"):
+                break
+            assert time.monotonic() < deadline, f"job {jid} did not end in {timeout} s"
+            time.sleep(0.2)
+        return job, self.log(jid)
+
+    def log(self, jid: str) -> list[dict]:
+        lines, event = [], None
+        with self.http.stream("GET", f"/api/v1/jobs/{jid}/log", timeout=60) as resp:
+            for raw in resp.iter_lines():
+                if raw.startswith("event:"):
+                    event = raw.split(":", 1)[1].strip()
+                elif raw.startswith("data:") and event == "line":
+                    lines.append(json.loads(raw.split(":", 1)[1]))
+                elif raw.startswith("data:") and event == "end":
+                    break
+        return lines
+
+    def still_serves(self) -> None:
+        """After every hostile case: the next normal job runs and succeeds."""
+        job, log = self.run(["echo healthy"], timeout=60)
+        assert job["state"] == "succeeded", job
+        assert any(l["text"] == "healthy" for l in log)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory, redis_url, docker_engine):
+    svc = start_service(tmp_path_factory.mktemp("hostile"), redis_url, None, "docker", slots=2, extra_env={
+        "RAI_MEMORY_MB": "256", "RAI_JOB_MEMORY_MB": "256", "RAI_PIDS": "64", "RAI_TMP_MB": "8", "RAI_BUILD_MB": "16",
+        "RAI_OUTPUT_BYTES": str(1024 * 1024), "RAI_ALLOWED_IMAGES": "rai/busybox:latest", "RAI_JOB_WALL_SECONDS": "120",
+        "RAI_WALL_SECONDS": "120",
+    })
+    h = Hostile(svc)
+    yield h
+    h.http.close()
+    svc.shutdown()
