@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from raiclient.models import LogLine, LogStream
 from raiserver.results import parse_log, parse_text_lines
 
@@ -50,3 +52,33 @@ def test_summary_is_the_first_timed_run_not_a_sum_nor_a_profiled_rerun():
     assert r.op_times == [2.0, 3.0] and r.op_time_total == 5.0
     assert r.correctness == {"ece408": 0.8562}
     assert r.elapsed_seconds == 62.5 and r.max_rss_kb == 175624
+
+
+def test_repeated_timing_runs_report_the_median_and_the_spread():
+    def L(n, s, text):
+        return LogLine(n=n, t=0, s=s, text=text)
+
+    log = [
+        L(1, LogStream.sys, "Running: ./m2 10000"),
+        L(2, LogStream.out, "Op Time: 0.010 Op Time: 0.020"),
+        L(3, LogStream.out, "Correctness: 0.89 Model: ece408"),
+        L(4, LogStream.sys, "Running: ncu ./m2 100"),
+        L(5, LogStream.out, "Op Time: 9.0"),
+        L(6, LogStream.sys, "Repeat 2 of 3: ./m2 10000"),
+        L(7, LogStream.out, "Op Time: 0.012 Op Time: 0.022"),
+        L(8, LogStream.sys, "Repeat 3 of 3: ./m2 10000"),
+        L(9, LogStream.out, "Op Time: 0.011 Op Time: 0.019"),
+    ]
+    r = parse_log(log)
+    assert r.op_time_runs == [0.03, 0.034, 0.03]
+    assert r.op_time_total == 0.03 and r.op_time_spread == 0.004
+    assert r.correctness == {"ece408": 0.89}
+
+
+def test_kernel_times_from_ncu_in_a_real_h100_transcript():
+    from raiserver.results import parse_kernels
+
+    text = (Path(__file__).parent.parent / "bench" / "h100-submit-transcript.txt").read_text().splitlines()
+    kernels = parse_kernels(text)
+    assert [k.name for k in kernels] == ["conv_forward_kernel"]
+    assert kernels[0].ms == pytest.approx(0.02547 + 0.12931)

@@ -41,6 +41,7 @@ class ArchiveInfo:
     files: int
     unpacked_bytes: int
     spec_bytes: bytes | None
+    names: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ def inspect_archive(path: Path, limits: ArchiveLimits = ArchiveLimits()) -> Arch
     files = 0
     total = 0
     spec_bytes: bytes | None = None
+    names: set[str] = set()
     try:
         with tarfile.open(path, "r:gz") as tar:
             for member in tar:
@@ -142,6 +144,8 @@ def inspect_archive(path: Path, limits: ArchiveLimits = ArchiveLimits()) -> Arch
                     raise ArchiveError(f"archive unpacks to more than {limits.max_unpacked_bytes // 1024**2} MiB")
                 if total > limits.ratio_floor_bytes and total / compressed > limits.max_ratio:
                     raise ArchiveError(f"archive expands more than {limits.max_ratio:.0f}x (a compression bomb?)")
+                if member.isreg():
+                    names.add(norm)
                 if norm == SPEC_FILENAME and member.isreg():
                     fh = tar.extractfile(member)
                     spec_bytes = fh.read(64 * 1024 + 1) if fh else b""
@@ -151,7 +155,7 @@ def inspect_archive(path: Path, limits: ArchiveLimits = ArchiveLimits()) -> Arch
         raise ArchiveError(f"not a readable .tar.gz archive ({exc.__class__.__name__}: {exc})") from None
     if files == 0:
         raise ArchiveError("archive is empty")
-    return ArchiveInfo(files=files, unpacked_bytes=total, spec_bytes=spec_bytes)
+    return ArchiveInfo(files=files, unpacked_bytes=total, spec_bytes=spec_bytes, names=frozenset(names))
 
 
 def extract_archive(path: Path, dest: Path, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveInfo:

@@ -17,7 +17,7 @@ from .api import Api, ApiError
 from .archive import pack_project
 from .models import ExitCode, JobOut, JobState, LogLine, LogStream
 from .profile import Profile, ProfileError, load_profile, write_profile
-from .spec import SpecError, load_spec
+from .spec import SpecError, load_spec, missing_for_kind
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Submit GPU jobs to rai and follow them live.")
 out = Console(highlight=False, soft_wrap=True)
@@ -76,6 +76,8 @@ def _print_results(job: JobOut) -> None:
     table = Table(title="Results", show_header=False, box=None, padding=(0, 2))
     if r.op_times:
         table.add_row("Op Time", " + ".join(f"{t:g}" for t in r.op_times) + (f" = {r.op_time_total:g} s" if len(r.op_times) > 1 else " s"))
+    if r.op_time_runs:
+        table.add_row("Timing runs", f"{len(r.op_time_runs)} (median shown, spread {r.op_time_spread:g} s)")
     for model, value in r.correctness.items():
         table.add_row("Correctness", f"{value:g} (model {model})")
     if r.elapsed_seconds is not None:
@@ -143,6 +145,9 @@ def submit(
         for message in exc.messages:
             err.print(f"[bold red]✱ error:[/] {message}")
         raise typer.Exit(ExitCode.CLIENT_ERROR)
+    missing = missing_for_kind(kind, {p.name for p in path.iterdir() if p.is_file()})
+    if missing:
+        fail(f"a '{kind}' submission must include {', '.join(missing)} (not found in {path})")
     api = _api(server)
     try:
         say(f"Checking your credentials ({api.profile.username or api.profile.access_key[:8]} @ {api.server})")
@@ -271,7 +276,8 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
     table = Table("#", "team", "op time (s)", "correctness", "when", "gpu", "verified")
     for e in entries:
         name = f"[bold]{e['name']} -->[/]" if e["mine"] else e["name"]
-        table.add_row(str(e["rank"]), name, f"{e['op_time']:.6f}", f"{e['correctness']:g}", e["when"][:16].replace("T", " "),
+        op = f"{e['op_time']:.6f}" + (f" ± {e['spread'] / 2:.6f}" if e.get("spread") is not None else "")
+        table.add_row(str(e["rank"]), name, op, f"{e['correctness']:g}", e["when"][:16].replace("T", " "),
                       e.get("gpu") or "", "✓" if e["verified"] else "")
     out.print(table if entries else "No valid run yet.")
 

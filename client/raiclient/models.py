@@ -54,7 +54,9 @@ class KernelTime(BaseModel):
 class JobResultSummary(BaseModel):
     kernels: list[KernelTime] = []  # from ncu/nsys output, for the per-kernel chart
     op_times: list[float] = []
-    op_time_total: float | None = None
+    op_time_total: float | None = None  # with repeated timing runs: the median run's total
+    op_time_runs: list[float] = []  # each timing run's total, when the run was repeated
+    op_time_spread: float | None = None  # max - min over those runs
     correctness: dict[str, float] = {}
     elapsed_seconds: float | None = None
     max_rss_kb: int | None = None
@@ -138,6 +140,7 @@ class ClaimGranted(BaseModel):
     commands: list[str]
     gpu_count: int
     exclusive: bool = False  # no other job on the host while it runs (timing runs)
+    repeat_timing: int = 1  # run the timing command this many times in all (ranked kinds)
     wall_seconds: int | None = None
     command_seconds: int | None = None
     memory_mb: int | None = None

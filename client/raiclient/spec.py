@@ -18,6 +18,14 @@ MAX_COMMANDS = 1000
 MAX_COMMAND_CHARS = 8192
 
 
+# Files a submission kind must contain (the server's configuration has the final word).
+KIND_REQUIRED_FILES = {"final": ["report.pdf"]}
+
+
+def missing_for_kind(kind: str, present: set[str] | frozenset[str], required: dict[str, list[str]] | None = None) -> list[str]:
+    return [f for f in (required or KIND_REQUIRED_FILES).get(kind, []) if f not in present]
+
+
 class SpecError(ValueError):
     """A build file that cannot be used; ``str()`` is the line-numbered message for the user."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -47,6 +48,9 @@ class Settings(BaseSettings):
     ranked_kinds: str = ""  # comma-separated submission kinds that rank; empty = every kind
     verified_kind: str = "final"  # entries of this kind are marked verified
     final_requires: str = "report.pdf"  # files a 'final' submission must contain (comma-separated)
+    deadline: datetime | None = None  # 'final' submissions after it are kept but do not rank
+    timing_repeats: int = 1  # ranked kinds: run the timing command this many times, exclusive on the host
+    repeat_kinds: str = "final"
 
     @property
     def db_url(self) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 from fastapi import HTTPException, status
 from sqlalchemy import func, select
@@ -113,6 +113,11 @@ def create_job(
     )
     db.add(job)
     db.commit()
+    s = svc.settings
+    if s.deadline and kind == s.verified_kind:
+        deadline = s.deadline if s.deadline.tzinfo else s.deadline.replace(tzinfo=timezone.utc)
+        if job.created_at > deadline:
+            svc.logs.system(job.id, f"Submitted after the deadline ({deadline:%Y-%m-%d %H:%M} UTC): this '{kind}' run is kept but does not rank")
     svc.kick()
     return job
 
@@ -197,13 +202,16 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     s = svc.settings
     spec = parse_spec(job.spec_yaml)
     limits = spec.resources.limits
+    repeat_kinds = {k.strip() for k in s.repeat_kinds.split(",") if k.strip()}
+    repeats = max(1, s.timing_repeats) if job.kind in repeat_kinds else 1
     return ClaimGranted(
         job_id=job.id,
         attempt=job.attempt,
         image=job.image,
         commands=spec.commands.build,
         gpu_count=job.gpu_count,
-        exclusive=spec.resources.gpu.exclusive,
+        exclusive=spec.resources.gpu.exclusive or repeats > 1,
+        repeat_timing=repeats,
         wall_seconds=min(limits.wall_seconds or s.job_wall_seconds, s.job_wall_seconds),
         command_seconds=limits.command_seconds,
         memory_mb=min(limits.memory_mb or s.job_memory_mb, s.job_memory_mb),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from datetime import datetime
+from datetime import datetime, timezone
 
 from pydantic import BaseModel
 from sqlalchemy import select
@@ -22,11 +22,17 @@ from .config import Settings
 from .tables import Job
 
 
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
 class Entry(BaseModel):
     rank: int
     name: str
     op_time: float
     op_times: list[float]
+    spread: float | None = None  # max - min over repeated timing runs
+    runs: int = 1
     correctness: float
     when: datetime
     gpu: str | None
@@ -53,6 +59,8 @@ def valid(job: Job, settings: Settings) -> bool:
     kinds = [k.strip() for k in settings.ranked_kinds.split(",") if k.strip()]
     if kinds and job.kind not in kinds:
         return False
+    if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
+        return False  # a final submission after the deadline is kept, not ranked
     corr = r.get("correctness") or {}
     return bool(corr) and min(corr.values()) >= settings.correctness_threshold
 
@@ -88,6 +96,8 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
             name=real if (viewer.is_staff or mine) else pseudonym(key, settings.session_secret),
             op_time=job.results["op_time_total"],
             op_times=job.results["op_times"],
+            spread=job.results.get("op_time_spread"),
+            runs=len(job.results.get("op_time_runs") or []) or 1,
             correctness=min(corr.values()),
             when=job.finished_at,
             gpu=job.gpu_name,

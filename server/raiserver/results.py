@@ -8,11 +8,12 @@ several batch sizes nor a profiled re-run.
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Iterable
 
 from raiclient.models import JobResultSummary, KernelTime, LogLine, LogStream
+from raiclient.timing import OP_TIME, REPEAT_PREFIX, is_profiled
 
-OP_TIME = re.compile(r"Op Time:\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
 CORRECTNESS = re.compile(r"Correctness:\s*([0-9]*\.?[0-9]+)\s+Model:\s*(\S+)")
 GNU_TIME = re.compile(
     r"(?P<user>[\d.]+)\s*user\s+(?P<sys>[\d.]+)\s*system\s+(?P<elapsed>[\d:.]+)\s*elapsed.*?(?P<rss>\d+)\s*maxresident"
@@ -77,26 +78,35 @@ def parse_text_lines(lines: Iterable[str]) -> JobResultSummary:
     return r
 
 
-PROFILERS = re.compile(r"(^|[\s/;&|(])(ncu|nsys|nvprof|nv-nsight-cu-cli|compute-sanitizer|cuda-memcheck)(\s|$)")
-
-
 def parse_log(lines: Iterable[LogLine]) -> JobResultSummary:
-    runs: list[tuple[str, list[str]]] = [("", [])]
+    runs: list[tuple[str, bool, list[str]]] = [("", False, [])]  # (command, is a repeat, its output)
     for line in lines:
         if line.s is LogStream.sys:
             if line.text.startswith("Running:"):
-                runs.append((line.text.removeprefix("Running:").strip(), []))
+                runs.append((line.text.removeprefix("Running:").strip(), False, []))
+            elif line.text.startswith(REPEAT_PREFIX) and ": " in line.text:
+                runs.append((line.text.split(": ", 1)[1], True, []))
             continue
-        runs[-1][1].append(line.text)
-    summary = JobResultSummary(kernels=parse_kernels(text for _, run in runs for text in run))
-    for command, run in runs:
-        if PROFILERS.search(command):
+        runs[-1][2].append(line.text)
+    summary = JobResultSummary(kernels=parse_kernels(text for _, _, run in runs for text in run))
+    for i, (command, repeat, run) in enumerate(runs):
+        if repeat or is_profiled(command):
             continue
         parsed = parse_text_lines(run)
-        if parsed.op_times:
-            summary.op_times, summary.op_time_total = parsed.op_times, parsed.op_time_total
-            summary.correctness = parsed.correctness
-            summary.elapsed_seconds, summary.max_rss_kb = parsed.elapsed_seconds, parsed.max_rss_kb
-            return summary
-        summary.correctness.update(parsed.correctness)
+        if not parsed.op_times:
+            summary.correctness.update(parsed.correctness)
+            continue
+        timed = [parsed] + [parse_text_lines(r) for c, rep, r in runs[i + 1:] if rep and c == command]
+        timed = [t for t in timed if t.op_times]
+        best = timed[0]
+        if len(timed) > 1:  # the median run stands for the job; the spread says how noisy it was
+            totals = [t.op_time_total for t in timed]
+            median = statistics.median_low(totals)
+            best = timed[totals.index(median)]
+            summary.op_time_runs = totals
+            summary.op_time_spread = round(max(totals) - min(totals), 9)
+        summary.op_times, summary.op_time_total = best.op_times, best.op_time_total
+        summary.correctness = parsed.correctness
+        summary.elapsed_seconds, summary.max_rss_kb = parsed.elapsed_seconds, parsed.max_rss_kb
+        return summary
     return summary

@@ -27,6 +27,7 @@ class LogSink:
         self.written = 0
         self.truncated = False
         self.lines = 0
+        self.op_time_seen = False  # did the current command print "Op Time:"? (timing repeats)
         self._buffers: dict[LogStream, bytearray] = {LogStream.out: bytearray(), LogStream.err: bytearray()}
         self._lock = threading.Lock()
 
@@ -75,6 +76,8 @@ class LogSink:
             mib = self.output_bytes / 1024**2
             return [(LogStream.sys, f"output truncated after {mib:g} MiB; the job keeps running")]
         text = piece.decode("utf-8", errors="replace").rstrip("\r")
+        if stream is LogStream.out and "Op Time:" in text:
+            self.op_time_seen = True
         return [(stream, text)]
 
     def _add(self, lines: list[tuple[LogStream, str]]) -> None:

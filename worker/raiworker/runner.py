@@ -123,6 +123,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
                 memory_mb=min(grant.memory_mb or settings.memory_mb, settings.memory_mb),
                 gpu_ids=gpu_ids,
                 settings=settings,
+                repeat_timing=grant.repeat_timing,
             )
             try:
                 started = time.monotonic()

@@ -14,7 +14,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from raiclient.archive import ArchiveError, ArchiveLimits, inspect_archive
 from raiclient.models import JobList, JobOut, JobState, LogStream, UserOut
-from raiclient.spec import SPEC_FILENAME, SpecError, parse_spec
+from raiclient.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
 
 from ..auth import Principal, current_user, get_db
 from ..jobs import Services, cancel_job, create_job, job_out
@@ -92,6 +92,11 @@ async def submit(
         if info.spec_bytes is None:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{SPEC_FILENAME}: not found at the top of the uploaded project")
         spec = parse_spec(info.spec_bytes)
+        required = {svc.settings.verified_kind: [f.strip() for f in svc.settings.final_requires.split(",") if f.strip()]}
+        missing = missing_for_kind(kind, info.names, required)
+        if missing:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+                                f"a '{kind}' submission must include {', '.join(missing)} (not found in the project)")
     except ArchiveError as exc:
         tmp.unlink(missing_ok=True)
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None

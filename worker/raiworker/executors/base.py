@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raiclient.models import JobState
+from raiclient.timing import is_profiled, repeat_line
 
 from ..config import WorkerSettings
 from ..logsink import LogSink
@@ -28,6 +29,7 @@ class JobContext:
     memory_mb: int
     gpu_ids: list[str]
     settings: WorkerSettings
+    repeat_timing: int = 1
 
 
 @dataclass
@@ -96,13 +98,18 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         if cancel.is_set():
             return Outcome(JobState.cancelled, message="cancelled before it started")
         sink.system(executor.start(ctx, sink))
-        for command in ctx.commands:
+        timing: str | None = None
+        repeated = False
+        plan = [(command, f"Running: {command}") for command in ctx.commands]
+        while plan:
+            command, announce = plan.pop(0)
             now = time.monotonic()
             watch.deadline = min(wall_deadline, now + ctx.command_seconds) if ctx.command_seconds else wall_deadline
             watch.command = command
             if watch.reason:
                 break
-            sink.system(f"Running: {command}")
+            sink.system(announce)
+            sink.op_time_seen = False
             code = executor.run_command(ctx, command, sink)
             sink.flush()
             if watch.reason:
@@ -112,6 +119,11 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
                 if why:
                     sink.system(why)
                 return Outcome(JobState.failed, exit_code=code, failed_command=command, message=why)
+            if timing is None and sink.op_time_seen and not is_profiled(command) and announce.startswith("Running:"):
+                timing = command
+            if not plan and timing is not None and not repeated and ctx.repeat_timing > 1:  # ranked: time it K times
+                plan = [(timing, repeat_line(r, ctx.repeat_timing, timing)) for r in range(2, ctx.repeat_timing + 1)]
+                repeated = True
     finally:
         watch.stop.set()
         thread.join(timeout=5)
