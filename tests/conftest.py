@@ -259,3 +259,19 @@ def make_project(root: Path, commands: list[str], image: str = BUSYBOX, files: d
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
     return root
+
+
+def read_log(http: httpx.Client, job_id: str, last_event_id: int | None = None) -> list[dict]:
+    """Every line event of a job's log stream (SSE), up to its end event."""
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    lines, event = [], None
+    with http.stream("GET", f"/api/v1/jobs/{job_id}/log", headers=headers, timeout=60) as resp:
+        assert resp.status_code == 200
+        for raw in resp.iter_lines():
+            if raw.startswith("event:"):
+                event = raw.split(":", 1)[1].strip()
+            elif raw.startswith("data:") and event == "line":
+                lines.append(json.loads(raw.split(":", 1)[1]))
+            elif raw.startswith("data:") and event == "end":
+                break
+    return lines

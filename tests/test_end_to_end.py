@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import ROOT, make_project, wait_for
+from conftest import ROOT, make_project, read_log, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,25 +40,10 @@ def test_hello_streams_every_line_in_order_with_stderr(docker_service):
     # the stored log keeps stdout and stderr interleaved in the order they were read, each marked
     jid = job_id_from(out)
     with docker_service.http() as h:
-        events = sse_lines(h, jid)
+        events = read_log(h, jid)
     texts = [(e["s"], e["text"]) for e in events]
     assert ("err", "note 1 on stderr") in texts and ("out", "step 3 of 3") in texts
     assert [e["n"] for e in events] == list(range(1, len(events) + 1))
-
-
-def sse_lines(h: httpx.Client, job_id: str, last_event_id: int | None = None) -> list[dict]:
-    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
-    lines, event = [], None
-    with h.stream("GET", f"/api/v1/jobs/{job_id}/log", headers=headers, timeout=60) as resp:
-        assert resp.status_code == 200
-        for raw in resp.iter_lines():
-            if raw.startswith("event:"):
-                event = raw.split(":", 1)[1].strip()
-            elif raw.startswith("data:") and event == "line":
-                lines.append(json.loads(raw.split(":", 1)[1]))
-            elif raw.startswith("data:") and event == "end":
-                return lines
-    return lines
 
 
 def test_failing_command_stops_the_job_and_its_code_is_the_clients(docker_service, tmp_path):

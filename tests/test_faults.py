@@ -18,8 +18,7 @@ def test_job_of_a_dead_worker_is_requeued_and_finishes_elsewhere(tmp_path, redis
         proj = make_project(tmp_path / "p", ["sh -c 'echo attempt on $(hostname); sleep 4; echo done'"])
         res = svc.client("submit", "-p", str(proj), "--detach")
         jid = next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l)
-        with svc.http() as h:
-            wait_for(lambda: h.get(f"/api/v1/jobs/{jid}").json()["state"] == "running", what="job running")
+        wait_for(lambda: docker_engine.containers.list(filters={"label": "rai.worker=w1"}), what="w1's job container")
         svc.stop("worker-w1", signal.SIGKILL)  # the box dies
         svc.start_worker("w2")
         res = svc.client("logs", jid, "--follow", timeout=120)

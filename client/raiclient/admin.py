@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .api import ApiError
 from .profile import Profile, write_profile
 
 admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).")
@@ -37,13 +36,8 @@ def roster_import(
 ) -> None:
     """Create the students of a roster and write their profiles; re-importing changes only what changed."""
     cli = _cli()
-    api = cli._api(server)
-    try:
+    with cli.connected(server) as api:
         result = api.import_roster(csv_file.read_text(encoding="utf-8-sig"))
-    except ApiError as exc:
-        cli.fail(str(exc), exc.code)
-    finally:
-        api.close()
     out.mkdir(parents=True, exist_ok=True)
     for issued in result["created"]:
         write_profile(_profile(issued, api.server), out / f"{issued['username']}.rai_profile")
@@ -61,13 +55,8 @@ def keys_rotate(
 ) -> None:
     """Issue new keys; the old ones stop working at once."""
     cli = _cli()
-    api = cli._api(server)
-    try:
+    with cli.connected(server) as api:
         issued = api.rotate_keys(username)
-    except ApiError as exc:
-        cli.fail(str(exc), exc.code)
-    finally:
-        api.close()
     path = write_profile(_profile(issued, api.server), out or Path(f"{username}.rai_profile"))
     cli.say(f"new keys for {username}: profile written to {path}; the old access key no longer works")
 
@@ -76,13 +65,8 @@ def keys_rotate(
 def keys_revoke(username: str, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Stop a user's key from working (rotate later to give them a new one)."""
     cli = _cli()
-    api = cli._api(server)
-    try:
+    with cli.connected(server) as api:
         api.revoke_keys(username)
-    except ApiError as exc:
-        cli.fail(str(exc), exc.code)
-    finally:
-        api.close()
     cli.say(f"{username}'s key is revoked")
 
 
@@ -90,13 +74,8 @@ def keys_revoke(username: str, server: Optional[str] = typer.Option(None, "--ser
 def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Recent staff actions."""
     cli = _cli()
-    api = cli._api(server)
-    try:
+    with cli.connected(server) as api:
         rows = api.audit(limit)
-    except ApiError as exc:
-        cli.fail(str(exc), exc.code)
-    finally:
-        api.close()
     table = Table("when", "who", "action", "target", "detail")
     for r in rows:
         table.add_row(r["at"][:19].replace("T", " "), r["actor"], r["action"], r["target"], str(r["detail"] or ""))

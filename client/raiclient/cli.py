@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -41,6 +43,18 @@ def _api(server: str | None) -> Api:
     except ProfileError as exc:
         fail(str(exc))
         raise  # unreachable
+
+
+@contextmanager
+def connected(server: str | None) -> Iterator[Api]:
+    """An API session whose failures end the command with one line and the right exit status."""
+    api = _api(server)
+    try:
+        yield api
+    except ApiError as exc:
+        fail(str(exc), exc.code)
+    finally:
+        api.close()
 
 
 def exit_code_for(job: JobOut) -> int:
@@ -189,8 +203,7 @@ def logs(
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Print a job's log (whole, or live with --follow)."""
-    api = _api(server)
-    try:
+    with connected(server) as api:
         job = api.job(job_id)
         if follow or job.state.finished:
             raise typer.Exit(follow_job(api, job_id))
@@ -200,22 +213,13 @@ def logs(
                 _print_line(payload)
             elif kind == "end":
                 break
-    except ApiError as exc:
-        fail(str(exc), exc.code)
-    finally:
-        api.close()
 
 
 @app.command()
 def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
     """Show one job's state; the exit status is the job's, as with submit."""
-    api = _api(server)
-    try:
+    with connected(server) as api:
         job = api.job(job_id)
-    except ApiError as exc:
-        fail(str(exc), exc.code)
-    finally:
-        api.close()
     table = Table(show_header=False, box=None, padding=(0, 2))
     for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position"):
         value = getattr(job, key)
@@ -229,13 +233,8 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
 @app.command()
 def history(limit: int = typer.Option(20, "-n", help="how many jobs"), server: Optional[str] = SERVER_OPT) -> None:
     """Your recent jobs, newest first."""
-    api = _api(server)
-    try:
+    with connected(server) as api:
         jobs = api.jobs(limit).jobs
-    except ApiError as exc:
-        fail(str(exc), exc.code)
-    finally:
-        api.close()
     table = Table("job", "state", "kind", "queue", "submitted", "took", "op time")
     for job in jobs:
         took = f"{job.duration:.1f} s" if job.duration is not None else ""
@@ -266,13 +265,8 @@ def download(
 @app.command()
 def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), server: Optional[str] = SERVER_OPT) -> None:
     """The leaderboard: each team's fastest valid run (yours is marked -->)."""
-    api = _api(server)
-    try:
+    with connected(server) as api:
         entries = api.leaderboard(n)
-    except ApiError as exc:
-        fail(str(exc), exc.code)
-    finally:
-        api.close()
     table = Table("#", "team", "op time (s)", "correctness", "when", "gpu", "verified")
     for e in entries:
         name = f"[bold]{e['name']} -->[/]" if e["mine"] else e["name"]
@@ -285,13 +279,8 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
 @app.command()
 def cancel(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
     """Cancel a queued or running job."""
-    api = _api(server)
-    try:
+    with connected(server) as api:
         job = api.cancel(job_id)
-    except ApiError as exc:
-        fail(str(exc), exc.code)
-    finally:
-        api.close()
     say(f"Job {job.id}: {job.state.value}" + (" (stopping)" if not job.state.finished else ""))
 
 
@@ -316,9 +305,20 @@ def login(
 
 
 @app.command()
-def version() -> None:
-    """Print the client's version (and the server's, when reachable)."""
+def version(server: Optional[str] = SERVER_OPT) -> None:
+    """Print the client's version (and the server's, when a profile names one that answers)."""
     out.print(f"raiclient {__version__}")
+    try:
+        api = Api(load_profile(server), timeout=5)
+    except ProfileError:
+        return
+    try:
+        info = api.client.get("/healthz").json()
+        out.print(f"server {api.server}: raiserver {info.get('version', '?')}")
+    except Exception:  # noqa: BLE001 - the server's version is a courtesy
+        out.print(f"server {api.server}: not reachable")
+    finally:
+        api.close()
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from conftest import start_service  # noqa: E402
+from conftest import read_log, start_service  # noqa: E402
 
 GOOD_SPEC = b'rai:\n  version: 0.2\n  image: rai/busybox:latest\ncommands:\n  build:\n    - "echo healthy"\n'
 
@@ -59,16 +59,7 @@ class Hostile:
         return job, self.log(jid)
 
     def log(self, jid: str) -> list[dict]:
-        lines, event = [], None
-        with self.http.stream("GET", f"/api/v1/jobs/{jid}/log", timeout=60) as resp:
-            for raw in resp.iter_lines():
-                if raw.startswith("event:"):
-                    event = raw.split(":", 1)[1].strip()
-                elif raw.startswith("data:") and event == "line":
-                    lines.append(json.loads(raw.split(":", 1)[1]))
-                elif raw.startswith("data:") and event == "end":
-                    break
-        return lines
+        return read_log(self.http, jid)
 
     def still_serves(self) -> None:
         """After every hostile case: the next normal job runs and succeeds."""

@@ -10,15 +10,8 @@
 #include <cstdlib>
 
 #include "../src/conv.h"
+#include "../src/cuda_check.h"
 
-#define CUDA_CHECK(call)                                                                        \
-  do {                                                                                          \
-    cudaError_t err_ = (call);                                                                  \
-    if (err_ != cudaSuccess) {                                                                  \
-      fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(err_), __FILE__, __LINE__); \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
 
 #define MAX_WEIGHTS 16384
 __constant__ float c_k[MAX_WEIGHTS];  // used by the generic fallback

@@ -71,8 +71,12 @@ const rai = (() => {
   }
 
   const BLUE = "#2563eb";
+  const chart = (el, config) => {  // charts are read, not watched: no animation
+    config.options = { animation: false, ...(config.options || {}) };
+    return new Chart(el, config);
+  };
   function barChart(id, labels, values, unit) {
-    new Chart(document.getElementById(id), {
+    chart(document.getElementById(id), {
       type: "bar",
       data: { labels, datasets: [{ label: unit, data: values, backgroundColor: BLUE }] },
       options: { indexAxis: "y", plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: unit } } } },
@@ -87,7 +91,7 @@ const rai = (() => {
     const counts = new Array(n).fill(0);
     for (const t of timesMs) counts[Math.min(n - 1, Math.floor((t - lo) / width))]++;
     const labels = counts.map((_, i) => `${(lo + i * width).toFixed(3)}–${(lo + (i + 1) * width).toFixed(3)}`);
-    new Chart(el, {
+    chart(el, {
       type: "bar",
       data: { labels, datasets: [{ label: "teams", data: counts, backgroundColor: BLUE }] },
       options: { plugins: { legend: { display: false } }, scales: { x: { title: { display: true, text: "total op time (ms)" } }, y: { title: { display: true, text: "teams" }, ticks: { precision: 0 } } } },
@@ -95,7 +99,7 @@ const rai = (() => {
   }
 
   function lineChart(id, history) {
-    new Chart(document.getElementById(id), {
+    chart(document.getElementById(id), {
       type: "line",
       data: { labels: history.map((h) => h.t.slice(5, 16).replace("T", " ")), datasets: [{ label: "total op time (ms)", data: history.map((h) => h.ms), borderColor: BLUE, tension: 0.2 }] },
       options: { scales: { y: { title: { display: true, text: "ms" } } } },

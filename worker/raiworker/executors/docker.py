@@ -13,6 +13,7 @@ import socket
 import struct
 import tarfile
 import threading
+import time
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -166,12 +167,14 @@ class DockerExecutor(Executor):
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         if code != 137 or self.container is None:
             return None
-        try:
-            self.container.reload()
-            if self.container.status != "running":
-                return "the job's container stopped: its first process (PID 1) was killed"
-        except DockerException:
-            pass
+        for _ in range(10):  # the engine notices a dead init a moment after the exec ends
+            try:
+                self.container.reload()
+                if self.container.status != "running":
+                    return "the job's container stopped: its first process (PID 1) was killed"
+            except DockerException:
+                break
+            time.sleep(0.1)
         gib = ctx.memory_mb / 1024
         kills = self._oom_kills()
         if kills:
