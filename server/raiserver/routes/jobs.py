@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
@@ -26,6 +27,12 @@ from ..tables import Job, User
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def sse_json(model, **kw) -> str:
+    """JSON with every non-ASCII character escaped: an SSE data field is split at any Unicode line
+    break (U+2028, NEL…), which job output may well contain."""
+    return json.dumps(model.model_dump(mode="json", **kw))
 
 
 def human_size(n: int) -> str:
@@ -176,14 +183,14 @@ async def log(
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
 
     def line_event(line) -> dict:
-        return {"event": "line", "id": str(line.n), "data": line.model_dump_json()}
+        return {"event": "line", "id": str(line.n), "data": sse_json(line)}
 
     async def events():
         nonlocal job
         if job.state.finished:
             for line in await run_in_threadpool(lambda: list(svc.logs.stored(job_id, start))):
                 yield line_event(line)
-            yield {"event": "end", "data": job.model_dump_json()}
+            yield {"event": "end", "data": sse_json(job)}
             return
         last_status: tuple | None = None
         last_check = 0.0
@@ -193,7 +200,7 @@ async def log(
                 n, fields = item
                 if fields.get("s") == END:
                     job = await run_in_threadpool(snapshot)
-                    yield {"event": "end", "data": job.model_dump_json()}
+                    yield {"event": "end", "data": sse_json(job)}
                     return
                 position = n
                 yield line_event(to_line(n, fields))
@@ -206,12 +213,12 @@ async def log(
             if job.state.finished:  # the end marker expired or was missed: finish from storage
                 for line in await run_in_threadpool(lambda: list(svc.logs.stored(job_id, position))):
                     yield line_event(line)
-                yield {"event": "end", "data": job.model_dump_json()}
+                yield {"event": "end", "data": sse_json(job)}
                 return
             current = (job.state.value, job.position, job.eta_seconds)
             if current != last_status:
                 last_status = current
-                yield {"event": "status", "data": job.model_dump_json(include={"state", "position", "eta_seconds", "worker"})}
+                yield {"event": "status", "data": sse_json(job, include={"state", "position", "eta_seconds", "worker"})}
 
     return EventSourceResponse(events(), ping=15, send_timeout=30)
 
