@@ -69,6 +69,8 @@ def exit_code_for(job: JobOut) -> int:
 
 
 def _kib(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
     return f"{n / 1024:,.0f} KiB" if n < 10 * 1024**2 else f"{n / 1024**2:,.1f} MiB"
 
 
@@ -181,7 +183,7 @@ def submit(
                 started = time.monotonic()
                 job = api.submit(packed.path, queue, kind)
                 rate = packed.bytes / max(time.monotonic() - started, 1e-3) / 1024**2
-                say(f"Uploaded {_kib(packed.bytes)} ({rate:.1f} MB/s)")
+                say(f"Uploaded {_kib(packed.bytes)}" + (f" ({rate:.1f} MB/s)" if packed.bytes >= 1024**2 else ""))
         finally:
             packed.path.unlink(missing_ok=True)
         position = f" (position {job.position})" if job.position else ""

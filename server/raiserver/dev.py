@@ -160,7 +160,9 @@ def dev(
         else:
             profile_hint = f"RAI_PROFILE={profile_path} "
             console.print(f"[bold cyan]✱[/] admin profile: {profile_path} (your ~/.rai_profile was left as it is)")
-        console.print(f"[bold cyan]✱[/] next: {profile_hint}raiclient submit -p examples/hello")
+        client = "raiclient" if shutil.which("raiclient") else str(Path(sys.executable).parent / "raiclient")
+        console.print(f"[bold cyan]✱[/] web view: {server_url}/login (keys from the profile); next: "
+                      f"{profile_hint}{client} submit -p examples/hello")
         if submit is not None:
             time.sleep(1.0)
             code = subprocess.call([sys.executable, "-m", "raiclient.cli", "submit", "-p", str(submit)],
