@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from pathlib import Path
 
-import httpx
 import pytest
 
 from conftest import make_project, free_port

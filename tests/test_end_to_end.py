@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import io
 import json
 import signal
 import tarfile
 import time
-from pathlib import Path
 
-import httpx
 import pytest
 
 from conftest import ROOT, make_project, read_log, wait_for

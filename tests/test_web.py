@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_project, wait_for
+from conftest import make_project
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -148,7 +148,7 @@ def dev(
         server = spawn([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", host, "--port", str(port)], "server")
         wait_http(f"{server_url}/healthz", server, "server")
         profile_path = ensure_admin(env, data, server_url)
-        worker = spawn([sys.executable, "-m", "raiworker.cli"], "worker")
+        spawn([sys.executable, "-m", "raiworker.cli"], "worker")
         console.print(f"[bold cyan]✱[/] rai is up: server {server_url} (API docs {server_url}/docs), data in {data}")
         console.print(f"[bold cyan]✱[/] worker: {executor} executor ({reason}); logs in {logs}")
         home_profile = Path.home() / ".rai_profile"

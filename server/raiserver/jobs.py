@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta, timezone
 
 from fastapi import HTTPException, status
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
 

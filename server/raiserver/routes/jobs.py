@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
 from raiclient.archive import ArchiveError, ArchiveLimits, inspect_archive
-from raiclient.models import JobList, JobOut, JobState, LogStream, UserOut
+from raiclient.models import JobList, JobOut, JobState, UserOut
 from raiclient.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
 
 from ..auth import Principal, current_user, get_db
@@ -223,4 +223,3 @@ async def log(
     return EventSourceResponse(events(), ping=15, send_timeout=30)
 
 
-__all__ = ["router", "visible_job", "services", "LogStream"]
