@@ -6,7 +6,6 @@ library's ``data`` filter; our own checks add the caps it does not have (count, 
 
 from __future__ import annotations
 
-import io
 import os
 import posixpath
 import tarfile
@@ -167,10 +166,10 @@ def extract_archive(path: Path, dest: Path, limits: ArchiveLimits = ArchiveLimit
     return info
 
 
-def pack_directory(directory: Path, out: io.BufferedIOBase | Path) -> int:
+def pack_directory(directory: Path, out: Path) -> int:
     """Tar+gzip a folder as is (the build folder coming back); returns the number of entries."""
     count = 0
-    with tarfile.open(fileobj=out if not isinstance(out, Path) else None, name=out if isinstance(out, Path) else None, mode="w:gz") as tar:
+    with tarfile.open(out, "w:gz") as tar:
         for root, dirs, filenames in os.walk(directory):
             for entry in sorted(dirs) + sorted(filenames):
                 full = Path(root) / entry

@@ -43,34 +43,52 @@ def conflict(message: str) -> HTTPException:
     return HTTPException(status.HTTP_409_CONFLICT, message)
 
 
-def queue_position(db: Session, job: Job) -> int | None:
-    """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
-    if job.state != JobState.queued.value:
-        return None
-    if job.dispatched_at is not None:
-        return 1
-    order = fair_order(db, job.queue)
-    return next((i for i, j in enumerate(order, start=1) if j.id == job.id), None)
+class QueueView:
+    """Queue positions and ETAs, computed once per queue however many jobs are shown (the web
+    queue renders every waiting job each second: one fair-order pass, not one per job)."""
+
+    def __init__(self, db: Session):
+        self.db = db
+        self._positions: dict[str, dict[str, int]] = {}
+        self._per_slot: dict[str, float | None] = {}
+
+    def position(self, job: Job) -> int | None:
+        """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
+        if job.state != JobState.queued.value:
+            return None
+        if job.dispatched_at is not None:
+            return 1
+        if job.queue not in self._positions:
+            order = fair_order(self.db, job.queue)
+            self._positions[job.queue] = {j.id: i for i, j in enumerate(order, start=1)}
+        return self._positions[job.queue].get(job.id)
+
+    def eta(self, job: Job, position: int | None) -> float | None:
+        """Expected wait: recent run times on this queue × jobs ahead ÷ live slots serving it."""
+        if position is None:
+            return None
+        if job.queue not in self._per_slot:
+            self._per_slot[job.queue] = self._seconds_per_slot(job.queue)
+        per_slot = self._per_slot[job.queue]
+        return None if per_slot is None else round(per_slot * position, 1)
+
+    def _seconds_per_slot(self, queue: str) -> float | None:
+        recent = self.db.execute(
+            select(Job.started_at, Job.finished_at).where(Job.queue == queue, Job.finished_at.is_not(None),
+                                                          Job.started_at.is_not(None))
+            .order_by(Job.finished_at.desc()).limit(20)
+        ).all()
+        if not recent:
+            return None
+        mean = sum((f - s).total_seconds() for s, f in recent) / len(recent)
+        cutoff = utcnow() - timedelta(seconds=60)
+        slots = sum(w.slots for w in self.db.scalars(select(Worker).where(Worker.last_seen > cutoff)) if queue in (w.queues or []))
+        return mean / max(slots, 1)
 
 
-def eta_seconds(db: Session, job: Job, position: int | None) -> float | None:
-    """Expected wait: recent run times on this queue × jobs ahead ÷ live slots serving it."""
-    if position is None:
-        return None
-    recent = db.execute(
-        select(Job.started_at, Job.finished_at).where(Job.queue == job.queue, Job.finished_at.is_not(None),
-                                                      Job.started_at.is_not(None))
-        .order_by(Job.finished_at.desc()).limit(20)
-    ).all()
-    if not recent:
-        return None
-    mean = sum((f - s).total_seconds() for s, f in recent) / len(recent)
-    cutoff = utcnow() - timedelta(seconds=60)
-    slots = sum(w.slots for w in db.scalars(select(Worker).where(Worker.last_seen > cutoff)) if job.queue in (w.queues or []))
-    return round(mean * position / max(slots, 1), 1)
-
-
-def job_out(db: Session, job: Job) -> JobOut:
+def job_out(db: Session, job: Job, view: QueueView | None = None) -> JobOut:
+    view = view or QueueView(db)
+    position = view.position(job)
     return JobOut(
         id=job.id,
         owner=job.owner.username,
@@ -86,8 +104,8 @@ def job_out(db: Session, job: Job) -> JobOut:
         exit_code=job.exit_code,
         failed_command=job.failed_command,
         message=job.message,
-        position=(position := queue_position(db, job)),
-        eta_seconds=eta_seconds(db, job, position),
+        position=position,
+        eta_seconds=view.eta(job, position),
         gpu_name=job.gpu_name,
         has_build=job.has_build,
         archive_bytes=job.archive_bytes,

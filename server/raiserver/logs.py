@@ -14,19 +14,12 @@ from collections.abc import AsyncIterator, Iterator
 import redis
 import redis.asyncio as aioredis
 
+from raiclient.keys import cancel_key, stream_key
 from raiclient.models import LogLine, LogStream
 
 from .storage import Storage
 
 END = "end"
-
-
-def stream_key(job_id: str) -> str:
-    return f"rai:log:{job_id}"
-
-
-def cancel_key(job_id: str) -> str:
-    return f"rai:cancel:{job_id}"
 
 
 def _decode(entry_id: bytes | str, fields: dict) -> tuple[int, dict[str, str]]:

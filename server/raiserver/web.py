@@ -25,7 +25,7 @@ from raiclient.models import JobState
 
 from .auth import Principal, authenticate, get_db
 from .db import utcnow
-from .jobs import cancel_job, job_out
+from .jobs import QueueView, cancel_job, job_out
 from .leaderboard import leaderboard
 from .routes.jobs import visible_job
 from .tables import Job, User, Worker
@@ -101,8 +101,9 @@ def queue_snapshot(db: Session, p: Principal) -> dict:
     ).all()
     now = utcnow()
     rows = {"queued": [], "running": []}
+    view = QueueView(db)
     for job in jobs:
-        out = job_out(db, job)
+        out = job_out(db, job, view)
         mine = job.owner_id == p.user.id
         shown = p.is_staff or mine
         since = job.started_at if job.state == JobState.running.value else job.created_at
@@ -198,12 +199,13 @@ def user_page(username: str, request: Request, p: Principal = Depends(web_user),
     if user is None or not (p.is_staff or user.id == p.user.id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {username}")
     jobs = db.scalars(select(Job).where(Job.owner_id == user.id).order_by(Job.created_at.desc()).limit(200)).all()
+    view = QueueView(db)
     history = [
         {"t": j.finished_at.isoformat(), "ms": j.results["op_time_total"] * 1000, "id": j.id}
         for j in reversed(jobs)
         if j.results and j.results.get("op_time_total") is not None and j.finished_at
     ]
-    return render(request, "user.html", p, user=user, jobs=[job_out(db, j) for j in jobs], history=history)
+    return render(request, "user.html", p, user=user, jobs=[job_out(db, j, view) for j in jobs], history=history)
 
 
 def install(app) -> None:

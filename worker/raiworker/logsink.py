@@ -11,11 +11,8 @@ import time
 
 import redis
 
+from raiclient.keys import stream_key
 from raiclient.models import LogStream
-
-
-def stream_key(job_id: str) -> str:  # must match raiserver.logs.stream_key
-    return f"rai:log:{job_id}"
 
 
 class LogSink:

@@ -16,6 +16,7 @@ from pathlib import Path
 import redis
 
 from raiclient.archive import ArchiveError, extract_archive, pack_directory
+from raiclient.keys import cancel_key
 from raiclient.models import GpuInfo, JobState, JobUpdate
 
 from .config import WorkerSettings
@@ -25,10 +26,6 @@ from .logsink import LogSink
 from .server import Refused, ServerClient
 
 log = logging.getLogger("raiworker")
-
-
-def cancel_key(job_id: str) -> str:  # must match raiserver.logs.cancel_key
-    return f"rai:cancel:{job_id}"
 
 
 def _watch_cancel(r: redis.Redis, job_id: str, cancel: threading.Event, done: threading.Event) -> None:

@@ -18,7 +18,7 @@ from raiclient.models import JobList, JobOut, JobState, UserOut
 from raiclient.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
 
 from ..auth import Principal, current_user, get_db
-from ..jobs import Services, cancel_job, create_job, job_out
+from ..jobs import QueueView, Services, cancel_job, create_job, job_out
 from ..capacity import check_gpus, check_image, check_queue
 from ..quotas import check_quotas
 from ..logs import END, to_line
@@ -137,7 +137,8 @@ def history(
     q = select(Job).order_by(Job.created_at.desc()).limit(limit)
     if not (everyone and p.is_staff):
         q = q.where(Job.owner_id == p.user.id)
-    return JobList(jobs=[job_out(db, j) for j in db.scalars(q)])
+    view = QueueView(db)
+    return JobList(jobs=[job_out(db, j, view) for j in db.scalars(q)])
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
