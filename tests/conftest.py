@@ -262,7 +262,9 @@ def make_project(root: Path, commands: list[str], image: str = BUSYBOX, files: d
 
 
 def read_log(http: httpx.Client, job_id: str, last_event_id: int | None = None) -> list[dict]:
-    """Every line event of a job's log stream (SSE), up to its end event."""
+    """Every line of a job's log stream (SSE), up to its end event, as {n, t, s, text}."""
+    from raiclient import logwire
+
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
     lines, event = [], None
     with http.stream("GET", f"/api/v1/jobs/{job_id}/log", headers=headers, timeout=60) as resp:
@@ -270,8 +272,9 @@ def read_log(http: httpx.Client, job_id: str, last_event_id: int | None = None) 
         for raw in resp.iter_lines():
             if raw.startswith("event:"):
                 event = raw.split(":", 1)[1].strip()
-            elif raw.startswith("data:") and event == "line":
-                lines.append(json.loads(raw.split(":", 1)[1]))
+            elif raw.startswith("data:") and event == "lines":
+                for b in logwire.loads(raw.split(":", 1)[1]):
+                    lines.extend({"n": b.n + i, "t": b.t, "s": b.s, "text": text} for i, text in enumerate(b.lines()))
             elif raw.startswith("data:") and event == "end":
                 break
     return lines

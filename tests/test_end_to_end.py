@@ -154,17 +154,20 @@ def test_reconnecting_reader_gets_every_line_exactly_once(docker_service, tmp_pa
         # read a few lines at a time, dropping the connection each time, resuming with Last-Event-ID
         for _ in range(200):
             headers = {"Last-Event-ID": str(last)} if last else {}
-            event, got, ended = None, 0, False
+            event, event_id, got, ended = None, None, 0, False
             with h.stream("GET", f"/api/v1/jobs/{jid}/log", headers=headers, timeout=60) as resp:
                 for raw in resp.iter_lines():
                     if raw.startswith("event:"):
                         event = raw.split(":", 1)[1].strip()
-                    elif raw.startswith("data:") and event == "line":
-                        line = json.loads(raw.split(":", 1)[1])
-                        seen.append(line)
-                        last = line["n"]
+                    elif raw.startswith("id:"):
+                        event_id = int(raw.split(":", 1)[1])
+                    elif raw.startswith("data:") and event == "lines":
+                        for b in json.loads(raw.split(":", 1)[1]):
+                            seen.extend({"n": b["n"] + i, "s": b["s"], "text": t} for i, t in enumerate(b["x"].split("\n")))
+                        assert event_id == seen[-1]["n"], "the event id is its last line's number"
+                        last = event_id
                         got += 1
-                        if got == 3:
+                        if got == 2:
                             break
                     elif raw.startswith("data:") and event == "end":
                         ended = True

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,8 +13,8 @@ from typing import Any
 import httpx
 from httpx_sse import connect_sse
 
-from . import __version__
-from .models import ExitCode, JobList, JobOut, LogLine, UserOut
+from . import __version__, logwire
+from .models import ExitCode, JobList, JobOut, UserOut
 from .profile import Profile
 
 CHUNK = 256 * 1024
@@ -157,38 +159,56 @@ class Api:
         except httpx.HTTPError as exc:
             raise ApiError(f"download from {self.server} failed: {exc.__class__.__name__}") from None
 
-    def follow(self, job_id: str, after: int = 0, give_up_after: float = 300.0) -> Iterator[tuple[str, Any]]:
-        """Yield ("line", LogLine), ("status", dict) and finally ("end", JobOut) events.
+    def follow(self, job_id: str, after: int = 0, give_up_after: float | None = None,
+               live: bool = True) -> Iterator[tuple[str, Any]]:
+        """Yield ("lines", [Batch]), ("status", dict), ("reconnecting", (last line, delay)) and
+        finally ("end", JobOut) events; with ``live=False``, ("caught_up", dict) instead once the
+        lines written so far are out.
 
-        Reconnects with ``Last-Event-ID`` when the connection drops (bad Wi-Fi, server restart),
-        so no line is lost or printed twice; gives up after ``give_up_after`` seconds of failures.
+        Reconnects with exponential back-off and ``Last-Event-ID`` when the connection drops (bad
+        Wi-Fi, server restart, a stream cut off for reading too slowly), so no line is lost or
+        printed twice; honours ``Retry-After`` when the server is at its stream limit. Gives up
+        (ApiError) after ``give_up_after`` seconds without progress (``RAI_RECONNECT_SECONDS``,
+        default 300).
         """
+        if give_up_after is None:
+            give_up_after = float(os.environ.get("RAI_RECONNECT_SECONDS", "300"))
         last = after
         failing_since: float | None = None
-        delay = 0.5
+        delay = 0.25
         while True:
+            wait: float | None = None
             try:
                 headers = {"Last-Event-ID": str(last)} if last else {}
                 with connect_sse(
                     self.client, "GET", f"/api/v1/jobs/{job_id}/log", headers=headers,
+                    params=None if live else {"follow": "false"},
                     timeout=httpx.Timeout(30.0, read=60.0),
                 ) as source:
-                    if not source.response.is_success:
-                        source.response.read()
-                        self._check(source.response)
-                    failing_since, delay = None, 0.5
-                    for sse in source.iter_sse():
-                        if sse.event == "line":
-                            line = LogLine.model_validate_json(sse.data)
-                            if line.n <= last:
-                                continue
-                            last = line.n
-                            yield "line", line
-                        elif sse.event == "status":
-                            yield "status", json.loads(sse.data)
-                        elif sse.event == "end":
-                            yield "end", JobOut.model_validate_json(sse.data)
-                            return
+                    resp = source.response
+                    if resp.status_code in (429, 503) and resp.headers.get("Retry-After", "").isdigit():
+                        resp.read()
+                        wait = float(resp.headers["Retry-After"])
+                    elif not resp.is_success:
+                        resp.read()
+                        self._check(resp)
+                    else:
+                        for sse in source.iter_sse():
+                            if sse.event == "lines":
+                                fresh = [b for b in (x.after(last) for x in logwire.loads(sse.data)) if b is not None]
+                                if fresh:
+                                    last = fresh[-1].last
+                                    failing_since, delay = None, 0.25
+                                    yield "lines", fresh
+                            elif sse.event == "status":
+                                failing_since, delay = None, 0.25
+                                yield "status", json.loads(sse.data)
+                            elif sse.event == "end":
+                                yield "end", JobOut.model_validate_json(sse.data)
+                                return
+                            elif sse.event == "caught_up":
+                                yield "caught_up", json.loads(sse.data)
+                                return
             except ApiError as exc:
                 if exc.status is None or exc.status < 500:
                     raise
@@ -196,11 +216,13 @@ class Api:
                 pass
             now = time.monotonic()
             failing_since = failing_since or now
-            if now - failing_since > give_up_after:
+            if now - failing_since >= give_up_after:
                 raise ApiError(
-                    f"lost the connection to {self.server} for {give_up_after:.0f} s; the job goes on: "
-                    f"'raiclient logs {job_id} --follow' to reattach"
+                    f"lost the connection to {self.server} for {give_up_after:.0f} s; the job goes on. "
+                    f"Resume with: raiclient logs {job_id} --follow"
                 )
-            yield "reconnecting", last
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            pause = wait if wait is not None else delay * (0.5 + random.random())
+            pause = min(pause, max(0.0, failing_since + give_up_after - now))
+            yield "reconnecting", (last, pause)
+            time.sleep(pause)
+            delay = min(delay * 2, 30.0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,11 +12,13 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
+from rich.text import Text
 
 from . import __version__
 from .api import Api, ApiError
 from .archive import pack_project
-from .models import ExitCode, JobOut, JobState, LogLine, LogStream
+from .models import ExitCode, JobOut, JobState
+from .output import LogPrinter
 from .profile import Profile, ProfileError, load_profile, write_profile
 from .spec import SpecError, load_spec, missing_for_kind
 
@@ -28,12 +29,14 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 SERVER_OPT = typer.Option(None, "--server", envvar="RAI_SERVER", help="rai server URL (default: from your profile)")
 
 
-def say(message: str) -> None:
-    out.print(f"[bold cyan]✱[/] {message}")
+def say(*parts: str | tuple[str, str]) -> None:
+    """One of the client's own lines. Parts are plain text (never markup: job ids, commands and
+    messages come from users) or (text, style)."""
+    out.print(Text.assemble(("✱ ", "bold cyan"), *parts))
 
 
 def fail(message: str, code: int = ExitCode.CLIENT_ERROR) -> None:
-    err.print(f"[bold red]✱ error:[/] {message}", markup=True)
+    err.print(Text.assemble(("✱ error: ", "bold red"), message))
     raise typer.Exit(code)
 
 
@@ -74,17 +77,6 @@ def _kib(n: int) -> str:
     return f"{n / 1024:,.0f} KiB" if n < 10 * 1024**2 else f"{n / 1024**2:,.1f} MiB"
 
 
-def _print_line(line: LogLine) -> None:
-    if line.s is LogStream.sys:
-        say(line.text)
-    elif line.s is LogStream.err:
-        sys.stderr.write(line.text + "\n")
-        sys.stderr.flush()
-    else:
-        sys.stdout.write(line.text + "\n")
-        sys.stdout.flush()
-
-
 def _print_results(job: JobOut) -> None:
     r = job.results
     if r is None or not (r.op_times or r.correctness or r.elapsed_seconds is not None):
@@ -95,7 +87,7 @@ def _print_results(job: JobOut) -> None:
     if r.op_time_runs:
         table.add_row("Timing runs", f"{len(r.op_time_runs)} (median shown, spread {r.op_time_spread:g} s)")
     for model, value in r.correctness.items():
-        table.add_row("Correctness", f"{value:g} (model {model})")
+        table.add_row("Correctness", Text(f"{value:g} (model {model})"))
     if r.elapsed_seconds is not None:
         table.add_row("Elapsed", f"{r.elapsed_seconds:g} s")
     if r.max_rss_kb is not None:
@@ -109,22 +101,23 @@ def _finish(api: Api, job: JobOut) -> int:
         say(f"Build folder: {api.server}/api/v1/jobs/{job.id}/build.tar.gz  (raiclient download {job.id})")
     took = f" in {job.duration:.1f} s" if job.duration is not None else ""
     if job.state is JobState.succeeded:
-        say(f"Job [green]succeeded[/]{took}")
+        say("Job ", ("succeeded", "green"), took)
     elif job.state is JobState.failed:
         what = f": '{job.failed_command}' exited with {job.exit_code}" if job.failed_command else ""
-        say(f"Job [red]failed[/]{took}{what}")
+        say("Job ", ("failed", "red"), took + what)
     else:
-        say(f"Job [red]{job.state.value.replace('_', ' ')}[/]{took}" + (f": {job.message}" if job.message else ""))
+        say("Job ", (job.state.value.replace("_", " "), "red"), took + (f": {job.message}" if job.message else ""))
     return exit_code_for(job)
 
 
 def follow_job(api: Api, job_id: str, after: int = 0) -> int:
     """Print the job's log as it comes; Ctrl-C detaches without cancelling."""
     last_position: int | None = None
+    printer = LogPrinter()
     try:
         for kind, payload in api.follow(job_id, after=after):
-            if kind == "line":
-                _print_line(payload)
+            if kind == "lines":
+                printer.batches(payload)
             elif kind == "status":
                 pos = payload.get("position")
                 if payload.get("state") == "queued" and pos and pos != last_position:
@@ -132,10 +125,13 @@ def follow_job(api: Api, job_id: str, after: int = 0) -> int:
                     eta = payload.get("eta_seconds")
                     say(f"Waiting in queue: position {pos}" + (f", about {eta:.0f} s" if eta else ""))
             elif kind == "reconnecting":
-                err.print(f"[yellow]✱ connection lost, reconnecting (resuming after line {payload})…[/]")
+                line, pause = payload
+                printer.flush()
+                err.print(Text(f"✱ connection lost; reconnecting in {pause:.1f} s (resuming after line {line})…", "yellow"))
             elif kind == "end":
                 return _finish(api, payload)
     except KeyboardInterrupt:
+        printer.flush()
         say(f"Detached; the job goes on. Reattach: raiclient logs {job_id} --follow   Cancel: raiclient cancel {job_id}")
         return ExitCode.DETACHED
     except ApiError as exc:
@@ -159,7 +155,7 @@ def submit(
         spec = load_spec(path)
     except SpecError as exc:
         for message in exc.messages:
-            err.print(f"[bold red]✱ error:[/] {message}")
+            err.print(Text.assemble(("✱ error: ", "bold red"), message))
         raise typer.Exit(ExitCode.CLIENT_ERROR)
     missing = missing_for_kind(kind, {p.name for p in path.iterdir() if p.is_file()})
     if missing:
@@ -210,11 +206,13 @@ def logs(
         if follow or job.state.finished:
             raise typer.Exit(follow_job(api, job_id))
         # not following a running job: print what exists so far and stop
-        for kind, payload in api.follow(job_id):
-            if kind == "line":
-                _print_line(payload)
-            elif kind == "end":
+        printer = LogPrinter()
+        for kind, payload in api.follow(job_id, live=False):
+            if kind == "lines":
+                printer.batches(payload)
+            elif kind in ("end", "caught_up"):
                 break
+        say(f"The job is {job.state.value}; follow it: raiclient logs {job_id} --follow")
 
 
 @app.command()
@@ -226,7 +224,7 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
     for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position"):
         value = getattr(job, key)
         if value is not None:
-            table.add_row(key, str(value.value if isinstance(value, JobState) else value))
+            table.add_row(key, Text(str(value.value if isinstance(value, JobState) else value)))
     out.print(table)
     _print_results(job)
     raise typer.Exit(exit_code_for(job) if job.state.finished else ExitCode.OK)
@@ -241,7 +239,7 @@ def history(limit: int = typer.Option(20, "-n", help="how many jobs"), server: O
     for job in jobs:
         took = f"{job.duration:.1f} s" if job.duration is not None else ""
         op = f"{job.results.op_time_total:g}" if job.results and job.results.op_time_total is not None else ""
-        table.add_row(job.id, job.state.value, job.kind, job.queue, job.created_at.strftime("%Y-%m-%d %H:%M:%S"), took, op)
+        table.add_row(job.id, job.state.value, Text(job.kind), Text(job.queue), job.created_at.strftime("%Y-%m-%d %H:%M:%S"), took, op)
     out.print(table)
 
 
@@ -271,7 +269,7 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
         entries = api.leaderboard(n)
     table = Table("#", "team", "op time (s)", "correctness", "when", "gpu", "verified")
     for e in entries:
-        name = f"[bold]{e['name']} -->[/]" if e["mine"] else e["name"]
+        name = Text(f"{e['name']} -->", "bold") if e["mine"] else Text(e["name"])
         op = f"{e['op_time']:.6f}" + (f" ± {e['spread'] / 2:.6f}" if e.get("spread") is not None else "")
         table.add_row(str(e["rank"]), name, op, f"{e['correctness']:g}", e["when"][:16].replace("T", " "),
                       e.get("gpu") or "", "✓" if e["verified"] else "")

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 
+LOG_PREFIX = "rai:log:"
+
+
 def stream_key(job_id: str) -> str:
-    """The job's live log: a Redis Stream numbered 1, 2, 3… (ids ``0-*``)."""
-    return f"rai:log:{job_id}"
+    """The job's live log: a Redis Stream of line batches (``raiclient.logwire``)."""
+    return f"{LOG_PREFIX}{job_id}"
+
+
+def job_of_stream(key: str) -> str:
+    """The inverse of ``stream_key``."""
+    return key.removeprefix(LOG_PREFIX)
 
 
 def cancel_key(job_id: str) -> str:

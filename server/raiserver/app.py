@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from sqlalchemy import select
 
 from raiclient import __version__
 
@@ -16,7 +17,9 @@ from .config import Settings
 from .db import Database, migrate
 from .dispatch import Dispatcher
 from .fairshare import dispatch, release_stale
-from .jobs import Services, reap
+from .jobs import QueueView, Services, job_out, reap
+from .tables import Job
+from .feed import LogHub
 from .logs import LogStore
 from . import web
 from .routes import admin as admin_routes
@@ -91,6 +94,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.job_wall_seconds * 2 + 600),
     )
 
+    def job_states(ids: list[str]) -> dict:
+        with db.session() as session:
+            view = QueueView(session)
+            return {j.id: job_out(session, j, view) for j in session.scalars(select(Job).where(Job.id.in_(ids)))}
+
+    hub = LogHub(services.logs, job_states, per_student=settings.streams_per_student, per_staff=settings.streams_per_staff,
+                 per_process=settings.streams_per_process, buffer_lines=settings.stream_buffer_lines)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         loop = asyncio.get_running_loop()
@@ -100,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         for task in tasks:
             task.cancel()
+        await hub.close()
         await services.logs.aclose()
         db.engine.dispose()
 
@@ -108,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.db = db
     app.state.services = services
+    app.state.hub = hub
     app.include_router(jobs_routes.router)
     app.include_router(workers_routes.router)
     app.include_router(leaderboard_routes.router)

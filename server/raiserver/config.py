@@ -28,6 +28,12 @@ class Settings(BaseSettings):
     worker_dead_after: float = 45.0
     reaper_interval: float = 5.0
     log_ttl_seconds: int = 600  # live stream kept in Redis after the job, for late readers
+    # concurrent log streams (SSE): past a cap the answer is 429/503 with Retry-After, never a
+    # stream that breaks halfway; a watcher more than stream_buffer_lines behind is cut off and resumes
+    streams_per_student: int = 10
+    streams_per_staff: int = 500
+    streams_per_process: int = 5000
+    stream_buffer_lines: int = 500_000
     session_secret: str = "change-me-session-secret"
 
     # people and fairness

@@ -162,7 +162,7 @@ def finish_job(
     job.message = message
     svc.logs.archive(job.id)
     job.log_stored = True
-    job.results = parse_log(svc.logs.stored(job.id)).model_dump()
+    job.results = parse_log(svc.logs.stored_lines(job.id)).model_dump()
     job.has_build = svc.storage.build_path(job.id).exists()
     if job.worker:
         w = db.get(Worker, job.worker)

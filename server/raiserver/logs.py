@@ -1,99 +1,137 @@
 """Job logs: a Redis Stream per job while it runs, a JSON-lines file in storage once it ends.
 
-Entries are added with the id ``0-*``, so Redis numbers them 1, 2, 3… atomically, whoever writes
-(worker or server, first attempt or a retry). That number is the line's position and the SSE
-event id, which makes ``Last-Event-ID`` resumption exact: no line lost or repeated.
+Both hold batches of lines (``raiclient.logwire``): a batch's lines are numbered in the whole log,
+and the number of the last line is its SSE event id, which makes ``Last-Event-ID`` resumption
+exact: no line lost or repeated. Archiving, replay and download go page by page, so a log of
+millions of lines never sits in the server's memory at once.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import redis
 import redis.asyncio as aioredis
 
 from raiclient.keys import cancel_key, stream_key
-from raiclient.models import LogLine, LogStream
+from raiclient.logwire import APPEND_LUA, END, Batch, append_args, decode_entry
+from raiclient.models import LogStream
 
 from .storage import Storage
 
-END = "end"
+PAGE_ENTRIES = 500  # Redis entries per XRANGE page
+PAGE_BYTES = 1024**2  # bytes of stored log per replay page
+
+_STREAMS = {s.value: s for s in LogStream}
 
 
-def _decode(entry_id: bytes | str, fields: dict) -> tuple[int, dict[str, str]]:
-    eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    n = int(eid.split("-", 1)[1])
-    f = {(k.decode() if isinstance(k, bytes) else k): (v.decode("utf-8", "replace") if isinstance(v, bytes) else v) for k, v in fields.items()}
-    return n, f
-
-
-def to_line(n: int, f: dict[str, str]) -> LogLine:
-    return LogLine(n=n, t=float(f.get("t", 0)), s=LogStream(f.get("s", "out")), text=f.get("x", ""))
+class Line(NamedTuple):
+    s: LogStream
+    text: str
 
 
 class LogStore:
-    def __init__(self, redis_url: str, storage: Storage, ttl: int):
+    def __init__(self, redis_url: str, storage: Storage, ttl: int, pool_size: int = 32):
         self.redis = redis.Redis.from_url(redis_url)
-        self.aredis = aioredis.Redis.from_url(redis_url)
+        # Readers share a small pool and wait for a free connection rather than fail: the
+        # connections used never grow with the number of people watching.
+        self.aredis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
+            redis_url, max_connections=pool_size, timeout=20))
         self.storage = storage
         self.ttl = ttl
+        self._append = self.redis.register_script(APPEND_LUA)
 
     # -- writing (server side: system lines and the end marker) -------------------------------
     def system(self, job_id: str, text: str, t: float | None = None) -> None:
-        self.redis.xadd(stream_key(job_id), {"t": f"{t or time.time():.6f}", "s": LogStream.sys.value, "x": text}, id="0-*")
+        self._append(keys=[stream_key(job_id)], args=append_args(LogStream.sys.value, t or time.time(), text, 1))
 
     def end(self, job_id: str, state: str) -> None:
-        self.redis.xadd(stream_key(job_id), {"t": f"{time.time():.6f}", "s": END, "x": state}, id="0-*")
+        self._append(keys=[stream_key(job_id)], args=append_args(END, time.time(), state, 1))
 
     def request_cancel(self, job_id: str) -> None:
         self.redis.set(cancel_key(job_id), b"1", ex=24 * 3600)
 
-    def archive(self, job_id: str) -> int:
-        """Copy the live stream into storage; keep it in Redis a little longer for late readers."""
+    def pages(self, job_id: str, after: int = 0) -> Iterator[list[Batch]]:
+        """The live stream after line ``after``, a page at a time (end marker left out)."""
         key = stream_key(job_id)
-        lines = []
-        for entry_id, fields in self.redis.xrange(key):
-            n, f = _decode(entry_id, fields)
-            if f.get("s") == END:
-                continue
-            lines.append(to_line(n, f).model_dump_json())
-        self.storage.write_log(job_id, lines)
+        while True:
+            entries = self.redis.xrange(key, min=f"0-{after + 1}", max="+", count=PAGE_ENTRIES)
+            batches = [b for b in (decode_entry(i, f) for i, f in entries) if b.s != END]
+            if batches:
+                yield [b.after(after) or b for b in batches]
+            if len(entries) < PAGE_ENTRIES:
+                return
+            after = decode_entry(*entries[-1]).last
+
+    def archive(self, job_id: str) -> int:
+        """Copy the live stream into storage page by page; keep it in Redis a little longer for
+        late readers. Returns the number of lines."""
+        key = stream_key(job_id)
+        lines = 0
+        with self.storage.log_writer(job_id) as fh:
+            for page in self.pages(job_id):
+                for batch in page:
+                    fh.write(json.dumps(batch.to_dict(), ensure_ascii=False) + "\n")
+                    lines += batch.c
         self.redis.expire(key, self.ttl)
         self.redis.delete(cancel_key(job_id))
-        return len(lines)
+        return lines
 
-    # -- reading -------------------------------------------------------------------------------
-    def stored(self, job_id: str, after: int = 0) -> Iterator[LogLine]:
+    # -- reading the stored log ------------------------------------------------------------------
+    def stored_page(self, job_id: str, offset: int, after: int, max_bytes: int = PAGE_BYTES) -> tuple[list[Batch], int]:
+        """Batches after line ``after`` from byte ``offset`` of the stored log, about ``max_bytes``
+        of them; returns them and the offset to go on from (-1 at the end)."""
         path = self.storage.log_path(job_id)
-        if not path.exists():
-            return
-        with path.open(encoding="utf-8") as fh:
-            for raw in fh:
-                line = LogLine.model_validate(json.loads(raw))
-                if line.n > after:
-                    yield line
+        batches: list[Batch] = []
+        try:
+            fh = path.open("rb")
+        except FileNotFoundError:
+            return batches, -1
+        with fh:
+            fh.seek(offset)
+            read = 0
+            while read < max_bytes:
+                raw = fh.readline()
+                if not raw:
+                    return batches, -1
+                read += len(raw)
+                batch = Batch.from_dict(json.loads(raw)).after(after)
+                if batch is not None:
+                    batches.append(batch)
+            return batches, offset + read
 
-    def stored_text(self, job_id: str) -> str:
-        return "\n".join(line.text for line in self.stored(job_id) if line.s is not LogStream.sys)
+    def stored(self, job_id: str, after: int = 0) -> Iterator[Batch]:
+        offset = 0
+        while offset >= 0:
+            batches, offset = self.stored_page(job_id, offset, after)
+            yield from batches
 
-    async def tail(self, job_id: str, after: int, block_ms: int = 1000) -> AsyncIterator[tuple[int, dict[str, str]] | None]:
-        """Yield live entries after position ``after``; ``None`` on each idle block so callers can
-        check on the job. Stops after the end marker."""
-        key = stream_key(job_id)
-        last = f"0-{after}"
-        while True:
-            resp = await self.aredis.xread({key: last}, count=500, block=block_ms)
-            if not resp:
-                yield None
-                continue
-            for entry_id, fields in resp[0][1]:
-                n, f = _decode(entry_id, fields)
-                last = f"0-{n}"
-                yield n, f
-                if f.get("s") == END:
-                    return
+    def stored_lines(self, job_id: str) -> Iterator[Line]:
+        for batch in self.stored(job_id):
+            stream = _STREAMS.get(batch.s, LogStream.out)
+            for text in batch.lines():
+                yield Line(stream, text)
+
+    def stored_size(self, job_id: str) -> int:
+        try:
+            return os.path.getsize(self.storage.log_path(job_id))
+        except OSError:
+            return 0
+
+    # -- reading the live stream (async) ---------------------------------------------------------
+    async def alast(self, job_id: str) -> int:
+        """The number of the last line in the live stream (0 if none yet)."""
+        top = await self.aredis.xrevrange(stream_key(job_id), count=1)
+        return decode_entry(*top[0]).last if top else 0
+
+    async def apage(self, job_id: str, after: int) -> list[Batch]:
+        """One page of the live stream after line ``after`` (the end marker included)."""
+        entries = await self.aredis.xrange(stream_key(job_id), min=f"0-{after + 1}", max="+", count=PAGE_ENTRIES)
+        return [b.after(after) or b for b in (decode_entry(i, f) for i, f in entries)]
 
     async def aclose(self) -> None:
         await self.aredis.aclose()

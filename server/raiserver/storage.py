@@ -10,8 +10,10 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 
 class Storage:
@@ -69,14 +71,16 @@ class Storage:
     def log_path(self, job_id: str) -> Path:
         return self.root / "logs" / f"{job_id}.jsonl"
 
-    def write_log(self, job_id: str, lines: list[str]) -> Path:
+    @contextmanager
+    def log_writer(self, job_id: str) -> Iterator[TextIO]:
+        """A file to write the finished log into, page by page; in place only once complete."""
         tmp = self.tempfile(".log")
-        with tmp.open("w", encoding="utf-8") as fh:
-            for line in lines:
-                fh.write(line + "\n")
-        dest = self.log_path(job_id)
-        os.replace(tmp, dest)
-        return dest
+        try:
+            with tmp.open("w", encoding="utf-8") as fh:
+                yield fh
+            os.replace(tmp, self.log_path(job_id))
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def free_bytes(self) -> int:
         return shutil.disk_usage(self.root).free

@@ -33,6 +33,11 @@ def run(
         removed = reap_containers(client, settings.worker_name)
         if removed:
             typer.echo(f"raiworker: removed {removed} container(s) left by an earlier run")
+    from .terminal import pty_helper
+
+    helper = pty_helper(settings.work_dir, settings.pty_helper)
+    if helper is None:
+        typer.echo("raiworker: warning: no pty helper (no C compiler?); job output will not be on a terminal", err=True)
     gpus = ", ".join(f"{g.index}:{g.name}" for g in GPUS) or "none"
     typer.echo(f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queue_list} "
                f"slots={SLOTS} gpus={gpus} server={settings.server_url}")

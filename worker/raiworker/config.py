@@ -32,10 +32,13 @@ class WorkerSettings(BaseSettings):
     tmp_mb: int = 1024
     build_mb: int = 2048  # /build is a tmpfs of this size in the container (counted in its memory)
     output_bytes: int = 16 * 1024**2
+    output_lines: int = 2_500_000  # empty lines count too: `yes ''` stops here
     line_bytes: int = 64 * 1024
     container_user: str = "1000:1000"
     job_env: str = ""  # "KEY=VALUE,KEY2=VALUE2": set by the operator for every job (dataset paths, …)
     read_only_root: bool = True
+    pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start
+    columns: int = 120  # the jobs' terminal width (COLUMNS, and the pty's size)
 
     @property
     def queue_list(self) -> list[str]:

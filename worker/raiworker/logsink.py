@@ -1,7 +1,11 @@
 """Output lines from a job into its Redis Stream, as they come, with time and stream.
 
-Bytes are split into lines per stream (stdout and stderr separately), long lines are cut, and
-past the job's output cap the stream says so once and drops the rest while the job runs on.
+Bytes are split into lines per stream (stdout and stderr separately); each chunk read becomes one
+batch entry (``raiclient.logwire``), so a program printing millions of lines costs thousands of
+Redis calls, not millions. ``\\r`` progress output is folded the way a terminal shows it (only
+what is left after the last carriage return), long lines are cut, and past the job's output cap
+(bytes, and lines: empty lines count too) the stream says so once and drops the rest while the
+job runs on.
 """
 
 from __future__ import annotations
@@ -12,77 +16,98 @@ import time
 import redis
 
 from raiclient.keys import stream_key
+from raiclient.logwire import APPEND_LUA, append_args
 from raiclient.models import LogStream
 
 
+def fold_cr(line: bytes) -> bytes:
+    """What a terminal shows of a line rewritten with ``\\r`` (a progress bar): its last version."""
+    line = line.rstrip(b"\r")
+    return line[line.rfind(b"\r") + 1:]
+
+
 class LogSink:
-    def __init__(self, r: redis.Redis, job_id: str, output_bytes: int, line_bytes: int):
+    def __init__(self, r: redis.Redis, job_id: str, output_bytes: int, line_bytes: int, output_lines: int = 2_500_000):
         self.redis = r
         self.key = stream_key(job_id)
         self.output_bytes = output_bytes
+        self.output_lines = output_lines
         self.line_bytes = line_bytes
         self.written = 0
-        self.truncated = False
         self.lines = 0
+        self.truncated = False
         self.op_time_seen = False  # did the current command print "Op Time:"? (timing repeats)
+        self._append = r.register_script(APPEND_LUA)
         self._buffers: dict[LogStream, bytearray] = {LogStream.out: bytearray(), LogStream.err: bytearray()}
         self._lock = threading.Lock()
 
     def system(self, text: str) -> None:
-        self._add([(LogStream.sys, text)])
+        with self._lock:
+            self._write(LogStream.sys, text, 1)
 
     def feed(self, stream: LogStream, data: bytes) -> None:
-        """Take a chunk of raw output; complete lines go to Redis at once. Linear in the chunk's
-        size (a job may print a gigabyte), and past the cap it only counts."""
+        """Take a chunk of raw output; its complete lines go to Redis at once, as one batch.
+        Linear in the chunk's size with the splitting done in C (a job may print a gigabyte)."""
         with self._lock:
-            if self.truncated:
+            if self.truncated or not data:
                 return
             buf = self._buffers[stream]
-            parts = data.split(b"\n")
-            parts[0] = bytes(buf) + parts[0]
+            if b"\n" not in data:
+                buf += data
+                self._hold(stream, buf)
+                return
+            parts = (bytes(buf) + data).split(b"\n")
             buf.clear()
             buf += parts.pop()  # the unfinished last line waits for more
-            lines: list[tuple[LogStream, str]] = []
-            for part in parts:
-                for i in range(0, max(len(part), 1), self.line_bytes):
-                    lines.extend(self._accept(stream, part[i:i + self.line_bytes]))
-            while len(buf) >= self.line_bytes:  # a line with no end in sight: emit it in pieces
-                lines.extend(self._accept(stream, bytes(buf[:self.line_bytes])))
-                del buf[:self.line_bytes]
-            if self.truncated:
-                for b in self._buffers.values():
-                    b.clear()
-        self._add(lines)
+            self._hold(stream, buf)
+            self._emit(stream, parts)
 
     def flush(self) -> None:
         """At the end of a command: a last line without a newline still counts."""
         with self._lock:
-            lines = []
             for stream, buf in self._buffers.items():
-                if buf:
-                    lines.extend(self._accept(stream, bytes(buf)))
-                    buf.clear()
-        self._add(lines)
+                if buf and not self.truncated:
+                    self._emit(stream, [bytes(buf)])
+                buf.clear()
 
-    def _accept(self, stream: LogStream, piece: bytes) -> list[tuple[LogStream, str]]:
-        if self.truncated:
-            return []
-        self.written += len(piece) + 1
-        if self.written > self.output_bytes:
+    def _hold(self, stream: LogStream, buf: bytearray) -> None:
+        """Keep an unfinished line bounded: fold its ``\\r`` rewrites; cut it past the line size."""
+        if b"\r" in buf[:-1]:
+            keep = fold_cr(bytes(buf[:-1])) + bytes(buf[-1:])
+            buf[:] = keep
+        while len(buf) > self.line_bytes and not self.truncated:
+            piece = bytes(buf[:self.line_bytes])
+            del buf[:self.line_bytes]
+            self._emit(stream, [piece])
+
+    def _emit(self, stream: LogStream, parts: list[bytes]) -> None:
+        if not parts or self.truncated:
+            return
+        if any(b"\r" in p for p in parts):
+            parts = [fold_cr(p) if b"\r" in p else p for p in parts]
+        if max(map(len, parts)) > self.line_bytes:
+            parts = [p[i:i + self.line_bytes] for p in parts for i in range(0, max(len(p), 1), self.line_bytes)]
+        size = sum(map(len, parts)) + len(parts)
+        if self.written + size > self.output_bytes or self.lines + len(parts) > self.output_lines:
+            fit, room = 0, self.output_bytes - self.written
+            while fit < len(parts) and fit < self.output_lines - self.lines and room >= len(parts[fit]) + 1:
+                room -= len(parts[fit]) + 1
+                fit += 1
+            if fit:
+                self._emit(stream, parts[:fit])
             self.truncated = True
-            mib = self.output_bytes / 1024**2
-            return [(LogStream.sys, f"output truncated after {mib:g} MiB; the job keeps running")]
-        text = piece.decode("utf-8", errors="replace").rstrip("\r")
+            for b in self._buffers.values():
+                b.clear()
+            what = (f"{self.output_bytes / 1024**2:g} MiB" if self.lines < self.output_lines
+                    else f"{self.output_lines:,} lines")
+            self._write(LogStream.sys, f"output truncated after {what}; the job keeps running", 1)
+            return
+        self.written += size
+        self.lines += len(parts)
+        text = b"\n".join(parts).decode("utf-8", errors="replace")
         if stream is LogStream.out and "Op Time:" in text:
             self.op_time_seen = True
-        return [(stream, text)]
+        self._write(stream, text, len(parts))
 
-    def _add(self, lines: list[tuple[LogStream, str]]) -> None:
-        if not lines:
-            return
-        now = f"{time.time():.6f}"
-        pipe = self.redis.pipeline(transaction=False)
-        for stream, text in lines:
-            pipe.xadd(self.key, {"t": now, "s": stream.value, "x": text}, id="0-*")
-        pipe.execute()
-        self.lines += len(lines)
+    def _write(self, stream: LogStream, text: str, count: int) -> None:
+        self._append(keys=[self.key], args=append_args(stream.value, time.time(), text, count))

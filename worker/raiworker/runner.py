@@ -52,7 +52,7 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         except Refused as exc:
             log.info("not running %s (attempt %s): %s", job_id, attempt, exc)
             return "skipped"
-        sink = LogSink(r, job_id, settings.output_bytes, settings.line_bytes)
+        sink = LogSink(r, job_id, settings.output_bytes, settings.line_bytes, settings.output_lines)
         marker = running_dir(settings) / job_id
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()

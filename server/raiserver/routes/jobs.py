@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
+from raiclient import logwire
 from raiclient.archive import ArchiveError, ArchiveLimits, inspect_archive
+from raiclient.logwire import END, Batch
 from raiclient.models import JobList, JobOut, JobState, UserOut
 from raiclient.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
 
@@ -21,7 +23,8 @@ from ..auth import Principal, current_user, get_db
 from ..jobs import QueueView, Services, cancel_job, create_job, job_out
 from ..capacity import check_gpus, check_image, check_queue
 from ..quotas import check_quotas
-from ..logs import END, to_line
+from ..feed import LogHub, StreamLimit
+from ..logs import PAGE_ENTRIES
 from ..tables import Job, User
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
@@ -170,9 +173,12 @@ async def log(
     request: Request,
     last_event_id: str | None = Header(None),
     after: int = Query(0, ge=0, description="resume after this line (same as Last-Event-ID)"),
+    follow: bool = Query(True, description="false: send what exists, then `caught_up`, and stop"),
     p: Principal = Depends(current_user),
 ) -> EventSourceResponse:
-    """Server-Sent Events: `line` (id = position), `status` while queued, then `end` with the job."""
+    """Server-Sent Events: `lines` (a batch; id = its last line's number), `status` while queued,
+    then `end` with the job. A stream that ends without `end` was cut off: resume with
+    Last-Event-ID."""
     svc = services(request)
     db_factory = request.app.state.db
 
@@ -182,45 +188,98 @@ async def log(
 
     job = await run_in_threadpool(snapshot)
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
+    hub = request.app.state.hub
+    try:
+        hub.admit(p.user.id, p.is_staff)
+    except StreamLimit as exc:
+        raise HTTPException(exc.status, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    return EventSourceResponse(log_events(svc, hub, job, start, snapshot, p.user.id, follow), ping=15, send_timeout=30)
 
-    def line_event(line) -> dict:
-        return {"event": "line", "id": str(line.n), "data": sse_json(line)}
 
-    async def events():
-        nonlocal job
+@router.get("/jobs/{job_id}/log.txt")
+async def log_text(job_id: str, request: Request, p: Principal = Depends(current_user)) -> StreamingResponse:
+    """A finished job's whole log as plain text, streamed from disk page by page."""
+    svc = services(request)
+
+    def snapshot() -> JobOut:
+        with request.app.state.db.session() as db:
+            return job_out(db, visible_job(db, p, job_id))
+
+    job = await run_in_threadpool(snapshot)
+    if not job.state.finished:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has not finished; follow it with 'raiclient logs {job_id} --follow'")
+
+    async def text() -> AsyncIterator[bytes]:
+        offset = 0
+        while offset >= 0:
+            batches, offset = await run_in_threadpool(svc.logs.stored_page, job_id, offset, 0)
+            yield "".join(("".join(f"✱ {t}\n" for t in b.lines()) if b.s == "sys" else b.x + "\n") for b in batches).encode()
+
+    return StreamingResponse(text(), media_type="text/plain; charset=utf-8",
+                             headers={"Content-Disposition": f'attachment; filename="log-{job_id}.txt"'})
+
+
+def lines_event(batches: list[Batch]) -> dict:
+    return {"event": "lines", "id": str(batches[-1].last), "data": logwire.dumps(batches)}
+
+
+async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator[dict]:
+    """The stored log after line ``after``, a page at a time from disk: bounded memory however
+    long the log, and nothing more is read once the client is gone."""
+    offset = 0
+    while offset >= 0:
+        batches, offset = await run_in_threadpool(svc.logs.stored_page, job_id, offset, after)
+        if batches:
+            yield lines_event(batches)
+
+
+async def log_events(svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot, user_id: int,
+                     follow: bool = True) -> AsyncIterator[dict]:
+    w = None
+    try:
         if job.state.finished:
-            for line in await run_in_threadpool(lambda: list(svc.logs.stored(job_id, start))):
-                yield line_event(line)
+            async for event in stored_events(svc, job.id, sent):
+                yield event
             yield {"event": "end", "data": sse_json(job)}
             return
-        last_status: tuple | None = None
-        last_check = 0.0
-        position = start
-        async for item in svc.logs.tail(job_id, start):
-            if item is not None:
-                n, fields = item
-                if fields.get("s") == END:
-                    job = await run_in_threadpool(snapshot)
-                    yield {"event": "end", "data": sse_json(job)}
-                    return
-                position = n
-                yield line_event(to_line(n, fields))
-                continue
-            loop_time = asyncio.get_running_loop().time()
-            if loop_time - last_check < 2.0:
-                continue
-            last_check = loop_time
-            job = await run_in_threadpool(snapshot)
-            if job.state.finished:  # the end marker expired or was missed: finish from storage
-                for line in await run_in_threadpool(lambda: list(svc.logs.stored(job_id, position))):
-                    yield line_event(line)
-                yield {"event": "end", "data": sse_json(job)}
+        w = await hub.watch(job.id)
+        if job.state is JobState.queued:
+            yield {"event": "status", "data": sse_json(job, include={"state", "position", "eta_seconds", "worker"})}
+        top = hub.position(job.id)
+        while True:  # what was written before this watcher joined
+            page = await svc.logs.apage(job.id, sent)
+            lines = [b for b in page if b.s != END]
+            if lines:
+                yield lines_event(lines)
+                sent = lines[-1].last
+            if len(lines) != len(page):
+                yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
                 return
-            current = (job.state.value, job.position, job.eta_seconds)
-            if current != last_status:
-                last_status = current
-                yield {"event": "status", "data": sse_json(job, include={"state", "position", "eta_seconds", "worker"})}
-
-    return EventSourceResponse(events(), ping=15, send_timeout=30)
-
-
+            if len(page) < PAGE_ENTRIES or sent >= top:
+                break
+        if not follow:
+            yield {"event": "caught_up", "data": sse_json(job, include={"state", "position", "eta_seconds", "worker"})}
+            return
+        while True:
+            for kind, payload in await w.next():
+                if kind == "lines":
+                    fresh = [b for b in (x.after(sent) for x in payload) if b is not None]
+                    if fresh:
+                        yield lines_event(fresh)
+                        sent = fresh[-1].last
+                elif kind == "status":
+                    yield {"event": "status", "data": sse_json(payload, include={"state", "position", "eta_seconds", "worker"})}
+                elif kind == "end":
+                    yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
+                    return
+                elif kind == "finished":  # no end marker came (Redis lost it): finish from storage
+                    async for event in stored_events(svc, job.id, sent):
+                        yield event
+                    yield {"event": "end", "data": sse_json(payload)}
+                    return
+                elif kind == "cut":  # too slow a reader: it reconnects with Last-Event-ID
+                    return
+    finally:
+        if w is not None:
+            hub.unwatch(w)
+        hub.release(user_id)

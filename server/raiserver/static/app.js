@@ -29,13 +29,31 @@ const rai = (() => {
     log.addEventListener("scroll", () => {  // reading back up stops the follow; back at the bottom resumes it
       follow.checked = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     });
-    const src = new EventSource(`/api/v1/jobs/${jobId}/log`);
-    src.addEventListener("line", (ev) => {
-      const line = JSON.parse(ev.data);
-      const div = document.createElement("div");
-      div.className = `l-${line.s}`;
-      div.innerHTML = line.s === "sys" ? `✱ ${esc(line.text)}` : ansi(line.text) || "&nbsp;";
-      log.appendChild(div);
+    const KEEP = 20000;  // lines kept on the page; the whole log is a download away
+    const src = new EventSource(`/api/v1/jobs/${jobId}/log`);  // reconnects with Last-Event-ID by itself
+    src.addEventListener("lines", (ev) => {
+      const frag = document.createDocumentFragment();
+      for (const batch of JSON.parse(ev.data)) {
+        for (const text of batch.x.split("\n").slice(-KEEP)) {
+          const div = document.createElement("div");
+          div.className = `l-${batch.s}`;
+          div.innerHTML = batch.s === "sys" ? `✱ ${esc(text)}` : ansi(text) || "&nbsp;";
+          frag.appendChild(div);
+        }
+      }
+      log.appendChild(frag);
+      let extra = log.childElementCount - KEEP;
+      if (extra > 0) {
+        let note = document.getElementById("log-trimmed");
+        while (extra-- > 0) log.removeChild(note ? note.nextSibling : log.firstChild);
+        if (!note) {
+          note = document.createElement("div");
+          note.id = "log-trimmed";
+          note.className = "l-sys";
+          note.innerHTML = `✱ earlier lines are not shown here; <a href="/api/v1/jobs/${jobId}/log.txt">the whole log</a> once the job ends`;
+          log.insertBefore(note, log.firstChild);
+        }
+      }
       if (follow.checked) log.scrollTop = log.scrollHeight;
     });
     src.addEventListener("status", (ev) => {

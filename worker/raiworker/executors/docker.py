@@ -22,6 +22,7 @@ from docker.types import DeviceRequest, Mount, Ulimit
 from raiclient.models import LogStream
 
 from ..logsink import LogSink
+from ..terminal import IN_CONTAINER, no_terminal_note, pty_helper, terminal_env
 from .base import Executor, JobContext
 
 LABEL = "rai.job"
@@ -67,6 +68,7 @@ class DockerExecutor(Executor):
         self.client = client or docker_client()
         self.container = None
         self.user = "1000:1000"
+        self.wrap: list[str] = []  # the pty helper inside the container, when there is one
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
@@ -74,6 +76,13 @@ class DockerExecutor(Executor):
             self.client.images.get(ctx.image)
         except ImageNotFound:
             raise ExecutorUnavailable(f"image {ctx.image} is not on worker {s.worker_name}; the operator must load it") from None
+        helper = pty_helper(s.work_dir, s.pty_helper)
+        mounts = [Mount("/src", str(ctx.src_dir), type="bind", read_only=True)]
+        if helper is None:
+            sink.system(no_terminal_note())
+        else:
+            mounts.append(Mount(IN_CONTAINER, str(helper), type="bind", read_only=True))
+            self.wrap = [IN_CONTAINER]
         mem = f"{ctx.memory_mb}m"
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
@@ -91,14 +100,14 @@ class DockerExecutor(Executor):
             pids_limit=s.pids,
             nano_cpus=int(min(s.cpus, os.cpu_count() or 1) * 1e9),
             ulimits=[Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=s.nofile, hard=s.nofile)],
-            mounts=[Mount("/src", str(ctx.src_dir), type="bind", read_only=True)],
+            mounts=mounts,
             tmpfs={
                 "/tmp": f"rw,exec,nosuid,nodev,size={s.tmp_mb}m,mode=1777",
                 "/build": f"rw,exec,nosuid,nodev,size={s.build_mb}m,uid={uid},gid={gid},mode=0755",
             },
             read_only=s.read_only_root,
             labels={LABEL: ctx.job_id, "rai.worker": s.worker_name},
-            environment={**s.job_env_dict, "RAI_JOB_ID": ctx.job_id, "HOME": "/build"},
+            environment={**s.job_env_dict, **terminal_env(s.columns), "RAI_JOB_ID": ctx.job_id, "HOME": "/build"},
             name=f"rai-{ctx.job_id}-{s.worker_name}".lower()[:120],
         )
         if ctx.gpu_ids:
@@ -113,7 +122,7 @@ class DockerExecutor(Executor):
         own process does, even if a background child it left behind still holds the output open."""
         api = self.client.api
         try:
-            exec_id = api.exec_create(self.container.id, ["/bin/sh", "-c", command], workdir="/build", user=self.user)["Id"]
+            exec_id = api.exec_create(self.container.id, [*self.wrap, "/bin/sh", "-c", command], workdir="/build", user=self.user)["Id"]
             conn = api.exec_start(exec_id, socket=True)
         except (APIError, NotFound):
             return 137  # the container is gone (killed under us)
@@ -274,14 +283,23 @@ class _Frames:
         self.buf = bytearray()
 
     def feed(self, data: bytes) -> None:
+        """Consecutive frames of one stream go to the sink as one chunk (one batch in Redis)."""
         self.buf += data
-        while len(self.buf) >= 8:
-            stream, size = self.buf[0], struct.unpack(">I", self.buf[4:8])[0]
-            if len(self.buf) < 8 + size:
-                return
-            payload = bytes(self.buf[8:8 + size])
-            del self.buf[:8 + size]
-            self.sink.feed(self.STREAMS.get(stream, LogStream.out), payload)
+        run_stream, run = None, []
+        pos = 0
+        while len(self.buf) - pos >= 8:
+            stream, size = self.buf[pos], struct.unpack(">I", self.buf[pos + 4:pos + 8])[0]
+            if len(self.buf) - pos < 8 + size:
+                break
+            if stream != run_stream and run:
+                self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
+                run = []
+            run_stream = stream
+            run.append(bytes(self.buf[pos + 8:pos + 8 + size]))
+            pos += 8 + size
+        del self.buf[:pos]
+        if run:
+            self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
 
     def drain(self, raw: socket.socket) -> None:
         """What is already on the wire after the process ended."""

@@ -14,10 +14,12 @@ import resource
 import selectors
 import signal
 import subprocess
+from pathlib import Path
 
 from raiclient.models import LogStream
 
 from ..logsink import LogSink
+from ..terminal import no_terminal_note, pty_helper, terminal_env
 from .base import Executor, JobContext
 
 _PATHS = re.compile(r"(?<![\w./~-])/(src|build)(?=/|\s|$|[\"';:*)])")
@@ -33,9 +35,13 @@ class ProcessExecutor(Executor):
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.killed = False
+        self.helper: Path | None = None
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         os.chmod(ctx.build_dir, 0o777)
+        self.helper = pty_helper(ctx.settings.work_dir, ctx.settings.pty_helper)
+        if self.helper is None:
+            sink.system(no_terminal_note())
         gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
         return (f"Worker {ctx.settings.worker_name} started the job as processes (no container; "
                 f"image {ctx.image} not used{gpu})")
@@ -56,6 +62,7 @@ class ProcessExecutor(Executor):
     def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
         env = {
             **ctx.settings.job_env_dict,
+            **terminal_env(ctx.settings.columns),
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": str(ctx.build_dir),
             "LANG": "C.UTF-8",
@@ -71,8 +78,9 @@ class ProcessExecutor(Executor):
             env["CUDA_VISIBLE_DEVICES"] = ",".join(ctx.gpu_ids)
         os.makedirs(env["TMPDIR"], exist_ok=True)
         real = rewrite_paths(command, str(ctx.src_dir), str(ctx.build_dir))
+        argv = ["/bin/sh", "-c", real]
         self.proc = subprocess.Popen(
-            ["/bin/sh", "-c", real], cwd=ctx.build_dir, env=env, stdin=subprocess.DEVNULL,
+            [str(self.helper), *argv] if self.helper else argv, cwd=ctx.build_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._limits(ctx),
         )
         sel = selectors.DefaultSelector()
@@ -91,7 +99,7 @@ class ProcessExecutor(Executor):
                 else:
                     sink.feed(key.data, data)
         sel.close()
-        code = self.proc.wait()
+        code = self.proc.wait()  # the helper reports a command killed by signal N as 128+N
         self._kill_group()  # orphans and background children die with the command
         return 128 - code if code < 0 else code  # -9 → 137, as a shell reports it
 
