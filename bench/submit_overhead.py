@@ -9,26 +9,16 @@ Prints the medians and the ratio b/a.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).parent))
+from service import project, raid_dev  # noqa: E402
 
 IMAGE = "rai/busybox:latest"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def timed(args: list[str], env: dict | None = None) -> float:
@@ -44,49 +34,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("-n", type=int, default=20)
     n = ap.parse_args().n
-    tmp = Path(tempfile.mkdtemp(prefix="rai-bench-"))
-    port = free_port()
-    env = {**os.environ, "HOME": str(tmp)}
-    raid = subprocess.Popen([sys.executable, "-m", "raiserver.dev", "dev", "--data-dir", str(tmp / "data"), "--port", str(port),
-                             "--executor", "docker", "--gpus", "none"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        profile = tmp / "data" / "admin.rai_profile"
-        deadline = time.monotonic() + 60
-        while not profile.exists() or not _worker_up(port, profile):
-            if time.monotonic() > deadline or raid.poll() is not None:
-                raise SystemExit("raid dev did not come up")
-            time.sleep(0.3)
-        proj = tmp / "trivial"
-        proj.mkdir()
-        (proj / "rai_build.yml").write_text(f"rai:\n  version: 0.2\n  image: {IMAGE}\ncommands:\n  build:\n    - \"true\"\n")
-        client_env = {**env, "RAI_PROFILE": str(profile)}
-        submit = [sys.executable, "-m", "raiclient.cli", "submit", "-p", str(proj)]
+    with raid_dev("docker") as dev:
+        proj = project(dev.tmp / "trivial", IMAGE, ["true"])
+        submit = dev.client("submit", "-p", str(proj))
         direct = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]
-        timed(direct), timed(submit, client_env)  # warm both paths once
+        timed(direct), timed(submit, dev.env)  # warm both paths once
         a, b = [], []
         for _ in range(n):  # interleaved, so drift hits both alike
             a.append(timed(direct))
-            b.append(timed(submit, client_env))
+            b.append(timed(submit, dev.env))
         ma, mb = statistics.median(a), statistics.median(b)
         print(f"docker run --rm --network none {IMAGE} true: median {ma * 1000:.0f} ms over {n}")
         print(f"raiclient submit (trivial job, end to end):   median {mb * 1000:.0f} ms over {n}")
         print(f"ratio b/a: {mb / ma:.2f}")
-    finally:
-        os.killpg(raid.pid, signal.SIGTERM)
-        raid.wait(30)
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _worker_up(port: int, profile: Path) -> bool:
-    from raiclient.profile import read_profile_file
-
-    p = read_profile_file(profile)
-    try:
-        r = httpx.get(f"http://127.0.0.1:{port}/api/v1/workers", auth=(p.access_key, p.secret_key), timeout=2)
-        return r.status_code == 200 and any(w["alive"] for w in r.json())
-    except httpx.HTTPError:
-        return False
 
 
 if __name__ == "__main__":

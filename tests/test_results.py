@@ -82,3 +82,37 @@ def test_kernel_times_from_ncu_in_a_real_h100_transcript():
     kernels = parse_kernels(text)
     assert [k.name for k in kernels] == ["conv_forward_kernel"]
     assert kernels[0].ms == pytest.approx(0.02541 + 0.12822)
+
+
+def test_skipping_unmarked_batches_changes_no_result():
+    """The server parses only batches that hold a marker; the results must be those of a full parse,
+    however the output was cut into batches (nsys tables split across batches included)."""
+    import random
+
+    from raiserver.results import relevant_lines
+
+    nsys = [" Time (%)  Total Time (ns)  Instances  Avg (ns)  Med (ns)  Min (ns)  Max (ns)  StdDev (ns)  Name",
+            " --------  ---------------  ---------  --------  --------  --------  --------  -----------  ----",
+            "     80.0          4000000          2   2000000   2000000   1000000   3000000      1414213  conv_forward_kernel(float *)",
+            "     20.0          1000000          1   1000000   1000000   1000000   1000000            0  prefn_marker_kernel()",
+            "", "later output 1 2 3 4"]
+    for name in ("seed_report_m3.txt", "seed_report_nvprof.txt", "h100_submit_transcript.txt"):
+        text = (FIX / name).read_text().splitlines() + nsys + [f"filler {i}" for i in range(200)]
+        full = [LogLine(n=0, t=0, s=LogStream.sys if t.startswith("✱ Running:") else LogStream.out,
+                        text=t.removeprefix("✱ ")) for t in text]
+        want = parse_log(full)
+        rng = random.Random(name)
+        for _ in range(20):
+            batches, i = [], 0
+            while i < len(full):
+                if full[i].s is LogStream.sys:
+                    batches.append(("sys", full[i].text))
+                    i += 1
+                    continue
+                k = rng.randint(1, 12)
+                run = [l.text for l in full[i:i + k]]
+                run = run[:next((j for j, l in enumerate(full[i:i + k]) if l.s is LogStream.sys), len(run))]
+                batches.append(("out", "\n".join(run)))
+                i += len(run)
+            assert parse_log(relevant_lines(batches)) == want, name
+        assert want.kernels or name != "h100_submit_transcript.txt"

@@ -25,7 +25,7 @@ from .db import utcnow
 from .dispatch import Dispatcher
 from .fairshare import fair_order
 from .logs import LogStore
-from .results import parse_log
+from .results import parse_log, relevant_lines
 from .storage import Storage
 from .tables import Job, User, Worker
 
@@ -162,7 +162,7 @@ def finish_job(
     job.message = message
     svc.logs.archive(job.id)
     job.log_stored = True
-    job.results = parse_log(svc.logs.stored_lines(job.id)).model_dump()
+    job.results = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id))).model_dump()
     job.has_build = svc.storage.build_path(job.id).exists()
     if job.worker:
         w = db.get(Worker, job.worker)

@@ -12,8 +12,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
-
 import redis
 import redis.asyncio as aioredis
 
@@ -25,14 +23,6 @@ from .storage import Storage
 
 PAGE_ENTRIES = 500  # Redis entries per XRANGE page
 PAGE_BYTES = 1024**2  # bytes of stored log per replay page
-
-_STREAMS = {s.value: s for s in LogStream}
-
-
-class Line(NamedTuple):
-    s: LogStream
-    text: str
-
 
 class LogStore:
     def __init__(self, redis_url: str, storage: Storage, ttl: int, pool_size: int = 32):
@@ -109,12 +99,6 @@ class LogStore:
         while offset >= 0:
             batches, offset = self.stored_page(job_id, offset, after)
             yield from batches
-
-    def stored_lines(self, job_id: str) -> Iterator[Line]:
-        for batch in self.stored(job_id):
-            stream = _STREAMS.get(batch.s, LogStream.out)
-            for text in batch.lines():
-                yield Line(stream, text)
 
     def stored_size(self, job_id: str) -> int:
         try:

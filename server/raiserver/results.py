@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from raiclient.models import JobResultSummary, KernelTime, LogLine, LogStream
 from raiclient.timing import OP_TIME, REPEAT_PREFIX, is_profiled
@@ -78,7 +79,35 @@ def parse_text_lines(lines: Iterable[str]) -> JobResultSummary:
     return r
 
 
-def parse_log(lines: Iterable[LogLine]) -> JobResultSummary:
+# Every line a parser above can use holds one of these (or is a row of an nsys table).
+MARKERS = ("Op Time", "Correctness", "elapsed", "Context", "Duration", "Total Time (ns)")
+
+
+class Line(NamedTuple):
+    s: LogStream
+    text: str
+
+
+def relevant_lines(batches: Iterable[tuple[str, str]]) -> Iterator[Line]:
+    """The lines of a log, as (stream, text) batches, that the parsers can use: a batch holding
+    no marker is skipped whole, so a log of millions of lines parses in a moment. rai's own lines
+    are kept (they separate commands), and so is a batch that continues an nsys table."""
+    streams = {s.value: s for s in LogStream}
+    table = False
+    for stream, text in batches:
+        if not (stream == "sys" or table or any(m in text for m in MARKERS)):
+            continue
+        lines = text.split("\n")
+        kind = streams.get(stream, LogStream.out)
+        for t in lines:
+            yield Line(kind, t)
+        if stream != "sys":
+            last = next((t for t in reversed(lines) if t.strip()), "")
+            table = (table or "Total Time (ns)" in text) and bool(
+                NSYS_ROW.match(last) or "Total Time (ns)" in last or set(last.strip()) <= set("- "))
+
+
+def parse_log(lines: Iterable[LogLine | Line]) -> JobResultSummary:
     runs: list[tuple[str, bool, list[str]]] = [("", False, [])]  # (command, is a repeat, its output)
     for line in lines:
         if line.s is LogStream.sys:

@@ -26,6 +26,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t child_done = 0;
@@ -60,33 +61,66 @@ static int open_pty(int *master, int *slave) {
     return 0;
 }
 
-static void write_all(int fd, const char *buf, ssize_t n) {
+static void write_all(int fd, const char *buf, size_t n) {
     while (n > 0) {
-        ssize_t w = write(fd, buf, (size_t)n);
+        ssize_t w = write(fd, buf, n);
         if (w < 0) {
             if (errno == EINTR) continue;
             return; /* the reader went away: nothing more to do with this output */
         }
         buf += w;
-        n -= w;
+        n -= (size_t)w;
     }
 }
 
-/* Copy what is ready on a master to fd (one read, or all of it when draining); return 0 when
- * that terminal is closed (EIO), else 1. One read at a time keeps a chatty stdout from starving
- * stderr. */
-static int pump(int master, int fd, int drain) {
-    char buf[65536];
+/* Output is gathered for up to BATCH_NS or BUF_SIZE bytes before it is written on: a program
+ * printing line by line on a terminal makes one write per line, and passing millions of tiny
+ * writes through a pipe (or Docker's exec stream) one by one costs far more than the output. */
+#define BUF_SIZE 65536
+#define BATCH_NS 5000000L
+
+struct out {
+    int master, fd, open;
+    size_t len;
+    struct timespec due;
+    char buf[BUF_SIZE];
+};
+
+static void flush_out(struct out *o) {
+    write_all(o->fd, o->buf, o->len);
+    o->len = 0;
+}
+
+static long ns_until(const struct timespec *t) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (t->tv_sec - now.tv_sec) * 1000000000L + (t->tv_nsec - now.tv_nsec);
+}
+
+/* Read what is ready on o's terminal into its buffer (all of it when draining), writing the other
+ * stream's pending bytes first so the two keep the order they were printed in. */
+static void pump(struct out *o, struct out *other, int drain) {
+    if (other->len) flush_out(other);
     for (;;) {
-        ssize_t n = read(master, buf, sizeof buf);
+        if (o->len == BUF_SIZE) flush_out(o);
+        ssize_t n = read(o->master, o->buf + o->len, BUF_SIZE - o->len);
         if (n > 0) {
-            write_all(fd, buf, n);
-            if (drain) continue;
-            return 1;
+            if (o->len == 0) {
+                clock_gettime(CLOCK_MONOTONIC, &o->due);
+                o->due.tv_nsec += BATCH_NS;
+                if (o->due.tv_nsec >= 1000000000L) { o->due.tv_sec++; o->due.tv_nsec -= 1000000000L; }
+            }
+            o->len += (size_t)n;
+            continue;
         }
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EAGAIN) return 1;
-        return 0; /* EIO: every slave descriptor is closed */
+        if (n < 0 && errno == EAGAIN) {
+            if (drain) flush_out(o);
+            return;
+        }
+        flush_out(o); /* EIO: every slave descriptor is closed */
+        o->open = 0;
+        return;
     }
 }
 
@@ -132,21 +166,39 @@ int main(int argc, char **argv) {
     close(os_);
     close(es);
 
-    int open_out = 1, open_err = 1, status = 0;
+    static struct out out, err;
+    out = (struct out){.master = om, .fd = 1, .open = 1};
+    err = (struct out){.master = em, .fd = 2, .open = 1};
+    int status = 0;
     sigset_t wait_mask = orig;
     sigdelset(&wait_mask, SIGCHLD);
-    while (!child_done && (open_out || open_err)) {
-        struct pollfd fds[2] = {{.fd = open_out ? om : -1, .events = POLLIN}, {.fd = open_err ? em : -1, .events = POLLIN}};
-        int r = ppoll(fds, 2, NULL, &wait_mask);
-        if (r < 0) continue; /* EINTR: SIGCHLD */
-        if (fds[0].revents) open_out = pump(om, 1, 0);
-        if (fds[1].revents) open_err = pump(em, 2, 0);
+    while (!child_done && (out.open || err.open)) {
+        struct pollfd fds[2] = {{.fd = out.open ? om : -1, .events = POLLIN}, {.fd = err.open ? em : -1, .events = POLLIN}};
+        struct timespec wait, *timeout = NULL;
+        long ns = -1;
+        if (out.len) ns = ns_until(&out.due);
+        if (err.len) { long e = ns_until(&err.due); ns = ns < 0 || e < ns ? e : ns; }
+        if (ns >= 0 || out.len || err.len) {
+            if (ns < 0) ns = 0;
+            wait.tv_sec = ns / 1000000000L;
+            wait.tv_nsec = ns % 1000000000L;
+            timeout = &wait;
+        }
+        int r = ppoll(fds, 2, timeout, &wait_mask);
+        if (r > 0) {
+            if (fds[0].revents) pump(&out, &err, 0);
+            if (fds[1].revents) pump(&err, &out, 0);
+        }
+        if (out.len && ns_until(&out.due) <= 0) flush_out(&out);
+        if (err.len && ns_until(&err.due) <= 0) flush_out(&err);
     }
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     /* What the command wrote before it ended is still in the terminals' buffers. */
-    if (open_out) pump(om, 1, 1);
-    if (open_err) pump(em, 2, 1);
+    if (out.open) pump(&out, &err, 1);
+    if (err.open) pump(&err, &out, 1);
+    flush_out(&out);
+    flush_out(&err);
     if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
     return WEXITSTATUS(status);
 }

@@ -1,0 +1,80 @@
+"""One `raid dev` for a benchmark: the whole service on this machine, in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Dev:
+    url: str
+    tmp: Path
+    profile: Path
+    env: dict[str, str]  # for client processes
+
+    def client(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "raiclient.cli", *args]
+
+    def http(self) -> httpx.Client:
+        from raiclient.profile import read_profile_file
+
+        p = read_profile_file(self.profile)
+        return httpx.Client(base_url=self.url, auth=(p.access_key, p.secret_key), timeout=60)
+
+
+@contextmanager
+def raid_dev(executor: str = "docker", extra_env: dict[str, str] | None = None) -> Iterator[Dev]:
+    tmp = Path(tempfile.mkdtemp(prefix="rai-bench-"))
+    port = free_port()
+    env = {**os.environ, "HOME": str(tmp), **(extra_env or {})}
+    raid = subprocess.Popen([sys.executable, "-m", "raiserver.dev", "dev", "--data-dir", str(tmp / "data"), "--port", str(port),
+                             "--executor", executor, "--gpus", "none"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp / "raid.log", "wb"), start_new_session=True)
+    try:
+        profile = tmp / "data" / "admin.rai_profile"
+        dev = Dev(f"http://127.0.0.1:{port}", tmp, profile, {**env, "RAI_PROFILE": str(profile)})
+        deadline = time.monotonic() + 90
+        while not profile.exists() or not _worker_up(dev):
+            if time.monotonic() > deadline or raid.poll() is not None:
+                raise SystemExit(f"raid dev did not come up:\n{(tmp / 'raid.log').read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield dev
+    finally:
+        os.killpg(raid.pid, signal.SIGTERM)
+        raid.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _worker_up(dev: Dev) -> bool:
+    try:
+        with dev.http() as h:
+            r = h.get("/api/v1/workers", timeout=2)
+        return r.status_code == 200 and any(w["alive"] for w in r.json())
+    except httpx.HTTPError:
+        return False
+
+
+def project(root: Path, image: str, commands: list[str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    cmds = "".join(f"    - {c!r}\n" for c in commands)
+    (root / "rai_build.yml").write_text(f"rai:\n  version: 0.2\n  image: {image}\ncommands:\n  build:\n{cmds}")
+    return root
