@@ -3,6 +3,8 @@ the output cap, carriage-return folding, paged archive and replay, and a whole j
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from raiclient.keys import stream_key
@@ -79,6 +81,19 @@ def test_carriage_returns_fold_like_a_terminal(any_redis, tmp_path):
     sink.flush()
     texts = [t for page in _store(any_redis, tmp_path).pages(job) for b in page for t in b.lines()]
     assert texts == ["[##########] 100%", "done", "windows line"]
+
+
+def test_a_long_progress_bar_shows_now_and_then(any_redis, tmp_path):
+    r = redis.Redis.from_url(any_redis)
+    job = f"bar-{tmp_path.name}"
+    sink = LogSink(r, job, 10**9, 65536, progress_seconds=0.2)
+    for k in range(8):
+        sink.feed(LogStream.out, f"\rtraining {k}/7".encode())
+        time.sleep(0.1)
+    sink.feed(LogStream.out, b"\n")
+    texts = [t for page in _store(any_redis, tmp_path).pages(job) for b in page for t in b.lines()]
+    assert texts[-1] == "training 7/7"
+    assert 2 <= len(texts) <= 5, texts  # a few snapshots on the way, not one line per redraw
 
 
 def test_archive_and_replay_go_page_by_page(any_redis, tmp_path):

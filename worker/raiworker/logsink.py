@@ -27,7 +27,8 @@ def fold_cr(line: bytes) -> bytes:
 
 
 class LogSink:
-    def __init__(self, r: redis.Redis, job_id: str, output_bytes: int, line_bytes: int, output_lines: int = 2_500_000):
+    def __init__(self, r: redis.Redis, job_id: str, output_bytes: int, line_bytes: int, output_lines: int = 2_500_000,
+                 progress_seconds: float = 10.0):
         self.redis = r
         self.key = stream_key(job_id)
         self.output_bytes = output_bytes
@@ -37,6 +38,8 @@ class LogSink:
         self.lines = 0
         self.truncated = False
         self.op_time_seen = False  # did the current command print "Op Time:"? (timing repeats)
+        self.progress_seconds = progress_seconds  # a progress bar still running shows this often
+        self._shown: dict[LogStream, float] = {}
         self._append = r.register_script(APPEND_LUA)
         self._buffers: dict[LogStream, bytearray] = {LogStream.out: bytearray(), LogStream.err: bytearray()}
         self._lock = threading.Lock()
@@ -57,6 +60,7 @@ class LogSink:
                 self._hold(stream, buf)
                 return
             parts = (bytes(buf) + data).split(b"\n")
+            self._shown.pop(stream, None)
             buf.clear()
             buf += parts.pop()  # the unfinished last line waits for more
             self._hold(stream, buf)
@@ -75,6 +79,12 @@ class LogSink:
         if b"\r" in buf[:-1]:
             keep = fold_cr(bytes(buf[:-1])) + bytes(buf[-1:])
             buf[:] = keep
+            # a long progress bar shows its state now and then, not only when its line ends
+            now = time.monotonic()
+            shown = self._shown.setdefault(stream, now)
+            if now - shown >= self.progress_seconds:
+                self._shown[stream] = now
+                self._emit(stream, [fold_cr(bytes(buf))])
         while len(buf) > self.line_bytes and not self.truncated:
             piece = bytes(buf[:self.line_bytes])
             del buf[:self.line_bytes]
