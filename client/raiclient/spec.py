@@ -157,6 +157,31 @@ def _yaml_error(exc: yaml.YAMLError, filename: str, text: str = "") -> str:
     return f"{filename}:{line}: malformed YAML: {problem}"
 
 
+MAX_NESTING = 32
+
+
+def _check_nesting(text: str, filename: str) -> None:
+    """Refuse deep nesting before any YAML parser sees it: PyYAML takes minutes over a 64 KiB
+    file of '[', and overflows its recursion (libyaml crashes) on '- - - …'. The count is
+    deliberately blunt (brackets in quoted commands count too): no real build file comes near."""
+    depth = 0
+    for lineno, line in enumerate(text.split("\n"), 1):
+        body = line.lstrip(" ")
+        if len(line) - len(body) > 8 * MAX_NESTING:
+            raise SpecError([f"{filename}:{lineno}: indented too deeply (nesting is limited to {MAX_NESTING} levels)"])
+        compact = 0
+        while body[:2] in ("- ", "? ", "-\t") or body in ("-", "?"):
+            compact += 1
+            body = body[2:].lstrip(" ")
+        for ch in line:
+            if ch in "[{":
+                depth += 1
+            elif ch in "]}" and depth:
+                depth -= 1
+        if compact > MAX_NESTING or depth > 2 * MAX_NESTING:
+            raise SpecError([f"{filename}:{lineno}: nested too deeply (nesting is limited to {MAX_NESTING} levels)"])
+
+
 def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
     """Parse and validate a build file; raise SpecError with line-numbered messages."""
     if isinstance(data, bytes):
@@ -170,12 +195,15 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
         text = data
         if len(text.encode()) > MAX_SPEC_BYTES:
             raise SpecError([f"{filename}: file is larger than {MAX_SPEC_BYTES // 1024} KiB"])
-    _reject_aliases(text, filename)
+    _check_nesting(text, filename)
     try:
+        _reject_aliases(text, filename)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise SpecError([_yaml_error(exc, filename, text)]) from None
+    except RecursionError:
+        raise SpecError([f"{filename}: nested too deeply (nesting is limited to {MAX_NESTING} levels)"]) from None
     if raw is None:
         raise SpecError([f"{filename}:1: the file is empty; it needs 'rai:' and 'commands:' sections"])
     if not isinstance(raw, dict):

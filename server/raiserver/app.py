@@ -13,7 +13,8 @@ from sqlalchemy import select
 
 from raiclient import __version__
 
-from .config import Settings
+from .config import Settings, load_settings
+from .hardening import LoginLimiter, SecurityHeaders
 from .db import Database, migrate
 from .dispatch import Dispatcher
 from .fairshare import dispatch, release_stale
@@ -82,7 +83,7 @@ async def _dispatcher(app: FastAPI, wake: asyncio.Event) -> None:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    settings = settings or Settings()
+    settings = settings or load_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.db_url)
     migrate(db.engine)
@@ -121,11 +122,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.db = db
     app.state.services = services
     app.state.hub = hub
+    app.state.login_limiter = LoginLimiter(services.logs.redis, settings.login_failures_per_ip, settings.login_failures_per_key)
     app.include_router(jobs_routes.router)
     app.include_router(workers_routes.router)
     app.include_router(leaderboard_routes.router)
     app.include_router(admin_routes.router)
     web.install(app)
+    app.add_middleware(SecurityHeaders)
 
     @app.get("/healthz", tags=["meta"])
     def healthz() -> dict:

@@ -89,22 +89,60 @@ def get_db(request: Request):
         yield s
 
 
+def key_tag(access_key: str) -> str:
+    """What a web session remembers of the key it logged in with: a new or revoked key ends it."""
+    return hashlib.sha256(access_key.encode()).hexdigest()[:24]
+
+
+def session_user(db: Session, request: Request) -> User | None:
+    """The user of the browser session, while it is still valid: the account active and the key
+    it logged in with not rotated or revoked since."""
+    if "session" not in request.scope:
+        return None
+    user_id, tag = request.session.get("user_id"), request.session.get("key")
+    if user_id is None or not tag:
+        return None
+    user = db.get(User, user_id)
+    if user is None or not user.active or not hmac.compare_digest(tag, key_tag(user.access_key)):
+        return None
+    return user
+
+
+def client_ip(request: Request) -> str:
+    return request.client.host if request.client else "?"
+
+
+def too_many_failures(request: Request, access_key: str) -> None:
+    wait = request.app.state.login_limiter.retry_after(client_ip(request), access_key)
+    if wait is not None:
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
+                            f"too many failed logins; try again in {wait} s", headers={"Retry-After": str(wait)})
+
+
+UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
+
+
 def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(basic)) -> Principal:
     """Who is calling. Uses its own short session, so no database connection is held while a
     slow upload streams in (students on bad Wi-Fi must not exhaust the pool)."""
     with request.app.state.db.session() as db:
         user: User | None = None
         if creds is not None:
+            too_many_failures(request, creds.username)
             user = authenticate(db, creds.username, creds.password)
             if user is None:
+                request.app.state.login_limiter.failed(client_ip(request), creds.username)
                 retired = db.get(RevokedKey, creds.username)
                 detail = (f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; use your new profile or ask your instructor for one"
                           if retired else "unknown access key or wrong secret key")
                 raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Basic"})
         else:
-            user_id = request.session.get("user_id") if "session" in request.scope else None
-            if user_id is not None:
-                user = db.get(User, user_id)
+            user = session_user(db, request)
+            if user is not None and request.method in UNSAFE:
+                # a browser sends the cookie with any request to us: a write needs the page's token
+                expected = request.session.get("csrf", "")
+                if not expected or not hmac.compare_digest(expected, request.headers.get("x-csrf-token", "")):
+                    raise HTTPException(status.HTTP_403_FORBIDDEN, "a cookie-authenticated write needs the X-CSRF-Token header")
         if user is None:
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, "credentials required", headers={"WWW-Authenticate": "Basic"})
         if not user.active:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +13,8 @@ from rich.console import Console
 from raiclient.profile import Profile, write_profile
 
 from .auth import ROLES, create_user, rotate_keys
-from .config import Settings
+from .config import load_settings
+from .hardening import check_deployment, write_secrets_file
 from .db import Database, migrate
 from .tables import User
 
@@ -22,14 +24,27 @@ console = Console(highlight=False)
 
 @app.command()
 def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
-    """Run the API (migrates the database first)."""
+    """Run the API (migrates the database first). Off loopback, refuses default or short secrets."""
+    os.environ["RAI_BIND_HOST"] = host
+    check_deployment(load_settings(), host)
     uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", timeout_graceful_shutdown=5)
+
+
+@app.command("secrets")
+def secrets_cmd(
+    file: Path = typer.Option(..., "--file", help="where to write them (kept if it exists)"),
+    redis_host: Optional[str] = typer.Option(None, help="also write RAI_REDIS_URL for Redis at this host:port"),
+) -> None:
+    """Generate the deployment's secrets (worker token, session and pseudonym secrets, Redis
+    password) once; server and workers read them with RAI_SECRETS_FILE."""
+    made = write_secrets_file(file, redis_host)
+    console.print(f"secrets {'written to' if made else 'already in'} {file}")
 
 
 @app.command("migrate")
 def migrate_cmd() -> None:
     """Bring the database schema up to date."""
-    settings = Settings()
+    settings = load_settings()
     migrate(Database(settings.db_url).engine)
     console.print(f"database at {settings.db_url.split('@')[-1]} is up to date")
 
@@ -44,7 +59,7 @@ def add_user(
     profile: Optional[Path] = typer.Option(None, "--profile", help="write a ready-to-use ~/.rai_profile here"),
 ) -> None:
     """Create a user (or give an existing one new keys) and print/write their profile."""
-    settings = Settings()
+    settings = load_settings()
     db = Database(settings.db_url)
     migrate(db.engine)
     with db.session() as s:

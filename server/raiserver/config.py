@@ -10,6 +10,9 @@ from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+DEFAULT_SECRETS = ("change-me-worker-token", "change-me-session-secret", "change-me-pseudonym-secret")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAI_", env_file=None, extra="ignore")
 
@@ -35,6 +38,11 @@ class Settings(BaseSettings):
     streams_per_process: int = 5000
     stream_buffer_lines: int = 500_000
     session_secret: str = "change-me-session-secret"
+    pseudonym_secret: str = "change-me-pseudonym-secret"  # keys the leaderboard's pseudonyms
+    secrets_file: Path | None = None  # KEY=VALUE file (`raiserver secrets`); the environment wins
+    cookie_secure: bool | None = None  # Secure session cookie; default: when public_url is https
+    login_failures_per_ip: int = 100  # failed logins in 10 minutes before 429
+    login_failures_per_key: int = 10
 
     # people and fairness
     max_active_jobs: int = 2  # per student: waiting or running at once
@@ -63,6 +71,13 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite:///{(self.data_dir / 'rai.sqlite3').resolve()}"
 
 
+def load_settings() -> Settings:
+    """Settings from the environment, and from RAI_SECRETS_FILE for what the environment leaves unset."""
+    import os
+
+    return Settings(_env_file=os.environ.get("RAI_SECRETS_FILE") or None)
+
+
 @lru_cache
 def get_settings() -> Settings:
-    return Settings()
+    return load_settings()

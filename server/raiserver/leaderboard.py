@@ -93,7 +93,7 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
         corr = job.results["correctness"]
         out.append(Entry(
             rank=i,
-            name=real if (viewer.is_staff or mine) else pseudonym(key, settings.session_secret),
+            name=real if (viewer.is_staff or mine) else pseudonym(key, settings.pseudonym_secret),
             op_time=job.results["op_time_total"],
             op_times=job.results["op_times"],
             spread=job.results.get("op_time_spread"),

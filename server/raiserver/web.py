@@ -10,6 +10,7 @@ import asyncio
 import hmac
 import json
 import secrets
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,11 +24,12 @@ from sse_starlette.sse import EventSourceResponse
 
 from raiclient.models import JobState
 
-from .auth import Principal, authenticate, get_db
+from .auth import Principal, authenticate, client_ip, get_db, key_tag, session_user
 from .db import utcnow
 from .jobs import QueueView, cancel_job, job_out
 from .leaderboard import leaderboard
 from .routes.jobs import visible_job
+from .feed import StreamLimit
 from .tables import Job, User, Worker
 
 HERE = Path(__file__).parent
@@ -54,15 +56,16 @@ def check_csrf(request: Request, token: str) -> None:
 
 
 def web_user(request: Request, db: Session = Depends(get_db)) -> Principal:
-    uid = request.session.get("user_id")
-    user = db.get(User, uid) if uid is not None else None
-    if user is None or not user.active:
+    user = session_user(db, request)
+    if user is None:
+        request.session.pop("user_id", None)
         raise LoginRequired()
     return Principal(user)
 
 
 def render(request: Request, name: str, p: Principal | None, **ctx) -> HTMLResponse:
-    return templates.TemplateResponse(request, name, {"me": p, "csrf": csrf_token(request), **ctx})
+    nonce = request.scope.get("state", {}).get("csp_nonce", "")
+    return templates.TemplateResponse(request, name, {"me": p, "csrf": csrf_token(request), "nonce": nonce, **ctx})
 
 
 @router.get("/login")
@@ -74,11 +77,18 @@ def login_page(request: Request, error: str | None = None) -> HTMLResponse:
 def login(request: Request, access_key: str = Form(...), secret_key: str = Form(...), csrf: str = Form(...),
           db: Session = Depends(get_db)) -> Response:
     check_csrf(request, csrf)
-    user = authenticate(db, access_key.strip(), secret_key.strip())
+    key = access_key.strip()
+    limiter = request.app.state.login_limiter
+    wait = limiter.retry_after(client_ip(request), key)
+    if wait is not None:
+        return render(request, "login.html", None, error=f"Too many failed logins; try again in {wait} s.")
+    user = authenticate(db, key, secret_key.strip())
     if user is None or not user.active:
+        limiter.failed(client_ip(request), key)
         return render(request, "login.html", None, error="Unknown access key or wrong secret key.")
     request.session.clear()
     request.session["user_id"] = user.id
+    request.session["key"] = key_tag(user.access_key)
     return RedirectResponse("/queue", status.HTTP_303_SEE_OTHER)
 
 
@@ -94,32 +104,67 @@ def home() -> Response:
     return RedirectResponse("/queue", status.HTTP_303_SEE_OTHER)
 
 
-def queue_snapshot(db: Session, p: Principal) -> dict:
+def queue_rows(db: Session) -> dict[str, list[dict]]:
+    """Every waiting and running job, as staff see it (``owner_id`` to tell whose it is)."""
     jobs = db.scalars(
         select(Job).options(joinedload(Job.owner))
         .where(Job.state.in_([JobState.queued.value, JobState.running.value])).order_by(Job.created_at)
     ).all()
     now = utcnow()
-    rows = {"queued": [], "running": []}
+    rows: dict[str, list[dict]] = {"queued": [], "running": []}
     view = QueueView(db)
     for job in jobs:
         out = job_out(db, job, view)
-        mine = job.owner_id == p.user.id
-        shown = p.is_staff or mine
         since = job.started_at if job.state == JobState.running.value else job.created_at
         rows[job.state].append({
-            "id": job.id if shown else None,
-            "owner": job.owner.username if shown else "another student",
-            "mine": mine,
-            "queue": job.queue,
-            "kind": job.kind,
-            "image": job.image,
-            "worker": job.worker or "",
-            "position": out.position,
-            "eta": out.eta_seconds,
+            "id": job.id, "owner": job.owner.username, "owner_id": job.owner_id, "queue": job.queue, "kind": job.kind,
+            "image": job.image, "worker": job.worker or "", "position": out.position, "eta": out.eta_seconds,
             "seconds": round((now - since).total_seconds()) if since else 0,
         })
     return rows
+
+
+def shown_to(rows: dict[str, list[dict]], user_id: int, staff: bool) -> dict[str, list[dict]]:
+    """The queue as one user may see it: others' jobs anonymous to students."""
+    view: dict[str, list[dict]] = {}
+    for state, jobs in rows.items():
+        view[state] = []
+        for row in jobs:
+            mine = row["owner_id"] == user_id
+            shown = staff or mine
+            view[state].append({**{k: v for k, v in row.items() if k != "owner_id"}, "mine": mine,
+                                "id": row["id"] if shown else None, "owner": row["owner"] if shown else "another student"})
+    return view
+
+
+def queue_snapshot(db: Session, p: Principal) -> dict:
+    return shown_to(queue_rows(db), p.user.id, p.is_staff)
+
+
+class QueueFeed:
+    """The live queue page's data: computed at most once a second per server process, however
+    many people watch, with the session check of every watcher in the same pass."""
+
+    def __init__(self, app):
+        self.app = app
+        self.at = -1.0
+        self.rows: dict[str, list[dict]] = {}
+        self.sessions: dict[int, tuple[bool, str]] = {}  # user id -> (active, key tag)
+        self.watching: Counter[int] = Counter()
+        self.lock = asyncio.Lock()
+
+    def _compute(self) -> tuple[dict, dict]:
+        with self.app.state.db.session() as db:
+            users = db.execute(select(User.id, User.active, User.access_key).where(User.id.in_(list(self.watching)))).all()
+            return queue_rows(db), {u.id: (u.active, key_tag(u.access_key)) for u in users}
+
+    async def get(self) -> tuple[dict, dict]:
+        async with self.lock:
+            now = asyncio.get_running_loop().time()
+            if now - self.at >= 1.0:
+                self.rows, self.sessions = await run_in_threadpool(self._compute)
+                self.at = asyncio.get_running_loop().time()
+            return self.rows, self.sessions
 
 
 @router.get("/queue")
@@ -129,28 +174,42 @@ def queue_page(request: Request, p: Principal = Depends(web_user), db: Session =
 
 @router.get("/web/queue/events")
 async def queue_events(request: Request) -> EventSourceResponse:
-    def snap() -> dict:
+    def who() -> Principal:
         with request.app.state.db.session() as db:
-            uid = request.session.get("user_id")
-            user = db.get(User, uid) if uid is not None else None
+            user = session_user(db, request)
             if user is None:
                 raise HTTPException(status.HTTP_401_UNAUTHORIZED, "log in first")
-            return queue_snapshot(db, Principal(user))
+            return Principal(user)
 
-    first = await run_in_threadpool(snap)
+    p = await run_in_threadpool(who)
+    uid, staff, tag = p.user.id, p.is_staff, request.session.get("key")
+    hub = request.app.state.hub
+    try:
+        hub.admit(uid, staff)
+    except StreamLimit as exc:
+        raise HTTPException(exc.status, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    feed: QueueFeed = request.app.state.queue_feed
+    feed.watching[uid] += 1
 
     async def events():
         last = None
-        data = first
-        while True:
-            text = json.dumps(data, sort_keys=True)
-            if text != last:
-                last = text
-                yield {"event": "queue", "data": text}
-            await asyncio.sleep(1.0)
-            if await request.is_disconnected():
-                return
-            data = await run_in_threadpool(snap)
+        try:
+            while True:
+                rows, sessions = await feed.get()
+                active, current = sessions.get(uid, (True, tag))
+                if not active or current != tag:  # deactivated, or the key was rotated or revoked
+                    yield {"event": "logout", "data": "{}"}
+                    return
+                text = json.dumps(shown_to(rows, uid, staff), sort_keys=True)
+                if text != last:
+                    last = text
+                    yield {"event": "queue", "data": text}
+                await asyncio.sleep(1.0)
+        finally:
+            feed.watching[uid] -= 1
+            if feed.watching[uid] <= 0:
+                del feed.watching[uid]
+            hub.release(uid)
 
     return EventSourceResponse(events(), ping=15)
 
@@ -214,9 +273,11 @@ def install(app) -> None:
     from starlette.middleware.sessions import SessionMiddleware
 
     settings = app.state.settings
-    app.add_middleware(SessionMiddleware, secret_key=settings.session_secret, same_site="strict",
+    secure = settings.cookie_secure if settings.cookie_secure is not None else settings.public_url.startswith("https:")
+    app.add_middleware(SessionMiddleware, secret_key=settings.session_secret, same_site="strict", https_only=secure,
                        max_age=int(timedelta(hours=12).total_seconds()), session_cookie="rai_session")
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    app.state.queue_feed = QueueFeed(app)
     app.include_router(router)
 
     @app.exception_handler(LoginRequired)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import redis
 
-from raiclient.archive import ArchiveError, extract_archive, pack_directory
+from raiclient.archive import ArchiveError, pack_directory
 from raiclient.keys import cancel_key
 from raiclient.models import GpuInfo, JobState, JobUpdate
 
@@ -24,6 +24,7 @@ from .executors import JobContext, Outcome, execute, make_executor
 from .gpus import hold_gpus, host_share
 from .logsink import LogSink
 from .server import Refused, ServerClient
+from .unpack import unpack
 
 log = logging.getLogger("raiworker")
 
@@ -95,7 +96,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
     (workdir / "build").mkdir()
     archive = server.fetch_archive(grant.job_id, workdir / "project.tar.gz")
     try:
-        extract_archive(archive, workdir / "src")
+        unpack(archive, workdir / "src", settings.container_user)
     except ArchiveError as exc:
         return Outcome(JobState.error, message=f"the project archive could not be unpacked: {exc}")
     archive.unlink()

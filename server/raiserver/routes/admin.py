@@ -18,6 +18,24 @@ from ..tables import AuditEntry, User
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
 
+RANK = {role: i for i, role in enumerate(ROLES)}  # student < ta < instructor < admin
+
+
+def may_change(actor: User, target: User, where: str = "") -> None:
+    """Nobody changes a user of their own rank or higher (keys, role, team), except admins and
+    oneself: an instructor who could rotate an admin's keys would receive a working admin secret."""
+    if actor.role == "admin" or actor.id == target.id:
+        return
+    if RANK[target.role] >= RANK[actor.role]:
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            f"{where}{actor.role}s cannot change {target.username}, who is {'an' if target.role[0] in 'aeiou' else 'a'} {target.role}")
+
+
+def may_grant(actor: User, role: str, where: str = "") -> None:
+    if role in ("instructor", "admin") and actor.role != "admin":
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"{where}only admins may grant the {role} role")
+
+
 def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
     if p.user.role not in ("instructor", "admin"):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "instructors and admins only")
@@ -80,21 +98,27 @@ def import_roster(csv_text: str = Body(..., media_type="text/csv"), p: Principal
             continue
         if not username.replace("_", "").replace("-", "").replace(".", "").isalnum() or len(username) > 64:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"roster line {lineno}: bad username {username!r}")
-        role = row.get("role") or "student"
-        if role not in ROLES:
+        role = row.get("role") or None  # no role column, or an empty cell: the role is not changed
+        if role is not None and role not in ROLES:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"roster line {lineno}: unknown role {role!r}")
+        if role is not None:
+            may_grant(p.user, role, f"roster line {lineno}: ")
         first, last = row.get("firstname"), row.get("lastname")
         if not first and row.get("name"):
             first, _, last = row["name"].partition(" ")
         fields = {"firstname": first or None, "lastname": last or None, "email": row.get("email") or None,
-                  "team": row.get("team") or None, "role": role}
+                  "team": row.get("team") or None}
+        if role is not None:
+            fields["role"] = role
         listed.add(username)
         user = db.scalar(select(User).where(User.username == username))
         if user is None:
-            user, secret = create_user(db, username, **fields)
+            user, secret = create_user(db, username, **{"role": "student", **fields})
             result.created.append(_issued(user, secret))
             continue
         changed = {k: v for k, v in fields.items() if getattr(user, k) != v}
+        if changed or not user.active:
+            may_change(p.user, user, f"roster line {lineno}: ")
         for k, v in changed.items():
             setattr(user, k, v)
         if not user.active:
@@ -124,6 +148,7 @@ def _user(db: Session, username: str) -> User:
 def rotate(username: str, p: Principal = Depends(require_instructor), db: Session = Depends(get_db)) -> IssuedKeys:
     """New keys for a user; the old access key stops working at once."""
     user = _user(db, username)
+    may_change(p.user, user)
     secret = rotate_keys(db, user, reason="rotated")
     audit(db, p.user.username, "keys.rotate", username)
     return _issued(user, secret)
@@ -133,6 +158,7 @@ def rotate(username: str, p: Principal = Depends(require_instructor), db: Sessio
 def revoke(username: str, p: Principal = Depends(require_instructor), db: Session = Depends(get_db)) -> UserRow:
     """The user's key stops working and no new one is issued (rotate to give them one again)."""
     user = _user(db, username)
+    may_change(p.user, user)
     revoke_keys(db, user)
     audit(db, p.user.username, "keys.revoke", username)
     return UserRow(username=user.username, role=user.role, team=user.team, email=user.email, active=user.active)

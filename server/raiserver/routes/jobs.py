@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
@@ -97,37 +97,40 @@ async def submit(
         tmp, sha, size = await svc.storage.receive(request.stream(), limit)
     except OverflowError:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is over the limit of {human_size(limit)}") from None
-    try:
-        info = await run_in_threadpool(inspect_archive, tmp, ArchiveLimits())
-        if info.spec_bytes is None:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{SPEC_FILENAME}: not found at the top of the uploaded project")
-        spec = parse_spec(info.spec_bytes)
+    def _accept() -> JobOut:
+        """Everything that reads the student's bytes runs here, off the event loop."""
+        try:
+            info = inspect_archive(tmp, ArchiveLimits())
+            if info.spec_bytes is None:
+                raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{SPEC_FILENAME}: not found at the top of the uploaded project")
+            spec = parse_spec(info.spec_bytes)
+        except ArchiveError as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+        except SpecError as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
         required = {svc.settings.verified_kind: [f.strip() for f in svc.settings.final_requires.split(",") if f.strip()]}
         missing = missing_for_kind(kind, info.names, required)
         if missing:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
                                 f"a '{kind}' submission must include {', '.join(missing)} (not found in the project)")
-    except ArchiveError as exc:
-        tmp.unlink(missing_ok=True)
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
-    except SpecError as exc:
-        tmp.unlink(missing_ok=True)
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
-    except HTTPException:
-        tmp.unlink(missing_ok=True)
-        raise
-    svc.storage.keep_archive(tmp, sha)
-
-    def _create() -> JobOut:
+        check_image(spec.image, queue, svc.settings.allowed_images)
         with request.app.state.db.session() as db:
-            check_image(spec.image, queue, svc.settings.allowed_images)
-            check_gpus(db, queue, spec, svc.settings.worker_dead_after)
-            owner = db.get(User, p.user.id, with_for_update=True)  # serialises this user's submissions
+            # First statement of the transaction: a write on the student's row. It takes the
+            # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent
+            # uploads of one student are checked against the quota one after the other.
+            db.execute(update(User).where(User.id == p.user.id).values(id=User.id))
+            owner = db.get(User, p.user.id)
             check_quotas(db, owner, svc.settings)
+            check_gpus(db, queue, spec, svc.settings.worker_dead_after)
+            svc.storage.keep_archive(tmp, sha)  # only now: a refused upload leaves nothing behind
             job = create_job(db, svc, owner, spec, info.spec_bytes.decode(), sha, size, queue, kind)
             return job_out(db, job)
 
-    return await run_in_threadpool(_create)
+    try:
+        return await run_in_threadpool(_accept)
+    finally:
+        tmp.unlink(missing_ok=True)
+
 
 
 @router.get("/jobs", response_model=JobList)

@@ -85,6 +85,7 @@ const rai = (() => {
     const live = document.getElementById("live");
     const src = new EventSource("/web/queue/events");
     src.addEventListener("queue", (ev) => { draw(JSON.parse(ev.data)); live.classList.remove("off"); });
+    src.addEventListener("logout", () => { src.close(); location.href = "/login"; });  // key rotated or account closed
     src.onerror = () => live.classList.add("off");
   }
 

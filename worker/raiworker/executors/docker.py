@@ -19,6 +19,7 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount, Ulimit
 
+from raiclient.archive import safe_extract
 from raiclient.models import LogStream
 
 from ..logsink import LogSink
@@ -210,8 +211,9 @@ class DockerExecutor(Executor):
 
     def collect_build(self, ctx: JobContext) -> None:
         """Copy /build (a tmpfs: it dies with the container, and `docker cp` cannot read it) out
-        through the image's own tar, into the host folder, through the ``data`` filter: links out
-        of the tree, devices and the like are left behind."""
+        through the image's own tar into the host folder with ``safe_extract``: the job controls
+        that stream, so nothing in it may write outside the folder (links out of the tree,
+        entries through links, devices and the like are left behind)."""
         if self.container is None:
             return
         api = self.client.api
@@ -219,15 +221,7 @@ class DockerExecutor(Executor):
             exec_id = api.exec_create(self.container.id, ["tar", "-C", "/build", "-cf", "-", "."], user=self.user)["Id"]
             chunks = (out for out, _ in api.exec_start(exec_id, stream=True, demux=True) if out)
             with tarfile.open(fileobj=_IterReader(chunks), mode="r|") as tar:
-                for member in tar:
-                    name = member.name.removeprefix("./")
-                    if name in ("", "."):
-                        continue
-                    member.name = name
-                    try:
-                        tar.extract(member, ctx.build_dir, filter="data")
-                    except (tarfile.FilterError, OSError):
-                        continue
+                safe_extract(tar, ctx.build_dir, max_bytes=ctx.settings.build_mb * 1024**2)
         except (DockerException, tarfile.TarError):
             return
 
