@@ -82,6 +82,7 @@ MATRIX = {
     ("POST", "/api/v1/jobs/{job_id}/cancel"): owner_or_staff,
     ("GET", "/api/v1/jobs/{job_id}/build.tar.gz"): owner_or_staff,
     ("GET", "/api/v1/jobs/{job_id}/log"): owner_or_staff,
+    ("GET", "/api/v1/jobs/{job_id}/log.txt"): owner_or_staff,
     ("GET", "/api/v1/leaderboard"): any_user,
     ("GET", "/api/v1/leaderboard.csv"): staff,
     ("POST", "/api/v1/workers/heartbeat"): worker,

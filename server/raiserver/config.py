@@ -59,12 +59,26 @@ class Settings(BaseSettings):
 
     # results and ranking
     correctness_threshold: float = 0.8  # every model's correctness must reach this to be ranked
-    ranked_kinds: str = ""  # comma-separated submission kinds that rank; empty = every kind
-    verified_kind: str = "final"  # entries of this kind are marked verified
+    # Only runs whose timing the service itself vouches for rank: the verified kind (re-timed,
+    # exclusive on the host) and any kinds that run an instructors' timing harness. A student's
+    # own build file can print any "Op Time", so other kinds are shown apart, unranked.
+    ranked_kinds: str = ""  # comma-separated kinds that rank; empty = the verified kind and harness kinds
+    harness_kinds: str = ""  # kinds whose timing command is the instructors' harness (verified too)
+    verified_kind: str = "final"  # re-timed by the service: marked verified
+    leaderboard_policy: str = "best"  # "best": each team's fastest run; "last": its latest valid run
+    leaderboard_hidden_until_deadline: bool = False  # students see only their own row until RAI_DEADLINE
     final_requires: str = "report.pdf"  # files a 'final' submission must contain (comma-separated)
     deadline: datetime | None = None  # 'final' submissions after it are kept but do not rank
     timing_repeats: int = 1  # ranked kinds: run the timing command this many times, exclusive on the host
     repeat_kinds: str = "final"
+
+    @property
+    def verified_kinds(self) -> set[str]:
+        return {self.verified_kind} | {k.strip() for k in self.harness_kinds.split(",") if k.strip()}
+
+    @property
+    def ranked_kind_set(self) -> set[str]:
+        return {k.strip() for k in self.ranked_kinds.split(",") if k.strip()} or self.verified_kinds
 
     @property
     def db_url(self) -> str:

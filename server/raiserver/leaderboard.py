@@ -1,8 +1,11 @@
 """The leaderboard: each team's (or lone student's) best valid run, fastest first.
 
 Valid: the job succeeded, printed op times, and every model's correctness reaches the course's
-threshold. Best: smallest total op time, ties to the earlier run. Students see other teams under
-stable pseudonyms and their own under its real name; staff see everyone's names.
+threshold. Only ranked kinds (by default those whose timing the service vouches for) make the
+ranked board; other kinds' runs make a separate, unverified board. Best: smallest total op time,
+ties to the earlier run (or, with the "last" policy, each team's latest valid run). Students see
+other teams under stable pseudonyms and their own under its real name; staff see everyone's
+names; with ``leaderboard_hidden_until_deadline`` students see only their own row until then.
 """
 
 from __future__ import annotations
@@ -52,12 +55,14 @@ def pseudonym(key: str, secret: str) -> str:
     return f"team-{digest[:6]}"
 
 
-def valid(job: Job, settings: Settings) -> bool:
+BOARDS = ("ranked", "unverified")
+
+
+def valid(job: Job, settings: Settings, board: str = "ranked") -> bool:
     r = job.results or {}
     if job.state != JobState.succeeded.value or r.get("op_time_total") is None:
         return False
-    kinds = [k.strip() for k in settings.ranked_kinds.split(",") if k.strip()]
-    if kinds and job.kind not in kinds:
+    if (job.kind in settings.ranked_kind_set) != (board == "ranked"):
         return False
     if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
         return False  # a final submission after the deadline is kept, not ranked
@@ -65,30 +70,41 @@ def valid(job: Job, settings: Settings) -> bool:
     return bool(corr) and min(corr.values()) >= settings.correctness_threshold
 
 
-def best_runs(db: Session, settings: Settings) -> list[tuple[str, Job, set[str]]]:
+def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tuple[str, Job, set[str]]]:
     jobs = db.scalars(
         select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded.value)
     ).all()
     best: dict[str, Job] = {}
     members: dict[str, set[str]] = {}
+    last = settings.leaderboard_policy == "last"
     for job in jobs:
-        if not valid(job, settings):
+        if not valid(job, settings, board):
             continue
         key = team_key(job)
         members.setdefault(key, set()).add(job.owner.username)
         cur = best.get(key)
         t, ct = job.results["op_time_total"], (cur.results["op_time_total"] if cur else None)
-        if cur is None or t < ct or (t == ct and job.finished_at < cur.finished_at):
+        if cur is None or (job.finished_at > cur.finished_at if last else (t < ct or (t == ct and job.finished_at < cur.finished_at))):
             best[key] = job
     ranked = sorted(best.items(), key=lambda kv: (kv[1].results["op_time_total"], kv[1].finished_at))
     return [(key, job, members[key]) for key, job in ranked]
 
 
-def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int | None = None) -> list[Entry]:
+def hidden(settings: Settings, viewer: Principal) -> bool:
+    """Whether this viewer sees only their own row (hidden board, before the deadline)."""
+    return (settings.leaderboard_hidden_until_deadline and not viewer.is_staff
+            and (settings.deadline is None or datetime.now(timezone.utc) < _aware(settings.deadline)))
+
+
+def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int | None = None,
+                board: str = "ranked") -> list[Entry]:
     mine_key = f"team:{viewer.user.team}" if viewer.user.team else f"user:{viewer.user.username}"
+    only_mine = hidden(settings, viewer)
     out = []
-    for i, (key, job, names) in enumerate(best_runs(db, settings)[:limit], start=1):
+    for i, (key, job, names) in enumerate(best_runs(db, settings, board)[:limit], start=1):
         mine = key == mine_key
+        if only_mine and not mine:
+            continue
         real = key.split(":", 1)[1]
         corr = job.results["correctness"]
         out.append(Entry(
@@ -102,7 +118,7 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
             when=job.finished_at,
             gpu=job.gpu_name,
             kind=job.kind,
-            verified=job.kind == settings.verified_kind,
+            verified=job.kind in settings.verified_kinds,
             mine=mine,
             job_id=job.id if (viewer.is_staff or mine) else None,
             members=sorted(names) if viewer.is_staff else None,

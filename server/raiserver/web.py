@@ -27,7 +27,7 @@ from raiclient.models import JobState
 from .auth import Principal, authenticate, client_ip, get_db, key_tag, session_user
 from .db import utcnow
 from .jobs import QueueView, cancel_job, job_out
-from .leaderboard import leaderboard
+from .leaderboard import hidden, leaderboard
 from .routes.jobs import visible_job
 from .feed import StreamLimit
 from .tables import Job, User, Worker
@@ -246,10 +246,13 @@ def cancel_from_web(job_id: str, request: Request, csrf: str = Form(...), p: Pri
 
 @router.get("/leaderboard")
 def leaderboard_page(request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
-    entries = leaderboard(db, request.app.state.settings, p)
-    return render(request, "leaderboard.html", p, entries=entries,
-                  times=[round(e.op_time * 1000, 6) for e in entries],
-                  threshold=request.app.state.settings.correctness_threshold)
+    settings = request.app.state.settings
+    entries = leaderboard(db, settings, p)
+    unverified = leaderboard(db, settings, p, board="unverified")
+    return render(request, "leaderboard.html", p, entries=entries, unverified=unverified,
+                  times=[round(e.op_time * 1000, 6) for e in entries], threshold=settings.correctness_threshold,
+                  ranked_kinds=", ".join(sorted(settings.ranked_kind_set)), policy=settings.leaderboard_policy,
+                  only_mine=hidden(settings, p))
 
 
 @router.get("/users/{username}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
+from typing import Literal
+
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse
 from sqlalchemy.orm import Session
@@ -16,9 +18,10 @@ router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
 
 
 @router.get("/leaderboard", response_model=list[Entry])
-def get_leaderboard(request: Request, n: int | None = Query(None, ge=1, le=10000), p: Principal = Depends(current_user),
-                    db: Session = Depends(get_db)) -> list[Entry]:
-    return leaderboard(db, request.app.state.settings, p, n)
+def get_leaderboard(request: Request, n: int | None = Query(None, ge=1, le=10000),
+                    board: Literal["ranked", "unverified"] = Query("ranked", description="unverified: kinds that do not rank"),
+                    p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> list[Entry]:
+    return leaderboard(db, request.app.state.settings, p, n, board)
 
 
 @router.get("/leaderboard.csv", response_class=PlainTextResponse)
