@@ -214,7 +214,9 @@ def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, 
     env = {**os.environ, "RAI_DATA_DIR": str(tmp / "data"), "RAI_REDIS_URL": redis_db, "RAI_WORKER_TOKEN": token,
            "RAI_SERVER_URL": f"http://127.0.0.1:{port}", "RAI_EXECUTOR": executor, "RAI_GPUS": "none",
            "RAI_SLOTS": str(slots), "RAI_QUEUES": "gpu", "RAI_HEARTBEAT_SECONDS": "1", "RAI_WORKER_DEAD_AFTER": "6",
-           "RAI_REAPER_INTERVAL": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+           "RAI_REAPER_INTERVAL": "1", "PYTHONUNBUFFERED": "1",
+           "RAI_LOGIN_FAILURES_PER_IP": "100000",  # every test comes from 127.0.0.1
+           **(extra_env or {})}
     env.pop("DATABASE_URL", None)
     if db_url:
         env["DATABASE_URL"] = db_url

@@ -20,14 +20,19 @@ from dataclasses import dataclass
 
 END = "end"  # the stream's last entry: the job ended (x: its state); it holds no line
 
-# KEYS[1] the stream; ARGV: count, t, s, x. Returns the number of the entry's last line.
+# KEYS[1] the stream; ARGV: count, t, s, x, and optionally the writer's last known line number
+# (numbering never goes back below it, even if Redis lost the stream in a restart). Returns
+# {number of the entry's last line, number of the last line Redis still had}.
 APPEND_LUA = """
 local last = 0
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if top[1] then last = tonumber(string.match(top[1][1], '%-(%d+)$')) end
+local had = last
+local floor = tonumber(ARGV[5] or '0')
+if last < floor then last = floor end
 local n = last + tonumber(ARGV[1])
 redis.call('XADD', KEYS[1], '0-' .. n, 't', ARGV[2], 's', ARGV[3], 'c', ARGV[1], 'x', ARGV[4])
-return n
+return {n, had}
 """
 
 

@@ -1,13 +1,15 @@
 """``raid dev``: the whole service on one machine with one command.
 
-Starts a private Redis, the server (SQLite and storage under one data folder) and one worker
-(Docker when an engine answers, plain processes otherwise, and it says which), makes an admin
-user and a profile, prints the web address and the next command to type, and optionally submits a
-project straight away.
+Starts a private Redis (with a password), the server (SQLite and storage under one data folder)
+and one worker (Docker when an engine answers, plain processes otherwise, and it says which),
+makes an admin user and a profile, prints the web address and the next command to type, and
+optionally submits a project straight away. Secrets are generated once into the data folder.
+It supervises its parts: one that stops is started again, with a message and a growing pause.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -21,8 +23,11 @@ from typing import Optional
 import httpx
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from raiclient.profile import read_profile_file
+
+from .hardening import write_secrets_file
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run rai on this machine for trying and developing.")
 console = Console(highlight=False)
@@ -105,7 +110,9 @@ def dev(
     data.mkdir(parents=True, exist_ok=True)
     server_url = f"http://{host}:{port}"
     redis_port = free_port()
-    token = os.environ.get("RAI_WORKER_TOKEN") or os.urandom(16).hex()
+    secrets_file = data / "secrets.env"
+    write_secrets_file(secrets_file)
+    password = dict(line.split("=", 1) for line in secrets_file.read_text().splitlines() if "=" in line)["RAI_REDIS_PASSWORD"]
     if executor is None:
         ok, why = docker_ready()
         executor = "docker" if ok else "process"
@@ -113,40 +120,37 @@ def dev(
     else:
         reason = "as asked"
     env = dict(os.environ)
+    # one name per data folder: two `raid dev` on one host never remove each other's containers
+    instance = hashlib.sha256(str(data).encode()).hexdigest()[:6]
     env.update({
-        "RAI_DATA_DIR": str(data), "RAI_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0", "RAI_WORKER_TOKEN": token,
+        "RAI_DATA_DIR": str(data), "RAI_REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
+        "RAI_SECRETS_FILE": str(secrets_file),
         "RAI_SERVER_URL": server_url, "RAI_EXECUTOR": executor, "RAI_GPUS": gpus, "RAI_WORK_DIR": str(data / "worker"),
-        "RAI_WORKER_NAME": f"dev-{socket.gethostname()}", "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1",
+        "RAI_WORKER_NAME": f"dev-{socket.gethostname()}-{instance}", "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1",
     })
     env.pop("DATABASE_URL", None)
-    procs: list[subprocess.Popen] = []
     logs = data / "logs"
     logs.mkdir(exist_ok=True)
+    parts: list[Part] = []
 
-    def spawn(args: list[str], name: str) -> subprocess.Popen:
-        fh = (logs / f"{name}.log").open("ab")
-        proc = subprocess.Popen(args, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(proc)
-        return proc
+    def spawn(args: list[str], name: str) -> Part:
+        part = Part(name, args, env, logs / f"{name}.log")
+        part.start()
+        parts.append(part)
+        return part
 
     def stop(*_: object) -> None:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        for part in reversed(parts):
+            part.stop()
 
     signal.signal(signal.SIGTERM, lambda *_: (stop(), sys.exit(0)))
     try:
         redis_dir = data / "redis"
         redis_dir.mkdir(exist_ok=True)
         spawn([redis_binary(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-               "--dir", str(redis_dir)], "redis")
+               "--requirepass", password, "--dir", str(redis_dir)], "redis")
         server = spawn([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", host, "--port", str(port)], "server")
-        wait_http(f"{server_url}/healthz", server, "server")
+        wait_http(f"{server_url}/healthz", server.proc, "server")
         profile_path = ensure_admin(env, data, server_url)
         spawn([sys.executable, "-m", "raiworker.cli"], "worker")
         console.print(f"[bold cyan]✱[/] rai is up: server {server_url} (API docs {server_url}/docs), data in {data}")
@@ -169,15 +173,60 @@ def dev(
                                    env={**os.environ, "RAI_PROFILE": str(profile_path), "RAI_SERVER": server_url})
             if exit_after_submit:
                 raise typer.Exit(code)
-        while all(p.poll() is None for p in procs):
+        while True:  # supervise: a part that stops is started again, after a growing pause
             time.sleep(0.5)
-        dead = next(p for p in procs if p.poll() is not None)
-        console.print(f"[red]✱ a part of rai stopped ({dead.args[:3]}, exit {dead.returncode}); see {logs}[/]")
-        raise typer.Exit(1)
+            for part in parts:
+                message = part.check()
+                if message:
+                    console.print(Text(f"✱ {message}", "yellow"))
     except KeyboardInterrupt:
         console.print("[bold cyan]✱[/] stopping")
     finally:
         stop()
+
+
+class Part:
+    """One supervised process of `raid dev` (Redis, the server, the worker)."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path):
+        self.name, self.args, self.env, self.log = name, args, env, log
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+        self.delay = 1.0
+        self.restart_at: float | None = None
+
+    def start(self) -> None:
+        fh = self.log.open("ab")
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started = time.monotonic()
+
+    def check(self) -> str | None:
+        """Restart the part if it stopped; returns what to tell the user, if anything."""
+        now = time.monotonic()
+        if self.restart_at is not None:
+            if now < self.restart_at:
+                return None
+            self.restart_at = None
+            self.start()
+            return f"{self.name} started again (log: {self.log})"
+        if self.proc is None or self.proc.poll() is None:
+            if now - self.started > 60:
+                self.delay = 1.0  # up a minute: the next crash restarts quickly again
+            return None
+        code = self.proc.returncode
+        self.restart_at = now + self.delay
+        message = f"{self.name} stopped (exit {code}); starting it again in {self.delay:.0f} s; its log: {self.log}"
+        self.delay = min(self.delay * 2, 30.0)
+        return message
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 @app.callback()

@@ -6,6 +6,10 @@ Redis calls, not millions. ``\\r`` progress output is folded the way a terminal 
 what is left after the last carriage return), long lines are cut, and past the job's output cap
 (bytes, and lines: empty lines count too) the stream says so once and drops the rest while the
 job runs on.
+
+If Redis goes away (a restart), batches wait in memory (bounded) and go out in order once it is
+back; the job goes on. If Redis came back without the stream, numbering carries on after the
+last line this sink wrote, and the log says which lines were lost.
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ class LogSink:
         self.progress_seconds = progress_seconds  # a progress bar still running shows this often
         self._shown: dict[LogStream, float] = {}
         self._append = r.register_script(APPEND_LUA)
+        self._pending: list[list] = []  # batches waiting for Redis to come back
+        self._pending_bytes = 0
+        self._dropped = 0  # lines dropped while Redis was away and the wait buffer full
+        self.last_line = 0  # number of the last line this sink wrote
+        self.max_pending_bytes = 64 * 1024**2
         self._buffers: dict[LogStream, bytearray] = {LogStream.out: bytearray(), LogStream.err: bytearray()}
         self._lock = threading.Lock()
 
@@ -120,4 +129,44 @@ class LogSink:
         self._write(stream, text, len(parts))
 
     def _write(self, stream: LogStream, text: str, count: int) -> None:
-        self._append(keys=[self.key], args=append_args(stream.value, time.time(), text, count))
+        args = append_args(stream.value, time.time(), text, count)
+        if self._pending_bytes + len(text) <= self.max_pending_bytes:
+            self._pending.append(args)
+            self._pending_bytes += len(text)
+        else:
+            self._dropped += count
+        self._send()
+
+    def _send(self) -> None:
+        """Write what waits, in order; on a Redis error keep it for the next try."""
+        try:
+            if self._dropped:
+                note = f"{self._dropped} lines were dropped while Redis was unreachable"
+                self._pending.append(append_args(LogStream.sys.value, time.time(), note, 1))
+                self._dropped = 0
+            while self._pending:
+                args = self._pending[0]
+                n, had = self._append(keys=[self.key], args=[*args, self.last_line])
+                if had < self.last_line:  # Redis restarted without the stream
+                    lost = f"lines {had + 1}–{self.last_line} of this log were lost when Redis restarted"
+                    self.last_line = int(n)
+                    n, _ = self._append(keys=[self.key], args=[*append_args(LogStream.sys.value, time.time(), lost, 1), self.last_line])
+                    self._pending.pop(0)
+                    self._pending_bytes -= len(args[3])
+                    self.last_line = int(n)
+                    continue
+                self._pending.pop(0)
+                self._pending_bytes -= len(args[3])
+                self.last_line = int(n)
+        except redis.RedisError:
+            pass  # Redis is away: the batches wait here
+
+    def close(self) -> bool:
+        """At the job's end: try hard (for a while) to write what still waits. False if it could not."""
+        deadline = time.monotonic() + 60
+        while self._pending and time.monotonic() < deadline:
+            with self._lock:
+                self._send()
+            if self._pending:
+                time.sleep(0.5)
+        return not self._pending

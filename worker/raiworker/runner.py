@@ -78,6 +78,8 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
             marker.unlink(missing_ok=True)
         if not build_uploaded and outcome.state is JobState.succeeded:
             outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
+        if not sink.close():  # Redis stayed away: the job's end is still reported
+            log.warning("job %s: some log lines could not be written to Redis", job_id)
         try:
             server.update(job_id, JobUpdate(attempt=attempt, state=outcome.state, exit_code=outcome.exit_code,
                                             failed_command=outcome.failed_command, message=outcome.message))
