@@ -25,10 +25,11 @@ PAGE_ENTRIES = 500  # Redis entries per XRANGE page
 PAGE_BYTES = 1024**2  # bytes of stored log per replay page
 
 class LogStore:
-    def __init__(self, redis_url: str, storage: Storage, ttl: int, pool_size: int = 32):
-        self.redis = redis.Redis.from_url(redis_url)
-        # Readers share a small pool and wait for a free connection rather than fail: the
-        # connections used never grow with the number of people watching.
+    def __init__(self, redis_url: str, storage: Storage, ttl: int, pool_size: int = 16):
+        # Both clients share small pools and wait for a free connection rather than fail: the
+        # connections a server process holds never grow with the number of people watching.
+        self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+            redis_url, max_connections=pool_size, timeout=20))
         self.aredis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
             redis_url, max_connections=pool_size, timeout=20))
         self.storage = storage

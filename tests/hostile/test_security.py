@@ -34,17 +34,12 @@ def file(name: str) -> tarfile.TarInfo:
 
 
 def chain(depth: int) -> list:
-    """CVE-2025-4517's shape: a long chain of links whose string form stays inside the tree."""
-    members = []
-    path = ""
-    for i in range(depth):
-        d = f"{path}d{i}"
-        members.append((link(f"{path}l{i}", f"d{i}"), None))
-        members.append((tarfile.TarInfo(d), None))
-        members[-1][0].type = tarfile.DIRTYPE
-        path = f"{d}/"
-    members.append((link(f"{path}esc", "../" * (depth + 3)), None))
-    return members
+    """CVE-2025-4517's shape: a long chain through links whose string form stays inside the tree
+    (normpath of p/l/p/l/…/../.. is inside) while the file system, following p/l -> .. each time,
+    climbs out of it."""
+    top = tarfile.TarInfo("p")
+    top.type = tarfile.DIRTYPE
+    return [(top, None), (link("p/l", ".."), None), (link("esc", "p/l/" * depth + "../" * (depth + 1)), None)]
 
 
 # -- 1. archives: links resolved through each other, nothing written through a link ----------
@@ -98,7 +93,7 @@ def test_build_folder_stream_writes_nothing_outside(tmp_path):
         (link("ok", "sub"), None), (file("sub/real"), b"fine"), (file("ok/via"), b"fine"),  # a link inside: fine
         (file("plain"), b"fine"), (link("plain", str(outside / "clobber")), None),  # a link replacing a file
         (link("hl", "../outside/x", tarfile.LNKTYPE), None),
-        *[(m, d) for m, d in chain(45)], (file("l0/l1/l2/deep"), b"pwned"),
+        *[(m, d) for m, d in chain(45)], (file("esc/deep"), b"inside"),
     ]
     safe_extract(_stream(members), dest)
     assert list(outside.iterdir()) == [], "something was written outside the build folder"
@@ -112,6 +107,9 @@ def test_project_archive_check_resolves_chains_like_the_kernel(tmp_path):
         inspect_archive(archive)
     archive.write_bytes(tar_gz([(link("sub/l", "../data"), None), (file("data"), b"x")]))
     assert inspect_archive(archive).files == 3  # a link inside the tree is fine
+    from raiclient.archive import _check_link
+
+    _check_link(chain(45)[2][0], "esc")  # the old string check let this one through
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the worker drops root only when it has it")
