@@ -55,7 +55,8 @@ def raid_dev(executor: str = "docker", extra_env: dict[str, str] | None = None) 
         deadline = time.monotonic() + 90
         while not profile.exists() or not _worker_up(dev):
             if time.monotonic() > deadline or raid.poll() is not None:
-                raise SystemExit(f"raid dev did not come up:\n{(tmp / 'raid.log').read_text()[-3000:]}")
+                logs = "".join(f"--- {f.name}\n{f.read_text()[-1500:]}" for f in sorted((tmp / "data" / "logs").glob("*.log")))
+                raise SystemExit(f"raid dev did not come up (exit {raid.poll()}):\n{(tmp / 'raid.log').read_text()[-3000:]}{logs}")
             time.sleep(0.3)
         yield dev
     finally:

@@ -24,7 +24,7 @@ from .server import ServerClient
 TASK_NAME = "rai.run_job"
 log = logging.getLogger("raiworker")
 
-settings = WorkerSettings()
+settings = WorkerSettings.load()
 GPUS = discover(settings.gpus)
 SLOTS = settings.slots or max(len(GPUS), 1)
 

@@ -40,6 +40,13 @@ class WorkerSettings(BaseSettings):
     pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start
     columns: int = 120  # the jobs' terminal width (COLUMNS, and the pty's size)
 
+    @classmethod
+    def load(cls) -> "WorkerSettings":
+        """From the environment, and from RAI_SECRETS_FILE (`raiserver secrets`) for what it leaves unset."""
+        import os
+
+        return cls(_env_file=os.environ.get("RAI_SECRETS_FILE") or None)
+
     @property
     def queue_list(self) -> list[str]:
         return [q.strip() for q in self.queues.split(",") if q.strip()]
