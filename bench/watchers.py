@@ -2,7 +2,8 @@
 (`raid dev`, process executor), runs J jobs that print 10 lines a second, and has W watchers
 follow them over SSE (spread evenly over the jobs) from P client processes. Prints: broken
 streams, whether every watcher got every line exactly once, line latency (worker read -> watcher
-received) p50/p99/max, the peak number of Redis connections and the server's peak RSS.
+received, for lines printed after the watcher connected: older ones are a replay) p50/p99/max,
+the peak number of Redis connections and the server's peak RSS.
 
     .venv/bin/python bench/watchers.py [-w 1000] [-j 1] [-n 100] [-p 8]
 """
@@ -41,6 +42,7 @@ def watch_many(url: str, auth: list[tuple[str, str]], jobs: list[str], count: in
             async with client.stream("GET", f"/api/v1/jobs/{jid}/log", timeout=600) as resp:
                 if resp.status_code != 200:
                     return seen, delays, f"HTTP {resp.status_code}"
+                connected = time.time()
                 async for raw in resp.aiter_lines():
                     if raw.startswith("event:"):
                         event = raw[6:].strip()
@@ -48,7 +50,7 @@ def watch_many(url: str, auth: list[tuple[str, str]], jobs: list[str], count: in
                         now = time.time()
                         for b in logwire.loads(raw[5:]):
                             seen.extend(range(b.n, b.last + 1))
-                            if b.s == "out":
+                            if b.s == "out" and b.t >= connected:
                                 delays.extend([now - b.t] * b.c)
                     elif raw.startswith("data:") and event == "end":
                         return seen, delays, None
@@ -110,11 +112,13 @@ def main() -> None:
             p = read_profile_file(prof)
             auth.append((p.access_key, p.secret_key))
         proj = project(dev.tmp / "ticker", "rai/busybox:latest",
-                       ["sleep 4", f"sh -c 'for i in $(seq 1 {args.lines}); do echo line $i; sleep 0.1; done'"])
-        jobs = []
-        for _ in range(args.jobs):
-            res = subprocess.run(dev.client("submit", "-p", str(proj), "--detach"), env=dev.env, capture_output=True, text=True)
-            jobs.append(res.stdout.split("Job ", 1)[1].split()[0])
+                       ["sleep 8", f"sh -c 'for i in $(seq 1 {args.lines}); do echo line $i; sleep 0.1; done'"])
+        from raiclient.archive import pack_project
+
+        body = pack_project(proj).path.read_bytes()
+        with dev.http() as h:
+            jobs = [h.post("/api/v1/jobs", content=body, headers={"Content-Type": "application/gzip"}).json()["id"]
+                    for _ in range(args.jobs)]
         pid = server_pid()
         server_env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         r = redis.Redis.from_url(next(v.split(b"=", 1)[1].decode() for v in server_env if v.startswith(b"RAI_REDIS_URL=")))

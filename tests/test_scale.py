@@ -121,7 +121,7 @@ def test_a_slow_watcher_is_cut_off_and_others_go_on(redis_url, tmp_path):
         async def read_fast() -> None:
             while True:
                 for kind, payload in await fast.next():
-                    seen.extend(b.last for b in payload)
+                    seen.extend(b.last for b in payload.batches)
                 if seen and seen[-1] >= 20_000:
                     return
 

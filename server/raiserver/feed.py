@@ -24,7 +24,8 @@ from fastapi.concurrency import run_in_threadpool
 from redis.exceptions import RedisError
 
 from raiclient.keys import job_of_stream, stream_key
-from raiclient.logwire import END, decode_entry
+from raiclient import logwire
+from raiclient.logwire import END, Batch, decode_entry
 from raiclient.models import JobOut
 
 from .logs import PAGE_ENTRIES, LogStore
@@ -39,6 +40,14 @@ class StreamLimit(Exception):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+
+
+@dataclass(frozen=True)
+class Shared:
+    """New batches of one job, with their SSE data already encoded (once, for all watchers)."""
+
+    batches: list[Batch]
+    data: str
 
 
 @dataclass(eq=False)
@@ -170,9 +179,10 @@ class LogHub:
                 lines = [b for b in batches if b.s != END]
                 ended = len(lines) != len(batches)
                 count = sum(b.c for b in lines)
+                shared = Shared(lines, logwire.dumps(lines)) if lines else None  # encoded once for every watcher
                 for w in list(self.watchers.get(job_id, ())):
-                    if lines:
-                        w.push("lines", lines, count)
+                    if shared:
+                        w.push("lines", shared, count)
                         self.lines_sent += count
                     if ended:
                         w.push("end")

@@ -23,7 +23,7 @@ from ..auth import Principal, current_user, get_db
 from ..jobs import QueueView, Services, cancel_job, create_job, job_out
 from ..capacity import check_gpus, check_image, check_queue
 from ..quotas import check_quotas
-from ..feed import LogHub, StreamLimit
+from ..feed import LogHub, Shared, StreamLimit
 from ..logs import PAGE_ENTRIES
 from ..tables import Job, User
 
@@ -228,12 +228,36 @@ def lines_event(batches: list[Batch]) -> dict:
 
 async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator[dict]:
     """The stored log after line ``after``, a page at a time from disk: bounded memory however
-    long the log, and nothing more is read once the client is gone."""
+    long the log, nothing more read once the client is gone, and the reading and encoding done
+    off the event loop (the server keeps answering everyone else meanwhile)."""
+    def page(offset: int) -> tuple[dict | None, int]:
+        batches, offset = svc.logs.stored_page(job_id, offset, after, max_bytes=256 * 1024)
+        return (lines_event(batches) if batches else None), offset
+
     offset = 0
     while offset >= 0:
-        batches, offset = await run_in_threadpool(svc.logs.stored_page, job_id, offset, after)
-        if batches:
-            yield lines_event(batches)
+        event, offset = await run_in_threadpool(page, offset)
+        if event:
+            yield event
+
+
+def merged_event(items: list[Shared], sent: int) -> tuple[dict | None, int]:
+    """One SSE event for every batch that arrived since the last one, re-using the data encoded
+    once for all watchers; only a batch that overlaps what this reader already has is cut."""
+    parts: list[str] = []
+    last = sent
+    for shared in items:
+        if shared.batches[-1].last <= last:
+            continue
+        if shared.batches[0].n > last:
+            parts.append(shared.data[1:-1])
+        else:
+            fresh = [b for b in (x.after(last) for x in shared.batches) if b is not None]
+            parts.append(logwire.dumps(fresh)[1:-1])
+        last = shared.batches[-1].last
+    if not parts:
+        return None, sent
+    return {"event": "lines", "id": str(last), "data": "[" + ",".join(parts) + "]"}, last
 
 
 async def log_events(svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot, user_id: int,
@@ -264,13 +288,12 @@ async def log_events(svc: Services, hub: LogHub, job: JobOut, sent: int, snapsho
             yield {"event": "caught_up", "data": sse_json(job, include={"state", "position", "eta_seconds", "worker"})}
             return
         while True:
-            for kind, payload in await w.next():
-                if kind == "lines":
-                    fresh = [b for b in (x.after(sent) for x in payload) if b is not None]
-                    if fresh:
-                        yield lines_event(fresh)
-                        sent = fresh[-1].last
-                elif kind == "status":
+            items = await w.next()
+            event, sent = merged_event([payload for kind, payload in items if kind == "lines"], sent)
+            if event:
+                yield event
+            for kind, payload in items:
+                if kind == "status":
                     yield {"event": "status", "data": sse_json(payload, include={"state", "position", "eta_seconds", "worker"})}
                 elif kind == "end":
                     yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
