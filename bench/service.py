@@ -42,12 +42,14 @@ class Dev:
 
 
 @contextmanager
-def raid_dev(executor: str = "docker", extra_env: dict[str, str] | None = None, gpus: str = "none") -> Iterator[Dev]:
+def raid_dev(executor: str = "docker", extra_env: dict[str, str] | None = None, gpus: str = "none",
+             server_workers: int = 1) -> Iterator[Dev]:
     tmp = Path(tempfile.mkdtemp(prefix="rai-bench-"))
     port = free_port()
     env = {**os.environ, "HOME": str(tmp), **(extra_env or {})}
     raid = subprocess.Popen([sys.executable, "-m", "raiserver.dev", "dev", "--data-dir", str(tmp / "data"), "--port", str(port),
-                             "--executor", executor, "--gpus", gpus], env=env, stdout=subprocess.DEVNULL,
+                             "--executor", executor, "--gpus", gpus,
+                             "--workers", str(server_workers)], env=env, stdout=subprocess.DEVNULL,
                             stderr=open(tmp / "raid.log", "wb"), start_new_session=True)
     try:
         profile = tmp / "data" / "admin.rai_profile"

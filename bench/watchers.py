@@ -73,7 +73,9 @@ def watch_many(url: str, auth: list[tuple[str, str]], jobs: list[str], count: in
     out.put(asyncio.run(main()))
 
 
-def server_pid() -> int | None:
+def server_pids() -> list[int]:
+    """The uvicorn process and, with --workers, its worker processes."""
+    found = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
@@ -81,13 +83,21 @@ def server_pid() -> int | None:
             except OSError:
                 continue
             if b"raiserver.asgi:app" in cmd:
-                return int(pid)
-    return None
+                found.append(int(pid))
+    children = [int(c) for p in found for t in os.listdir(f"/proc/{p}/task")
+                for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+    return found + children
 
 
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) * 1024
+def rss(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) * 1024
+        except OSError:
+            pass
+    return total
 
 
 def main() -> None:
@@ -96,12 +106,13 @@ def main() -> None:
     ap.add_argument("-j", "--jobs", type=int, default=1)
     ap.add_argument("-n", "--lines", type=int, default=100, help="lines each job prints, 10 a second")
     ap.add_argument("-p", "--procs", type=int, default=min(8, os.cpu_count() or 2), help="client processes")
+    ap.add_argument("-s", "--server-workers", type=int, default=1, help="server processes (uvicorn --workers)")
     args = ap.parse_args()
     import redis
 
     from raiclient.profile import read_profile_file
 
-    with raid_dev("process", {"RAI_SLOTS": str(max(args.jobs, 1))}) as dev:
+    with raid_dev("process", {"RAI_SLOTS": str(max(args.jobs, 1))}, server_workers=args.server_workers) as dev:
         data = dev.tmp / "data"
         env = {**os.environ, "RAI_DATA_DIR": str(data), "RAI_SECRETS_FILE": str(data / "secrets.env")}
         auth = []
@@ -119,8 +130,8 @@ def main() -> None:
         with dev.http() as h:
             jobs = [h.post("/api/v1/jobs", content=body, headers={"Content-Type": "application/gzip"}).json()["id"]
                     for _ in range(args.jobs)]
-        pid = server_pid()
-        server_env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        pid = server_pids()
+        server_env = Path(f"/proc/{pid[0]}/environ").read_bytes().split(b"\0")
         r = redis.Redis.from_url(next(v.split(b"=", 1)[1].decode() for v in server_env if v.startswith(b"RAI_REDIS_URL=")))
         base_clients, base_rss = int(r.info("clients")["connected_clients"]), rss(pid)
         peak = {"clients": base_clients, "rss": base_rss}
@@ -168,7 +179,8 @@ def main() -> None:
             print(f"line latency (worker read -> watcher): p50 {statistics.median(delays) * 1000:.1f} ms, "
                   f"p99 {q99 * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms over {len(delays):,} line deliveries")
         print(f"Redis connections: {base_clients} before, peak {peak['clients']}")
-        print(f"server RSS: {base_rss / 1024**2:.0f} MB before, peak {peak['rss'] / 1024**2:.0f} MB")
+        print(f"server RSS ({args.server_workers} process(es), all together): {base_rss / 1024**2:.0f} MB before, "
+              f"peak {peak['rss'] / 1024**2:.0f} MB")
 
 
 if __name__ == "__main__":

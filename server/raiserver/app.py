@@ -38,8 +38,17 @@ async def _reaper(app: FastAPI) -> None:
         await asyncio.sleep(svc.settings.reaper_interval)
         try:
             def _run() -> int:
-                with app.state.db.session() as db:
-                    return reap(db, svc)
+                lock = svc.logs.redis.lock("rai:reaper-lock", timeout=60, blocking=False)
+                if not lock.acquire():  # another server process is reaping
+                    return 0
+                try:
+                    with app.state.db.session() as db:
+                        return reap(db, svc)
+                finally:
+                    try:
+                        lock.release()
+                    except Exception:  # expired under a very slow pass: harmless
+                        pass
 
             n = await run_in_threadpool(_run)
             if n:

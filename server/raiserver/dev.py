@@ -100,6 +100,7 @@ def dev(
     data_dir: Path = typer.Option(Path(".rai-data"), help="database, storage, Redis and worker files go here"),
     port: int = typer.Option(8000, help="port for the server (web view and API)"),
     host: str = typer.Option("127.0.0.1"),
+    workers: int = typer.Option(1, help="server processes (each fans live logs out to its own watchers)"),
     executor: Optional[str] = typer.Option(None, help="docker or process (default: docker when an engine answers)"),
     gpus: str = typer.Option("auto", help="GPUs for the worker: auto, none, or ids like 0,1"),
     submit: Optional[Path] = typer.Option(None, help="submit this project once everything is up"),
@@ -149,7 +150,8 @@ def dev(
         redis_dir.mkdir(exist_ok=True)
         spawn([redis_binary(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
                "--requirepass", password, "--dir", str(redis_dir)], "redis")
-        server = spawn([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", host, "--port", str(port)], "server")
+        server = spawn([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", host, "--port", str(port),
+                        "--workers", str(workers)], "server")
         wait_http(f"{server_url}/healthz", server.proc, "server")
         profile_path = ensure_admin(env, data, server_url)
         spawn([sys.executable, "-m", "raiworker.cli"], "worker")

@@ -18,6 +18,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -44,10 +45,15 @@ class StreamLimit(Exception):
 
 @dataclass(frozen=True)
 class Shared:
-    """New batches of one job, with their SSE data already encoded (once, for all watchers)."""
+    """New batches of one job, with their SSE data, and the whole SSE event, encoded once for
+    all watchers: fanning a batch out to a thousand watchers costs a thousand sends, no more."""
 
     batches: list[Batch]
     data: str
+
+    @cached_property
+    def frame(self) -> bytes:
+        return f"event: lines\r\nid: {self.batches[-1].last}\r\ndata: {self.data}\r\n\r\n".encode()
 
 
 @dataclass(eq=False)
@@ -179,7 +185,8 @@ class LogHub:
                 lines = [b for b in batches if b.s != END]
                 ended = len(lines) != len(batches)
                 count = sum(b.c for b in lines)
-                shared = Shared(lines, logwire.dumps(lines)) if lines else None  # encoded once for every watcher
+                shared = Shared(lines, logwire.dumps(lines)) if lines else None
+
                 for w in list(self.watchers.get(job_id, ())):
                     if shared:
                         w.push("lines", shared, count)

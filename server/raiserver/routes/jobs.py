@@ -241,9 +241,11 @@ async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator
             yield event
 
 
-def merged_event(items: list[Shared], sent: int) -> tuple[dict | None, int]:
+def merged_event(items: list[Shared], sent: int) -> tuple[dict | bytes | None, int]:
     """One SSE event for every batch that arrived since the last one, re-using the data encoded
     once for all watchers; only a batch that overlaps what this reader already has is cut."""
+    if len(items) == 1 and items[0].batches[0].n > sent:  # the usual case: the shared event as is
+        return items[0].frame, items[0].batches[-1].last
     parts: list[str] = []
     last = sent
     for shared in items:
