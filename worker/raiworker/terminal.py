@@ -4,7 +4,8 @@ colour their output as they do for a person at a terminal.
 
 The helper is a small static C program, built once per worker with the host's C compiler (a GPU
 host has one: nvcc needs it) into the work folder, and bind-mounted read-only into job
-containers, whatever their image. ``RAI_PTY_HELPER`` names a prebuilt one instead.
+containers, whatever their image. ``RAI_PTY_HELPER`` names a prebuilt one instead (the service
+image has one); it is copied into the work folder, whose paths the Docker engine can mount.
 """
 
 from __future__ import annotations
@@ -32,7 +33,17 @@ def terminal_env(columns: int) -> dict[str, str]:
 def pty_helper(work_dir: Path, prebuilt: Path | None = None) -> Path | None:
     """The helper's path, building it if needed; None (and a warning) when it cannot be had."""
     if prebuilt is not None:
-        return prebuilt if os.access(prebuilt, os.X_OK) else None
+        if not os.access(prebuilt, os.X_OK):
+            log.warning("RAI_PTY_HELPER %s is not an executable file", prebuilt)
+            return None
+        dest = work_dir / "bin" / f"rai-pty-{hashlib.sha256(prebuilt.read_bytes()).hexdigest()[:12]}"
+        if not os.access(dest, os.X_OK):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_suffix(f".tmp{os.getpid()}")
+            shutil.copyfile(prebuilt, tmp)
+            tmp.chmod(0o755)
+            os.replace(tmp, dest)
+        return dest
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     dest = work_dir / "bin" / f"rai-pty-{digest}"
     if os.access(dest, os.X_OK):
