@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 
@@ -53,3 +54,49 @@ def test_server_restart_mid_job_loses_no_line(tmp_path, redis_url, docker_engine
         assert "reconnecting" in err
     finally:
         svc.shutdown()
+
+
+def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(tmp_path):
+    """`raid dev` supervises: a worker killed with SIGKILL is started again, with a message; each
+    instance's worker has its own name, so two on one host never reap each other's containers."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import free_port, wait_for
+
+    port = free_port()
+    env = {**os.environ, "HOME": str(tmp_path)}
+    raid = subprocess.Popen([sys.executable, "-m", "raiserver.dev", "dev", "--data-dir", str(tmp_path / "d"), "--port", str(port),
+                             "--executor", "process", "--gpus", "none"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out: list[str] = []
+    import threading
+
+    threading.Thread(target=lambda: out.extend(iter(raid.stdout.readline, "")), daemon=True).start()
+    try:
+        wait_for(lambda: any("web view:" in line for line in out), timeout=90, what="raid dev up")
+
+        def workers() -> list[int]:
+            found = []
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    if b"raiworker.cli" in open(f"/proc/{pid}/cmdline", "rb").read() and \
+                            str(tmp_path).encode() in open(f"/proc/{pid}/environ", "rb").read():
+                        found.append(int(pid))
+                except OSError:
+                    pass
+            return found
+
+        first = wait_for(workers, what="the worker process")
+        name = re.search(rb"RAI_WORKER_NAME=([^\0]+)", open(f"/proc/{first[0]}/environ", "rb").read()).group(1).decode()
+        assert re.fullmatch(r"dev-.+-[0-9a-f]{6}", name), name
+        os.killpg(first[0], signal.SIGKILL)
+        wait_for(lambda: any("worker stopped" in line and "starting it again" in line for line in out), timeout=30,
+                 what="the stop to be reported")
+        wait_for(lambda: any("worker started again" in line for line in out), timeout=30, what="the restart")
+        assert wait_for(lambda: [p for p in workers() if p not in first], timeout=30, what="a new worker process")
+    finally:
+        os.killpg(raid.pid, signal.SIGTERM)
+        raid.wait(30)

@@ -153,3 +153,16 @@ def test_client_gives_up_on_a_lost_server_with_a_resume_command(tmp_path, redis_
     assert f"raiclient logs {jid} --follow" in err
     assert err.count("reconnecting") >= 2, "it retried with back-off before giving up"
 
+
+
+def test_markup_in_commands_and_output_is_printed_as_is(process_service, tmp_path):
+    proj = make_project(tmp_path / "p", ["echo '[/bogus] [bold red]not markup[/]'", "sh -c 'exit 3' # [/oops]"])
+    res = process_service.client("submit", "-p", str(proj))
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    assert "✱ Running: echo '[/bogus] [bold red]not markup[/]'" in res.stdout
+    assert "[/bogus] [bold red]not markup[/]" in res.stdout.splitlines()
+    assert "'sh -c 'exit 3' # [/oops]' exited with 3" in res.stdout
+    jid = res.stdout.split("Job ", 1)[1].split()[0]
+    logs = process_service.client("logs", jid)
+    assert logs.returncode == 3 and "[/bogus] [bold red]not markup[/]" in logs.stdout.splitlines()
