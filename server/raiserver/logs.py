@@ -9,7 +9,6 @@ millions of lines never sits in the server's memory at once.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 import redis
@@ -100,12 +99,6 @@ class LogStore:
         while offset >= 0:
             batches, offset = self.stored_page(job_id, offset, after)
             yield from batches
-
-    def stored_size(self, job_id: str) -> int:
-        try:
-            return os.path.getsize(self.storage.log_path(job_id))
-        except OSError:
-            return 0
 
     # -- reading the live stream (async) ---------------------------------------------------------
     async def alast(self, job_id: str) -> int:
