@@ -6,6 +6,7 @@ i=1
 while [ "$i" -le "$n" ]; do
   echo "step $i of $n"
   echo "note $i on stderr" >&2
+  sleep 0.1  # a moment between steps, as real work takes: lines show up as they are printed
   i=$((i + 1))
 done
 echo "hello from rai" > result.txt
