@@ -67,7 +67,7 @@ def test_byte_cap_and_long_lines(any_redis, tmp_path):
     texts = [(b.s, t) for page in _store(any_redis, tmp_path).pages(job) for b in page for t in b.lines()]
     assert texts[:3] == [("out", "x" * 16), ("out", "x" * 16), ("out", "x" * 8)]
     assert all(len(t) <= 16 for _, t in texts if _ == "out")
-    assert texts[-1] == ("sys", "output truncated after 9.53674e-05 MiB; the job keeps running")
+    assert texts[-1] == ("sys", "output truncated after 100 bytes; the job keeps running")
     assert sum(len(t) + 1 for s, t in texts if s == "out") <= 100
 
 

@@ -24,6 +24,10 @@ from raiclient.logwire import APPEND_LUA, append_args
 from raiclient.models import LogStream
 
 
+def size_in_words(n: int) -> str:
+    return f"{n / 1024**2:g} MiB" if n >= 1024**2 else f"{n / 1024:g} KiB" if n >= 1024 else f"{n} bytes"
+
+
 def fold_cr(line: bytes) -> bytes:
     """What a terminal shows of a line rewritten with ``\\r`` (a progress bar): its last version."""
     line = line.rstrip(b"\r")
@@ -117,8 +121,7 @@ class LogSink:
             self.truncated = True
             for b in self._buffers.values():
                 b.clear()
-            what = (f"{self.output_bytes / 1024**2:g} MiB" if self.lines < self.output_lines
-                    else f"{self.output_lines:,} lines")
+            what = size_in_words(self.output_bytes) if self.lines < self.output_lines else f"{self.output_lines:,} lines"
             self._write(LogStream.sys, f"output truncated after {what}; the job keeps running", 1)
             return
         self.written += size
