@@ -201,3 +201,26 @@ def test_other_students_jobs_are_invisible(docker_service, tmp_path):
         assert all(j["id"] != jid for j in h.get("/api/v1/jobs").json()["jobs"])
     with docker_service.http(bob) as h:
         assert h.get(f"/api/v1/jobs/{jid}").json()["state"] == "succeeded"
+
+
+def test_every_job_has_a_timeline_of_its_steps(docker_service, tmp_path):
+    """Per-phase times, in the API and `raiclient status`: where the time went when the queue is slow."""
+    proj = make_project(tmp_path / "p", ["echo first", "sh -c 'sleep 0.3; echo second'"])
+    res = docker_service.client("submit", "-p", str(proj))
+    assert res.returncode == 0, res.stdout + res.stderr
+    jid = job_id_from(res.stdout)
+    with docker_service.http() as h:
+        phases = h.get(f"/api/v1/jobs/{jid}").json()["phases"]
+    names = [p["name"] for p in phases]
+    for step in ("submitted", "released", "claimed", "container started", "command started", "first line",
+                 "command ended", "build uploaded", "finished"):
+        assert step in names, (step, names)
+    assert names[0] == "submitted" and names[-1] == "finished"
+    assert names.count("command started") == 2 and names.count("command ended") == 2
+    times = [p["at"] for p in phases]
+    assert times == sorted(times)
+    started = [p["detail"] for p in phases if p["name"] == "command started"]
+    assert started[-1] == "sh -c 'sleep 0.3; echo second'"
+    assert [p["detail"] for p in phases if p["name"] == "command ended"] == ["exit 0"] * 2
+    status = docker_service.client("status", jid)
+    assert "Timeline" in status.stdout and "container started" in status.stdout and "build uploaded" in status.stdout

@@ -226,6 +226,12 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
         if value is not None:
             table.add_row(key, Text(str(value.value if isinstance(value, JobState) else value)))
     out.print(table)
+    if len(job.phases) > 1:
+        timeline = Table("+ s", "step", "detail", title="Timeline", box=None, padding=(0, 2), title_justify="left")
+        t0 = job.phases[0].at
+        for ph in job.phases:
+            timeline.add_row(f"{(ph.at - t0).total_seconds():8.3f}", Text(ph.name), Text(ph.detail or ""))
+        out.print(timeline)
     _print_results(job)
     raise typer.Exit(exit_code_for(job) if job.state.finished else ExitCode.OK)
 

@@ -62,6 +62,14 @@ class JobResultSummary(BaseModel):
     max_rss_kb: int | None = None
 
 
+class Phase(BaseModel):
+    """One step of a job's life and when it happened: where the time went when the queue is slow."""
+
+    name: str  # submitted, released, claimed, container started, command started, first line, …
+    at: datetime
+    detail: str | None = None  # the command, its exit status, …
+
+
 class JobOut(BaseModel):
     id: str
     owner: str
@@ -83,6 +91,7 @@ class JobOut(BaseModel):
     has_build: bool = False
     archive_bytes: int = 0
     results: JobResultSummary | None = None
+    phases: list[Phase] = []  # in the order they happened
 
     @property
     def duration(self) -> float | None:
@@ -155,3 +164,4 @@ class JobUpdate(BaseModel):
     exit_code: int | None = None
     failed_command: str | None = None
     message: str | None = None
+    phases: list[Phase] = []  # measured on the worker: container started, each command, first line

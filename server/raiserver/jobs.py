@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
 
-from raiclient.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate
+from raiclient.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate, Phase
 from raiclient.spec import BuildSpec, parse_spec
 
 from .audit import audit
@@ -37,6 +37,23 @@ class Services:
     logs: LogStore
     dispatcher: Dispatcher
     kick: Callable[[], None] = lambda: None  # run a fair-share release pass soon
+
+
+def add_phase(job: Job, name: str, detail: str | None = None) -> None:
+    """Note when a step of the job happened (a new list: the JSON column sees the change)."""
+    job.phases = [*(job.phases or []), {"name": name, "at": utcnow().isoformat(), "detail": detail}]
+
+
+def phases_of(job: Job) -> list[Phase]:
+    """The job's timeline: the steps the server and the worker noted, with the ones its columns
+    already hold (submitted, released, finished), in the order they happened."""
+    phases = [Phase(name="submitted", at=job.created_at)]
+    if job.dispatched_at:
+        phases.append(Phase(name="released", at=job.dispatched_at, detail=job.queue))
+    phases += [Phase.model_validate(p) for p in job.phases or []]
+    if job.finished_at:
+        phases.append(Phase(name="finished", at=job.finished_at, detail=job.state))
+    return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
 
 
 def conflict(message: str) -> HTTPException:
@@ -110,6 +127,7 @@ def job_out(db: Session, job: Job, view: QueueView | None = None) -> JobOut:
         has_build=job.has_build,
         archive_bytes=job.archive_bytes,
         results=JobResultSummary.model_validate(job.results) if job.results else None,
+        phases=phases_of(job),
     )
 
 
@@ -211,6 +229,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     job.state = JobState.running.value
     job.worker = claim.worker
     job.started_at = job.started_at or utcnow()
+    add_phase(job, "claimed", claim.worker)
     w = db.get(Worker, claim.worker)
     if w is not None:
         w.last_seen = utcnow()
@@ -243,6 +262,8 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
         raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
     if update.attempt != job.attempt or JobState(job.state).finished:
         raise conflict(f"job {job.id} is {job.state} on attempt {job.attempt}; this update is stale")
+    if update.phases:
+        job.phases = [*(job.phases or []), *(p.model_dump(mode="json") for p in update.phases[:1000])]
     if update.state.finished:
         state = update.state
         if job.cancel_requested and state in (JobState.failed, JobState.error):

@@ -56,6 +56,7 @@ class Job(Base):
     results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     gpu_name: Mapped[str | None] = mapped_column(String(128))
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)
+    phases: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # [{name, at, detail}]: raiclient.models.Phase
 
     owner: Mapped[User] = relationship(back_populates="jobs")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timezone
 
 import redis
 
@@ -53,6 +54,7 @@ class LogSink:
         self._pending_bytes = 0
         self._dropped = 0  # lines dropped while Redis was away and the wait buffer full
         self.last_line = 0  # number of the last line this sink wrote
+        self.first_output: datetime | None = None  # when the job printed its first line
         self.max_pending_bytes = 64 * 1024**2
         self._buffers: dict[LogStream, bytearray] = {LogStream.out: bytearray(), LogStream.err: bytearray()}
         self._lock = threading.Lock()
@@ -126,6 +128,8 @@ class LogSink:
             return
         self.written += size
         self.lines += len(parts)
+        if self.first_output is None:
+            self.first_output = datetime.now(timezone.utc)
         text = b"\n".join(parts).decode("utf-8", errors="replace")
         if stream is LogStream.out and "Op Time:" in text:
             self.op_time_seen = True

@@ -17,7 +17,7 @@ import redis
 
 from raiclient.archive import ArchiveError, pack_directory
 from raiclient.keys import cancel_key
-from raiclient.models import GpuInfo, JobState, JobUpdate
+from raiclient.models import GpuInfo, JobState, JobUpdate, Phase
 
 from .config import WorkerSettings
 from .executors import JobContext, Outcome, execute, make_executor
@@ -60,8 +60,9 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         workdir = settings.work_dir / "jobs" / f"{job_id}.{attempt}"
         outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
         build_uploaded = False
+        phases: list[Phase] = []
         try:
-            outcome = _run(settings, gpus, server, r, sink, grant, workdir)
+            outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases)
             build_uploaded = _ship_build(server, job_id, attempt, workdir / "build", sink)
         except Refused as exc:
             log.warning("job %s refused mid-run: %s", job_id, exc)
@@ -81,8 +82,10 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         if not sink.close():  # Redis stayed away: the job's end is still reported
             log.warning("job %s: some log lines could not be written to Redis", job_id)
         try:
+            if sink.first_output is not None:
+                phases.append(Phase(name="first line", at=sink.first_output))
             server.update(job_id, JobUpdate(attempt=attempt, state=outcome.state, exit_code=outcome.exit_code,
-                                            failed_command=outcome.failed_command, message=outcome.message))
+                                            failed_command=outcome.failed_command, message=outcome.message, phases=phases))
         except Refused as exc:
             log.warning("final state of %s refused: %s", job_id, exc)
         return outcome.state.value
@@ -92,7 +95,7 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
 
 
 def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis,
-         sink: LogSink, grant, workdir: Path) -> Outcome:
+         sink: LogSink, grant, workdir: Path, phases: list[Phase]) -> Outcome:
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "src").mkdir(parents=True)
     (workdir / "build").mkdir()
@@ -124,6 +127,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
                 gpu_ids=gpu_ids,
                 settings=settings,
                 repeat_timing=grant.repeat_timing,
+                phases=phases,
             )
             try:
                 started = time.monotonic()

@@ -13,7 +13,7 @@ from raiclient.models import Claim, ClaimGranted, Heartbeat, JobState, JobUpdate
 
 from ..auth import Principal, get_db, require_staff, require_worker
 from ..db import utcnow
-from ..jobs import claim_job, update_job
+from ..jobs import add_phase, claim_job, update_job
 from ..tables import Job, Worker
 from .jobs import services
 
@@ -108,4 +108,12 @@ async def upload_build(job_id: str, request: Request, attempt: int = Query(...))
     except OverflowError:
         raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "build folder too large") from None
     svc.storage.keep_build(tmp, job_id)
+
+    def _note() -> None:
+        with request.app.state.db.session() as db:
+            job = db.get(Job, job_id)
+            if job is not None:
+                add_phase(job, "build uploaded", f"{size} bytes")
+
+    await run_in_threadpool(_note)
     return {"bytes": size}

@@ -7,10 +7,11 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from raiclient.models import JobState
+from raiclient.models import JobState, Phase
 from raiclient.timing import is_profiled, repeat_line
 
 from ..config import WorkerSettings
@@ -30,6 +31,10 @@ class JobContext:
     gpu_ids: list[str]
     settings: WorkerSettings
     repeat_timing: int = 1
+    phases: list[Phase] = field(default_factory=list)  # when each step happened, for the job's timeline
+
+    def phase(self, name: str, detail: str | None = None) -> None:
+        self.phases.append(Phase(name=name, at=datetime.now(timezone.utc), detail=detail))
 
 
 @dataclass
@@ -98,6 +103,7 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         if cancel.is_set():
             return Outcome(JobState.cancelled, message="cancelled before it started")
         sink.system(executor.start(ctx, sink))
+        ctx.phase("container started" if executor.name == "docker" else "processes started", ctx.image)
         timing: str | None = None
         repeated = False
         plan = [(command, f"Running: {command}") for command in ctx.commands]
@@ -110,8 +116,10 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
                 break
             sink.system(announce)
             sink.op_time_seen = False
+            ctx.phase("command started", command)
             code = executor.run_command(ctx, command, sink)
             sink.flush()
+            ctx.phase("command ended", f"exit {code}")
             if watch.reason:
                 break
             if code != 0:
