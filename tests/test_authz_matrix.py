@@ -78,6 +78,7 @@ MATRIX = {
     ("GET", "/api/v1/me"): any_user,
     ("POST", "/api/v1/jobs"): any_user,
     ("GET", "/api/v1/jobs"): any_user,
+    ("GET", "/api/v1/queue"): any_user,
     ("GET", "/api/v1/jobs/{job_id}"): owner_or_staff,
     ("POST", "/api/v1/jobs/{job_id}/cancel"): owner_or_staff,
     ("GET", "/api/v1/jobs/{job_id}/build.tar.gz"): owner_or_staff,

@@ -107,3 +107,24 @@ def test_staff_cancel_of_a_students_job_is_audited(svc, tmp_path):
     with svc.http(svc.prof) as h:
         entries = h.get("/api/v1/admin/audit").json()
     assert any(e["action"] == "job.cancel" and e["target"] == jid and e["actor"] == "prof" for e in entries)
+
+
+def test_raiclient_queue_shows_each_queue_and_where_my_jobs_stand(tmp_path, redis_url):
+    from conftest import make_project, start_service
+
+    svc = start_service(tmp_path, redis_url, None, "process", worker=False)
+    try:
+        stud = svc.add_user("queuer")
+        proj = make_project(tmp_path / "p", ["true"])
+        for _ in range(2):
+            assert svc.client("submit", "-p", str(proj), "--detach", env={"RAI_PROFILE": str(stud)}).returncode == 0
+        assert svc.client("submit", "-p", str(proj), "--detach").returncode == 0  # someone else's
+        res = svc.client("queue", env={"RAI_PROFILE": str(stud)})
+        assert res.returncode == 0, res.stderr
+        row = next(line for line in res.stdout.splitlines() if line.strip("│ ").startswith("gpu"))
+        assert [c.strip() for c in row.strip("│").split("│")] == ["gpu", "3", "0", "0", "0"]  # no worker up: nothing runs
+        # staff go first (RAI_STAFF_PRIORITY), then this student's two jobs; others' jobs are not listed
+        mine = [line for line in res.stdout.splitlines() if line.startswith("✱ Your job")]
+        assert [line.split(": ", 1)[1] for line in mine] == ["position 2 of 3", "position 3 of 3"], res.stdout
+    finally:
+        svc.shutdown()

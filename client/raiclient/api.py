@@ -14,7 +14,7 @@ import httpx
 from httpx_sse import connect_sse
 
 from . import __version__, logwire
-from .models import ExitCode, JobList, JobOut, UserOut
+from .models import ExitCode, JobList, JobOut, QueueSummary, UserOut
 from .profile import Profile
 
 CHUNK = 256 * 1024
@@ -117,6 +117,9 @@ class Api:
             timeout=httpx.Timeout(300.0, connect=30.0),
         )
         return JobOut.model_validate(resp.json())
+
+    def queues(self) -> list[QueueSummary]:
+        return [QueueSummary.model_validate(q) for q in self._request("GET", "/api/v1/queue").json()]
 
     def job(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("GET", f"/api/v1/jobs/{job_id}").json())

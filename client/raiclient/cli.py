@@ -237,6 +237,25 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
 
 
 @app.command()
+def queue(server: Optional[str] = SERVER_OPT) -> None:
+    """Jobs waiting and running per queue, the workers serving it, and where your jobs stand."""
+    with connected(server) as api:
+        queues = api.queues()
+    if not queues:
+        out.print("No queue has jobs or live workers.")
+        return
+    table = Table("queue", "waiting", "running", "workers", "slots")
+    for q in queues:
+        table.add_row(Text(q.queue), str(q.waiting), str(q.running), str(q.workers), str(q.slots))
+    out.print(table)
+    for q in queues:
+        for j in q.mine:
+            where = (f"position {j.position} of {q.waiting}" + (f", about {j.eta_seconds:.0f} s" if j.eta_seconds else "")
+                     if j.state is JobState.queued else f"running on {j.worker}")
+            say(f"Your job {j.id} on '{q.queue}': {where}")
+
+
+@app.command()
 def history(limit: int = typer.Option(20, "-n", help="how many jobs"), server: Optional[str] = SERVER_OPT) -> None:
     """Your recent jobs, newest first."""
     with connected(server) as api:

@@ -104,6 +104,17 @@ class JobList(BaseModel):
     jobs: list[JobOut]
 
 
+class QueueSummary(BaseModel):
+    """One queue as `raiclient queue` shows it (what `rai queued` showed)."""
+
+    queue: str
+    waiting: int
+    running: int
+    slots: int  # of the live workers serving it
+    workers: int
+    mine: list[JobOut] = []  # the caller's waiting or running jobs, with positions
+
+
 class UserOut(BaseModel):
     username: str
     role: str

@@ -9,14 +9,16 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import select, update
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
 from raiclient import logwire
 from raiclient.archive import ArchiveError, ArchiveLimits, inspect_archive
 from raiclient.logwire import END, Batch
-from raiclient.models import JobList, JobOut, JobState, UserOut
+from raiclient.models import JobList, JobOut, JobState, QueueSummary, UserOut
 from raiclient.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
 
 from ..auth import Principal, current_user, get_db
@@ -25,7 +27,8 @@ from ..capacity import check_gpus, check_image, check_queue
 from ..quotas import check_quotas
 from ..feed import LogHub, Shared, StreamLimit
 from ..logs import PAGE_ENTRIES
-from ..tables import Job, User
+from ..db import utcnow
+from ..tables import Job, User, Worker
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -145,6 +148,31 @@ def history(
         q = q.where(Job.owner_id == p.user.id)
     view = QueueView(db)
     return JobList(jobs=[job_out(db, j, view) for j in db.scalars(q)])
+
+
+@router.get("/queue", response_model=list[QueueSummary])
+def queue_summary(request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> list[QueueSummary]:
+    """Every queue: jobs waiting and running, live workers and slots serving it, and the caller's
+    own jobs in it with their positions."""
+    dead_after = services(request).settings.worker_dead_after
+    counts: dict[str, dict[str, int]] = {}
+    for queue, state, n in db.execute(select(Job.queue, Job.state, func.count()).where(
+            Job.state.in_([JobState.queued.value, JobState.running.value])).group_by(Job.queue, Job.state)):
+        counts.setdefault(queue, {})[state] = n
+    cutoff = utcnow() - timedelta(seconds=dead_after)
+    live = db.scalars(select(Worker).where(Worker.last_seen > cutoff)).all()
+    served = {q for w in live for q in (w.queues or [])}
+    view = QueueView(db)
+    mine = db.scalars(select(Job).where(Job.owner_id == p.user.id,
+                                        Job.state.in_([JobState.queued.value, JobState.running.value])).order_by(Job.created_at)).all()
+    out = []
+    for queue in sorted(served | set(counts) | {j.queue for j in mine}):
+        c = counts.get(queue, {})
+        serving = [w for w in live if queue in (w.queues or [])]
+        out.append(QueueSummary(queue=queue, waiting=c.get(JobState.queued.value, 0), running=c.get(JobState.running.value, 0),
+                                slots=sum(w.slots for w in serving), workers=len(serving),
+                                mine=[job_out(db, j, view) for j in mine if j.queue == queue]))
+    return out
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
