@@ -71,6 +71,7 @@ def web_events(role):
 
 MATRIX = {
     ("GET", "/healthz"): public,
+    ("GET", "/metrics"): public,  # loopback (every test client) or RAI_METRICS_TOKEN
     ("GET", "/openapi.json"): public,
     ("GET", "/docs"): public,
     ("GET", "/docs/oauth2-redirect"): public,

@@ -8,6 +8,7 @@ import signal
 import tarfile
 import time
 
+import httpx
 import pytest
 
 from conftest import ROOT, make_project, read_log, wait_for
@@ -224,3 +225,30 @@ def test_every_job_has_a_timeline_of_its_steps(docker_service, tmp_path):
     assert [p["detail"] for p in phases if p["name"] == "command ended"] == ["exit 0"] * 2
     status = docker_service.client("status", jid)
     assert "Timeline" in status.stdout and "container started" in status.stdout and "build uploaded" in status.stdout
+
+
+def test_prometheus_metrics_from_loopback(docker_service, tmp_path):
+    """/metrics: jobs by state, queue depth, wait and run times, workers and GPUs, watchers, HTTP
+    answers and refused uploads by cause — the same whichever server process answers."""
+    proj = make_project(tmp_path / "p", ["echo measured"])
+    assert docker_service.client("submit", "-p", str(proj)).returncode == 0
+    with docker_service.http() as h:
+        assert h.post("/api/v1/jobs", content=b"not a tar", headers={"Content-Type": "application/gzip"}).status_code == 400
+        time.sleep(2.5)  # the counters reach Redis every 2 s
+        r = httpx.get(f"{docker_service.url}/metrics", timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    import re
+
+    def value(pattern: str) -> float:
+        m = re.search(rf"^{pattern} ([0-9.e+]+)$", text, re.M)
+        assert m, (pattern, text[:3000])
+        return float(m.group(1))
+
+    assert value(r'rai_jobs\{state="succeeded"\}') >= 1
+    assert value(r'rai_job_run_seconds_count') >= 1 and value(r'rai_job_wait_seconds_bucket\{le="\+Inf"\}') >= 1
+    assert value("rai_workers_live") == 1
+    assert value(r'rai_http_responses_total\{class="2xx"\}') > 0
+    assert value(r'rai_uploads_refused_total\{cause="bad_archive"\}') >= 1
+    assert value("rai_sse_watchers") >= 0
+    assert value(r'rai_log_lines_total\{what="sent"\}') >= 1

@@ -22,7 +22,7 @@ from .jobs import QueueView, Services, job_out, reap
 from .tables import Job
 from .feed import LogHub
 from .logs import LogStore
-from . import web
+from . import metrics, web
 from .routes import admin as admin_routes
 from .routes import jobs as jobs_routes
 from .routes import leaderboard as leaderboard_routes
@@ -117,7 +117,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
         services.kick = lambda: loop.call_soon_threadsafe(wake.set)
-        tasks = [asyncio.create_task(_reaper(app)), asyncio.create_task(_dispatcher(app, wake))]
+        tasks = [asyncio.create_task(_reaper(app)), asyncio.create_task(_dispatcher(app, wake)),
+                 asyncio.create_task(metrics.flush_loop(app))]
         yield
         for task in tasks:
             task.cancel()
@@ -131,13 +132,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.db = db
     app.state.services = services
     app.state.hub = hub
+    app.state.counts = metrics.ProcessCounts()
     app.state.login_limiter = LoginLimiter(services.logs.redis, settings.login_failures_per_ip, settings.login_failures_per_key)
     app.include_router(jobs_routes.router)
     app.include_router(workers_routes.router)
     app.include_router(leaderboard_routes.router)
     app.include_router(admin_routes.router)
+    app.include_router(metrics.router)
     web.install(app)
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(metrics.HttpCounts, counts=app.state.counts)
 
     @app.get("/healthz", tags=["meta"])
     def healthz() -> dict:

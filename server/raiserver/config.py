@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     cookie_secure: bool | None = None  # Secure session cookie; default: when public_url is https
     login_failures_per_ip: int = 100  # failed logins in 10 minutes before 429
     login_failures_per_key: int = 10
+    metrics_token: str = ""  # /metrics: loopback only, or Bearer this token
 
     # people and fairness
     max_active_jobs: int = 2  # per student: waiting or running at once

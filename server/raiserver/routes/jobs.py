@@ -72,6 +72,9 @@ def me(p: Principal = Depends(current_user)) -> UserOut:
     return user_out(p.user)
 
 
+REFUSALS = {400: "bad_archive", 413: "too_large", 422: "bad_build_file", 429: "quota"}
+
+
 @router.post("/jobs", response_model=JobOut, status_code=status.HTTP_201_CREATED)
 async def submit(
     request: Request,
@@ -81,6 +84,15 @@ async def submit(
     p: Principal = Depends(current_user),
 ) -> JobOut:
     """Body: the project as a .tar.gz holding rai_build.yml at its top."""
+    try:
+        return await accept_submission(request, queue, kind, content_length, p)
+    except HTTPException as exc:
+        request.app.state.counts.add("uploads_refused", REFUSALS.get(exc.status_code, str(exc.status_code)))
+        raise
+
+
+async def accept_submission(request: Request, queue: str | None, kind: str, content_length: int | None,
+                            p: Principal) -> JobOut:
     svc = services(request)
     limit = svc.settings.max_upload_bytes
     if content_length is not None and content_length > limit:
