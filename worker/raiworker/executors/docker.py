@@ -146,17 +146,42 @@ class DockerExecutor(Executor):
                 frames.feed(data)
         finally:
             conn.close()
+        # The engine may close the output stream a moment before it records the exit status (a
+        # busy host widens that moment): wait for it rather than report a code the job never had.
+        waited = 0
+        while True:
+            try:
+                info = api.exec_inspect(exec_id)
+            except NotFound:
+                return 137  # the container is gone (killed under us)
+            except (APIError, DockerException):
+                info = {"Running": True, "ExitCode": None}
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            waited += 1
+            if waited % 10 == 0 and not self._container_running():
+                return 137  # the whole container stopped: its execs never report a status
+            if waited > 300:  # 15 s
+                return 137
+            time.sleep(0.05)
+
+    def _container_running(self) -> bool:
         try:
-            code = api.exec_inspect(exec_id)["ExitCode"]
-        except (APIError, NotFound):
-            return 137
-        return 137 if code is None else int(code)
+            self.container.reload()
+            return self.container.status == "running"
+        except NotFound:
+            return False
+        except DockerException:
+            return True
 
     def _running(self, exec_id: str) -> bool:
+        """Whether the exec still runs; a failing API call (a busy engine) counts as yes."""
         try:
             return bool(self.client.api.exec_inspect(exec_id)["Running"])
-        except (APIError, NotFound):
+        except NotFound:
             return False
+        except (APIError, DockerException):
+            return True
 
     def _oom_kills(self) -> int | None:
         """The container cgroup's OOM-kill count (cgroup v1 or v2), when the host's cgroups are visible."""
