@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -32,23 +33,33 @@ from .storage import Storage
 log = logging.getLogger("raiserver")
 
 
+@contextmanager
+def one_process_at_a_time(svc: Services, name: str, timeout: int) -> Iterator[bool]:
+    """A Redis lock across every server process: yields whether this one holds it."""
+    lock = svc.logs.redis.lock(f"rai:{name}-lock", timeout=timeout, blocking=False)
+    if not lock.acquire():
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        try:
+            lock.release()
+        except Exception:  # expired under a very slow pass: harmless
+            pass
+
+
 async def _reaper(app: FastAPI) -> None:
     svc: Services = app.state.services
     while True:
         await asyncio.sleep(svc.settings.reaper_interval)
         try:
             def _run() -> int:
-                lock = svc.logs.redis.lock("rai:reaper-lock", timeout=60, blocking=False)
-                if not lock.acquire():  # another server process is reaping
-                    return 0
-                try:
+                with one_process_at_a_time(svc, "reaper", 60) as mine:
+                    if not mine:
+                        return 0
                     with app.state.db.session() as db:
                         return reap(db, svc)
-                finally:
-                    try:
-                        lock.release()
-                    except Exception:  # expired under a very slow pass: harmless
-                        pass
 
             n = await run_in_threadpool(_run)
             if n:
@@ -61,20 +72,14 @@ def dispatch_pass(app: FastAPI) -> int:
     """One fair-share release pass, by one server process at a time (a Redis lock)."""
     svc: Services = app.state.services
     s = svc.settings
-    lock = svc.logs.redis.lock("rai:dispatch-lock", timeout=30, blocking=False)
-    if not lock.acquire():
-        return 0
-    try:
+    with one_process_at_a_time(svc, "dispatch", 30) as mine:
+        if not mine:
+            return 0
         with app.state.db.session() as db:
             release_stale(db)
             kinds = {k.strip() for k in s.priority_kinds.split(",") if k.strip()}
             return dispatch(db, lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
                             s.worker_dead_after, s.staff_priority, kinds)
-    finally:
-        try:
-            lock.release()
-        except Exception:  # expired under a very slow pass: harmless
-            pass
 
 
 async def _dispatcher(app: FastAPI, wake: asyncio.Event) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from fastapi import HTTPException
 from fastapi.concurrency import run_in_threadpool
 from redis.exceptions import RedisError
 
@@ -118,6 +119,13 @@ class LogHub:
                                    "close some (other terminals or browser tabs) and retry")
         self.streams[user_id] += 1
         self.open_streams += 1
+
+    def admit_or_refuse(self, user_id: int, staff: bool) -> None:
+        """``admit``, with a cap answered as HTTP 429/503 and Retry-After."""
+        try:
+            self.admit(user_id, staff)
+        except StreamLimit as exc:
+            raise HTTPException(exc.status, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
 
     def release(self, user_id: int) -> None:
         self.streams[user_id] -= 1

@@ -29,7 +29,6 @@ from .db import utcnow
 from .jobs import QueueView, cancel_job, job_out
 from .leaderboard import hidden, leaderboard
 from .routes.jobs import visible_job
-from .feed import StreamLimit
 from .tables import Job, User, Worker
 
 HERE = Path(__file__).parent
@@ -184,10 +183,7 @@ async def queue_events(request: Request) -> EventSourceResponse:
     p = await run_in_threadpool(who)
     uid, staff, tag = p.user.id, p.is_staff, request.session.get("key")
     hub = request.app.state.hub
-    try:
-        hub.admit(uid, staff)
-    except StreamLimit as exc:
-        raise HTTPException(exc.status, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    hub.admit_or_refuse(uid, staff)
     feed: QueueFeed = request.app.state.queue_feed
     feed.watching[uid] += 1
 

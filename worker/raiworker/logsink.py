@@ -154,16 +154,12 @@ class LogSink:
             while self._pending:
                 args = self._pending[0]
                 n, had = self._append(keys=[self.key], args=[*args, self.last_line])
-                if had < self.last_line:  # Redis restarted without the stream
-                    lost = f"lines {had + 1}–{self.last_line} of this log were lost when Redis restarted"
-                    self.last_line = int(n)
-                    n, _ = self._append(keys=[self.key], args=[*append_args(LogStream.sys.value, time.time(), lost, 1), self.last_line])
-                    self._pending.pop(0)
-                    self._pending_bytes -= len(args[3])
-                    self.last_line = int(n)
-                    continue
                 self._pending.pop(0)
                 self._pending_bytes -= len(args[3])
+                if had < self.last_line:  # Redis restarted without the stream: say what is missing
+                    lost = f"lines {had + 1}–{self.last_line} of this log were lost when Redis restarted"
+                    self._pending.insert(0, append_args(LogStream.sys.value, time.time(), lost, 1))
+                    self._pending_bytes += len(lost)
                 self.last_line = int(n)
         except redis.RedisError:
             pass  # Redis is away: the batches wait here

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
@@ -25,7 +25,7 @@ from ..auth import Principal, current_user, get_db
 from ..jobs import QueueView, Services, cancel_job, create_job, job_out
 from ..capacity import check_gpus, check_image, check_queue
 from ..quotas import check_quotas
-from ..feed import LogHub, Shared, StreamLimit
+from ..feed import LogHub, Shared
 from ..logs import PAGE_ENTRIES
 from ..db import utcnow
 from ..tables import Job, User, Worker
@@ -61,6 +61,16 @@ def visible_job(db: Session, p: Principal, job_id: str) -> Job:
     if job is None or not can_see(p, job):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id} (or not yours)")
     return job
+
+
+def job_snapshot(request: Request, p: Principal, job_id: str) -> Callable[[], JobOut]:
+    """The job as this user may see it, read with a short session of its own (for streams that
+    outlive any one database session)."""
+    def snapshot() -> JobOut:
+        with request.app.state.db.session() as db:
+            return job_out(db, visible_job(db, p, job_id))
+
+    return snapshot
 
 
 def user_out(user: User) -> UserOut:
@@ -223,19 +233,11 @@ async def log(
     then `end` with the job. A stream that ends without `end` was cut off: resume with
     Last-Event-ID."""
     svc = services(request)
-    db_factory = request.app.state.db
-
-    def snapshot() -> JobOut:
-        with db_factory.session() as db:
-            return job_out(db, visible_job(db, p, job_id))
-
+    snapshot = job_snapshot(request, p, job_id)
     job = await run_in_threadpool(snapshot)
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
     hub = request.app.state.hub
-    try:
-        hub.admit(p.user.id, p.is_staff)
-    except StreamLimit as exc:
-        raise HTTPException(exc.status, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    hub.admit_or_refuse(p.user.id, p.is_staff)
     return EventSourceResponse(log_events(svc, hub, job, start, snapshot, p.user.id, follow), ping=15, send_timeout=30)
 
 
@@ -243,12 +245,7 @@ async def log(
 async def log_text(job_id: str, request: Request, p: Principal = Depends(current_user)) -> StreamingResponse:
     """A finished job's whole log as plain text, streamed from disk page by page."""
     svc = services(request)
-
-    def snapshot() -> JobOut:
-        with request.app.state.db.session() as db:
-            return job_out(db, visible_job(db, p, job_id))
-
-    job = await run_in_threadpool(snapshot)
+    job = await run_in_threadpool(job_snapshot(request, p, job_id))
     if not job.state.finished:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has not finished; follow it with 'raiclient logs {job_id} --follow'")
 
