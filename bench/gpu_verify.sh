@@ -36,18 +36,18 @@ sleep 4
 export RAI_PROFILE=$W/alice.profile
 
 step "raiclient submit examples/ece408-conv"
-python3 -m raiclient.cli submit -p examples/ece408-conv 2>&1 | tee "$OUT/submit.txt"
+python3 -m raiclient submit -p examples/ece408-conv 2>&1 | tee "$OUT/submit.txt"
 echo "client exit status: ${PIPESTATUS[0]}"
 
 step "10 submissions of the same project"
 for i in $(seq 1 10); do
-  python3 -m raiclient.cli submit -p examples/ece408-conv >"$W/run$i.txt" 2>&1
+  python3 -m raiclient submit -p examples/ece408-conv >"$W/run$i.txt" 2>&1
   echo "run $i: exit $? $(grep -E '^Op Time' "$W/run$i.txt" | head -2 | tr '\n' ' ')"
 done | tee "$OUT/repeats.txt"
 
 step "a 'final' submission: the timing run repeated 3 times on an idle host, then the leaderboard"
 F=$W/final; cp -r examples/ece408-conv "$F"; rm -rf "$F/instructor"; printf '%%PDF-1.4 report\n' > "$F/report.pdf"
-python3 -m raiclient.cli submit -p "$F" --kind final 2>&1 | tee "$OUT/final.txt" | grep -E 'Repeat|Op Time|Timing runs|Correctness|Job '
+python3 -m raiclient submit -p "$F" --kind final 2>&1 | tee "$OUT/final.txt" | grep -E 'Repeat|Op Time|Timing runs|Correctness|Job '
 python3 -m raiclient.cli ranking | tee "$OUT/ranking.txt"
 
 if [ -z "${SKIP_DIRECT:-}" ]; then

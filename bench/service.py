@@ -32,7 +32,7 @@ class Dev:
     env: dict[str, str]  # for client processes
 
     def client(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "raiclient.cli", *args]
+        return [sys.executable, "-m", "raiclient", *args]
 
     def http(self) -> httpx.Client:
         from raiclient.profile import read_profile_file

@@ -141,12 +141,12 @@ class Service:
     def client(self, *args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
         e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1", **(env or {})}
         e.pop("COLUMNS", None)
-        return subprocess.run([sys.executable, "-m", "raiclient.cli", *args], cwd=cwd, env=e, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "raiclient", *args], cwd=cwd, env=e, capture_output=True,
                               text=True, timeout=timeout)
 
     def popen_client(self, *args: str) -> subprocess.Popen:
         e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1"}
-        return subprocess.Popen([sys.executable, "-m", "raiclient.cli", *args], env=e, stdout=subprocess.PIPE,
+        return subprocess.Popen([sys.executable, "-m", "raiclient", *args], env=e, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def http(self, profile: Path | None = None) -> httpx.Client:
@@ -214,7 +214,7 @@ def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, 
     env = {**os.environ, "RAI_DATA_DIR": str(tmp / "data"), "RAI_REDIS_URL": redis_db, "RAI_WORKER_TOKEN": token,
            "RAI_SERVER_URL": f"http://127.0.0.1:{port}", "RAI_EXECUTOR": executor, "RAI_GPUS": "none",
            "RAI_SLOTS": str(slots), "RAI_QUEUES": "gpu", "RAI_HEARTBEAT_SECONDS": "1", "RAI_WORKER_DEAD_AFTER": "6",
-           "RAI_REAPER_INTERVAL": "1", "PYTHONUNBUFFERED": "1",
+           "RAI_REAPER_INTERVAL": "1", "PYTHONUNBUFFERED": "1", "RAI_METRICS_PORT": "0",
            "RAI_LOGIN_FAILURES_PER_IP": "100000",  # every test comes from 127.0.0.1
            **(extra_env or {})}
     env.pop("DATABASE_URL", None)

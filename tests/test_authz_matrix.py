@@ -19,6 +19,7 @@ ROLES = ["anon", "owner", "other", "ta", "instructor", "admin", "worker"]
 USERS = ["owner", "other", "ta", "instructor", "admin"]
 STAFF = {"ta", "instructor", "admin"}
 ALLOWED = "allowed"  # any status but 401/403/404
+BLOB = "ab" * 32
 NO_KEEPALIVE = httpx.Limits(max_keepalive_connections=0)  # a fresh connection per request: no idle-timeout races
 
 
@@ -80,6 +81,10 @@ MATRIX = {
     ("POST", "/api/v1/jobs"): any_user,
     ("GET", "/api/v1/jobs"): any_user,
     ("GET", "/api/v1/queue"): any_user,
+    ("GET", "/api/v1/images"): any_user,
+    ("POST", "/api/v1/admin/images/pull"): instructor,  # without a body: 422, asks for nothing
+    ("POST", "/api/v1/admin/images/load"): instructor,  # without a body: 422 (no manifest), loads nothing
+    ("GET", "/api/v1/worker/images/{sha256}"): worker,
     ("GET", "/api/v1/jobs/{job_id}"): owner_or_staff,
     ("POST", "/api/v1/jobs/{job_id}/cancel"): owner_or_staff,
     ("GET", "/api/v1/jobs/{job_id}/build.tar.gz"): owner_or_staff,
@@ -155,6 +160,9 @@ def world(docker_service, tmp_path_factory):
     profiles = {"owner": svc.add_user("mx_owner"), "other": svc.add_user("mx_other"), "ta": svc.add_user("mx_ta", role="ta"),
                 "instructor": svc.add_user("mx_prof", role="instructor"), "admin": svc.profile}
     svc.add_user("mx_victim")
+    blob = svc.data / "storage" / "images" / f"{BLOB}.tar"  # an uploaded image archive workers may fetch
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    blob.write_bytes(b"not really a tar")
     proj = make_project(tmp_path_factory.mktemp("mx") / "p", ["echo hi > out.txt"])
     res = svc.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(profiles["owner"])})
     assert res.returncode == 0, res.stderr
@@ -184,7 +192,7 @@ def test_every_route_for_every_role(world, role):
         expected = rule(role)
         is_web = not path.startswith("/api/") and path not in ("/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
         c = web if is_web else api
-        url = path.replace("{job_id}", job_id)
+        url = path.replace("{job_id}", job_id).replace("{sha256}", BLOB)
         url = url.replace("{username}", owner_name if path.startswith("/users/") else "mx_victim")
         kw: dict = {}
         if path == "/api/v1/admin/roster":

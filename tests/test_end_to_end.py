@@ -27,7 +27,7 @@ def test_hello_streams_every_line_in_order_with_stderr(docker_service):
     res = docker_service.client("submit", "-p", str(ROOT / "examples" / "hello"))
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
-    order = ["✱ Checking your credentials (admin @", "✱ Packing project (3 files", "queued on 'gpu'",
+    order = ["✱ Submitting as admin @", "✱ Packing project (3 files", "queued on 'gpu'",
              "✱ Worker w1 started the container (image rai/busybox:latest)",
              '✱ Running: /bin/sh -c "cp -r /src/* /build"', "hello from Linux, working in /build",
              "✱ Running: sh ./hello.sh 3", "step 1 of 3", "step 2 of 3", "step 3 of 3", "Op Time: 0.000125",

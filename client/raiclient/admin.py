@@ -13,8 +13,10 @@ from .profile import Profile, write_profile
 admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).")
 roster = typer.Typer(no_args_is_help=True, help="The class list.")
 keys = typer.Typer(no_args_is_help=True, help="Students' credentials.")
+images = typer.Typer(no_args_is_help=True, help="Images on the workers.")
 admin.add_typer(roster, name="roster")
 admin.add_typer(keys, name="keys")
+admin.add_typer(images, name="images")
 
 
 def _cli():
@@ -80,3 +82,25 @@ def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Opt
     for r in rows:
         table.add_row(r["at"][:19].replace("T", " "), r["actor"], r["action"], r["target"], str(r["detail"] or ""))
     cli.out.print(table)
+
+
+@images.command("pull")
+def images_pull(image: str, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+    """Have every worker pull IMAGE from its registry (on the worker host; jobs have no network)."""
+    cli = _cli()
+    with cli.connected(server) as api:
+        req = api.pull_image(image)
+    cli.say(f"Asked every worker to pull {req['image']}; 'raiclient images' shows when each has it")
+
+
+@images.command("load")
+def images_load(
+    tar: Path = typer.Argument(..., exists=True, dir_okay=False, help="a `docker save NAME:TAG -o FILE.tar` archive"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """Upload a saved image; every worker downloads it from the server and loads it (no registry needed)."""
+    cli = _cli()
+    with cli.connected(server) as api:
+        reqs = api.load_image(tar)
+    names = ", ".join(r["image"] for r in reqs)
+    cli.say(f"Uploaded {tar.name} ({names}); every worker loads it now; 'raiclient images' shows when each has it")

@@ -14,7 +14,7 @@ import httpx
 from httpx_sse import connect_sse
 
 from . import __version__, logwire
-from .models import ExitCode, JobList, JobOut, QueueSummary, UserOut
+from .models import ExitCode, JobList, JobOut, QueueImages, QueueSummary, UserOut
 from .profile import Profile
 
 CHUNK = 256 * 1024
@@ -120,6 +120,22 @@ class Api:
 
     def queues(self) -> list[QueueSummary]:
         return [QueueSummary.model_validate(q) for q in self._request("GET", "/api/v1/queue").json()]
+
+    def images(self) -> list[QueueImages]:
+        return [QueueImages.model_validate(q) for q in self._request("GET", "/api/v1/images").json()]
+
+    def pull_image(self, image: str) -> dict:
+        return self._request("POST", "/api/v1/admin/images/pull", json={"image": image}).json()
+
+    def load_image(self, tar: Path) -> list[dict]:
+        def body() -> Iterator[bytes]:
+            with tar.open("rb") as fh:
+                while chunk := fh.read(CHUNK):
+                    yield chunk
+
+        return self._request("POST", "/api/v1/admin/images/load", content=body(),
+                             headers={"Content-Type": "application/x-tar", "Content-Length": str(tar.stat().st_size)},
+                             timeout=httpx.Timeout(3600.0, connect=30.0)).json()
 
     def job(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("GET", f"/api/v1/jobs/{job_id}").json())

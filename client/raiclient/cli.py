@@ -10,19 +10,20 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
+from . import __version__, entry
 from .api import Api, ApiError
-from .archive import pack_project
 from .models import ExitCode, JobOut, JobState
 from .output import LogPrinter
 from .profile import Profile, ProfileError, load_profile, write_profile
-from .spec import SpecError, load_spec, missing_for_kind
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Submit GPU jobs to rai and follow them live.")
+# Archives up to this size go up without a credentials check first: a bad key then costs the
+# student nothing, and a good one saves a round trip. Bigger ones are checked before uploading.
+PRECHECK_BYTES = 256 * 1024
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=entry.SUMMARY)
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -149,6 +150,9 @@ def submit(
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Upload a project folder and run its rai_build.yml on a GPU worker."""
+    from .archive import pack_project
+    from .spec import SpecError, load_spec, missing_for_kind
+
     if not path.is_dir():
         fail(f"{path} is not a folder")
     try:
@@ -162,14 +166,15 @@ def submit(
         fail(f"a '{kind}' submission must include {', '.join(missing)} (not found in {path})")
     api = _api(server)
     try:
-        say(f"Checking your credentials ({api.profile.username or api.profile.access_key[:8]} @ {api.server})")
-        me = api.me()
-        if not api.profile.username:
-            api.profile = api.profile.model_copy(update={"username": me.username})
+        say(f"Submitting as {api.profile.username or api.profile.access_key[:8]} @ {api.server}")
         packed = pack_project(path)
         try:
             say(f"Packing project ({packed.files} files, {_kib(packed.bytes)}" + (", .raiignore applied)" if packed.ignore_applied else ")"))
+            if packed.bytes > PRECHECK_BYTES:
+                api.me()  # a bad key fails here, not after minutes of uploading
             if out.is_terminal:
+                from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
                 with Progress(
                     TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=out,
                 ) as bar:
@@ -256,6 +261,25 @@ def queue(server: Optional[str] = SERVER_OPT) -> None:
 
 
 @app.command()
+def images(server: Optional[str] = SERVER_OPT) -> None:
+    """The images each queue can run (those its live workers hold)."""
+    with connected(server) as api:
+        queues = api.images()
+    if not queues:
+        out.print("No live worker: jobs wait until one comes, and any image may be named meanwhile.")
+        return
+    for q in queues:
+        table = Table("image", "workers", title=f"queue '{q.queue}' ({q.workers} live worker(s))", title_justify="left")
+        if q.any_image:
+            table.add_row(Text("(any: some workers run jobs without containers)"), "")
+        for offer in q.images:
+            table.add_row(Text(offer.image), f"{offer.workers}/{q.workers}")
+        for image, what in q.pulling.items():
+            table.add_row(Text(image), Text(what))
+        out.print(table)
+
+
+@app.command()
 def history(limit: int = typer.Option(20, "-n", help="how many jobs"), server: Optional[str] = SERVER_OPT) -> None:
     """Your recent jobs, newest first."""
     with connected(server) as api:
@@ -324,7 +348,7 @@ def login(
         fail(str(exc), exc.code)
     finally:
         api.close()
-    profile = profile.model_copy(update={"username": me.username, "email": me.email, "team": me.team, "firstname": me.firstname, "lastname": me.lastname})
+    profile = profile.with_(username=me.username, email=me.email, team=me.team, firstname=me.firstname, lastname=me.lastname)
     path = write_profile(profile)
     say(f"Logged in as {me.username} ({me.role}); profile written to {path}")
 
@@ -347,6 +371,7 @@ def version(server: Optional[str] = SERVER_OPT) -> None:
 
 
 def main() -> None:
+    """The full command line (``entry.main`` answers --help and version without it)."""
     from .admin import admin
 
     app.add_typer(admin, name="admin")

@@ -19,3 +19,7 @@ def job_of_stream(key: str) -> str:
 def cancel_key(job_id: str) -> str:
     """Set by the server when a running job is cancelled; the worker watches it."""
     return f"rai:cancel:{job_id}"
+
+
+IMAGE_PULLS = "rai:image-pulls"
+"""A hash: image -> ``PullRequest`` JSON, the images staff asked every worker to hold."""

@@ -115,6 +115,21 @@ class QueueSummary(BaseModel):
     mine: list[JobOut] = []  # the caller's waiting or running jobs, with positions
 
 
+class ImageOffer(BaseModel):
+    image: str
+    workers: int  # live workers of the queue that hold it
+
+
+class QueueImages(BaseModel):
+    """What one queue can run: `raiclient images`, and the list a refused submission names."""
+
+    queue: str
+    workers: int  # live workers serving the queue
+    any_image: bool = False  # a worker without containers (process executor) runs any image name
+    images: list[ImageOffer] = []
+    pulling: dict[str, str] = {}  # image -> "pulling on N worker(s)" or the last failure
+
+
 class UserOut(BaseModel):
     username: str
     role: str
@@ -146,6 +161,20 @@ class Heartbeat(BaseModel):
     gpus: list[GpuInfo] = []
     running: list[str] = []
     version: str = ""
+    images: list[str] | None = None  # the images this worker holds; None: it runs any (no containers)
+    pulls: dict[str, str] = {}  # image -> "pulling" or "failed: why", for images staff asked for
+
+
+class PullRequest(BaseModel):
+    """An image staff asked every worker to hold: from its registry, or a `docker save` tar on the server."""
+
+    image: str
+    blob: str | None = None  # sha256 of the uploaded tar; None: pull from the registry
+    requested: float  # when (epoch seconds): a worker tries each request once
+
+
+class HeartbeatReply(BaseModel):
+    pull: list[PullRequest] = []
 
 
 class Claim(BaseModel):

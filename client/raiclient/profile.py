@@ -7,10 +7,10 @@ CI job or a TA's shell can submit without touching anyone's profile.
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
@@ -19,15 +19,31 @@ class ProfileError(ValueError):
     pass
 
 
-class Profile(BaseModel):
-    username: str = ""
+@dataclass(frozen=True)
+class Profile:
+    """A plain dataclass, not a pydantic model: the client's start path stays free of pydantic."""
+
     access_key: str
     secret_key: str
+    username: str = ""
     server: str = DEFAULT_SERVER
     firstname: str | None = None
     lastname: str | None = None
     email: str | None = None
     team: str | None = None
+
+    def with_(self, **changes: str | None) -> Profile:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, data: dict) -> Profile:
+        """Validated: the keys must be non-empty strings, the rest strings (or absent)."""
+        names = {f.name for f in fields(cls)}
+        bad = [k for k in ("access_key", "secret_key") if not isinstance(data.get(k), str) or not data[k]]
+        bad += [k for k, v in data.items() if k in names and v is not None and not isinstance(v, str) and k not in bad]
+        if bad:
+            raise ValueError(", ".join(bad))
+        return cls(**{k: v for k, v in data.items() if k in names and v is not None})
 
 
 def profile_path() -> Path:
@@ -35,8 +51,8 @@ def profile_path() -> Path:
 
 
 def dump_profile(profile: Profile) -> str:
-    fields = profile.model_dump(exclude={"server"}, exclude_none=True)
-    return yaml.safe_dump({"profile": fields, "server": profile.server}, sort_keys=False)
+    values = {k: v for k, v in asdict(profile).items() if k != "server" and v is not None}
+    return yaml.safe_dump({"profile": values, "server": profile.server}, sort_keys=False)
 
 
 def write_profile(profile: Profile, path: Path | None = None) -> Path:
@@ -58,10 +74,9 @@ def read_profile_file(path: Path) -> Profile:
     data = dict(raw["profile"])
     data.setdefault("server", raw.get("server") or DEFAULT_SERVER)
     try:
-        return Profile.model_validate(data)
-    except ValidationError as exc:
-        missing = ", ".join(str(e["loc"][0]) for e in exc.errors())
-        raise ProfileError(f"{path}: profile is missing or has a bad {missing}") from None
+        return Profile.from_mapping(data)
+    except ValueError as exc:
+        raise ProfileError(f"{path}: profile is missing or has a bad {exc}") from None
 
 
 def load_profile(server: str | None = None) -> Profile:
@@ -79,4 +94,4 @@ def load_profile(server: str | None = None) -> Profile:
             "run 'raiclient login' or use the profile your instructor gave you"
         )
     url = server or os.environ.get("RAI_SERVER") or profile.server
-    return profile.model_copy(update={"server": url.rstrip("/")})
+    return profile.with_(server=url.rstrip("/"))

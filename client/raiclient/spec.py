@@ -26,6 +26,19 @@ def missing_for_kind(kind: str, present: set[str] | frozenset[str], required: di
     return [f for f in (required or KIND_REQUIRED_FILES).get(kind, []) if f not in present]
 
 
+def normalize_image(name: str) -> str:
+    """One spelling per image, as Docker resolves it: ``busybox`` = ``busybox:latest`` =
+    ``docker.io/library/busybox:latest``. Worker lists and build files are compared in this form."""
+    name = name.strip()
+    for prefix in ("docker.io/library/", "index.docker.io/library/", "docker.io/", "index.docker.io/"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    if "@" not in name and ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
+
+
 class SpecError(ValueError):
     """A build file that cannot be used; ``str()`` is the line-numbered message for the user."""
 

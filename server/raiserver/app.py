@@ -77,9 +77,8 @@ def dispatch_pass(app: FastAPI) -> int:
             return 0
         with app.state.db.session() as db:
             release_stale(db)
-            kinds = {k.strip() for k in s.priority_kinds.split(",") if k.strip()}
             return dispatch(db, lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
-                            s.worker_dead_after, s.staff_priority, kinds)
+                            s.worker_dead_after, s.staff_priority, s.priority_kind_set)
 
 
 async def _dispatcher(app: FastAPI, wake: asyncio.Event) -> None:
@@ -111,7 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def job_states(ids: list[str]) -> dict:
         with db.session() as session:
-            view = QueueView(session)
+            view = QueueView(session, settings)
             return {j.id: job_out(session, j, view) for j in session.scalars(select(Job).where(Job.id.in_(ids)))}
 
     hub = LogHub(services.logs, job_states, per_student=settings.streams_per_student, per_staff=settings.streams_per_staff,

@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     default_queue: str = "gpu"
     max_upload_bytes: int = 200 * 1024**2
     max_build_bytes: int = 1024**3
+    max_image_bytes: int = 20 * 1024**3  # a `docker save` tar staff upload for workers to load
     job_wall_seconds: int = 3600
     job_memory_mb: int = 8192
     max_attempts: int = 3
@@ -72,6 +73,10 @@ class Settings(BaseSettings):
     deadline: datetime | None = None  # 'final' submissions after it are kept but do not rank
     timing_repeats: int = 1  # ranked kinds: run the timing command this many times, exclusive on the host
     repeat_kinds: str = "final"
+
+    @property
+    def priority_kind_set(self) -> set[str]:
+        return {k.strip() for k in self.priority_kinds.split(",") if k.strip()}
 
     @property
     def verified_kinds(self) -> set[str]:

@@ -171,7 +171,7 @@ def dev(
                       f"{profile_hint}{client} submit -p examples/hello")
         if submit is not None:
             time.sleep(1.0)
-            code = subprocess.call([sys.executable, "-m", "raiclient.cli", "submit", "-p", str(submit)],
+            code = subprocess.call([sys.executable, "-m", "raiclient", "submit", "-p", str(submit)],
                                    env={**os.environ, "RAI_PROFILE": str(profile_path), "RAI_SERVER": server_url})
             if exit_after_submit:
                 raise typer.Exit(code)

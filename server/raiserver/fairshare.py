@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session, joinedload
 from raiclient.models import JobState
 
 from .db import utcnow
-from .tables import Job, Worker
+from .fleet import live_slots
+from .tables import Job
 
 STALE_DISPATCH = timedelta(seconds=120)  # released but never claimed (message lost): release again
 
@@ -70,8 +71,7 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
 
 
 def free_slots(db: Session, queue: str, dead_after: float) -> int:
-    cutoff = utcnow() - timedelta(seconds=dead_after)
-    slots = sum(w.slots for w in db.scalars(select(Worker).where(Worker.last_seen > cutoff)) if queue in (w.queues or []))
+    slots = live_slots(db, queue, dead_after)
     busy = db.scalar(
         select(func.count()).select_from(Job).where(
             Job.queue == queue,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta, timezone
+from datetime import timezone
 
 from fastapi import HTTPException, status
 from sqlalchemy import select
@@ -24,6 +24,7 @@ from .config import Settings
 from .db import utcnow
 from .dispatch import Dispatcher
 from .fairshare import fair_order
+from .fleet import is_alive, live_slots
 from .logs import LogStore
 from .results import parse_log, relevant_lines
 from .storage import Storage
@@ -64,8 +65,9 @@ class QueueView:
     """Queue positions and ETAs, computed once per queue however many jobs are shown (the web
     queue renders every waiting job each second: one fair-order pass, not one per job)."""
 
-    def __init__(self, db: Session):
+    def __init__(self, db: Session, settings: Settings):
         self.db = db
+        self.settings = settings
         self._positions: dict[str, dict[str, int]] = {}
         self._per_slot: dict[str, float | None] = {}
 
@@ -76,7 +78,8 @@ class QueueView:
         if job.dispatched_at is not None:
             return 1
         if job.queue not in self._positions:
-            order = fair_order(self.db, job.queue)
+            s = self.settings
+            order = fair_order(self.db, job.queue, s.staff_priority, s.priority_kind_set)
             self._positions[job.queue] = {j.id: i for i, j in enumerate(order, start=1)}
         return self._positions[job.queue].get(job.id)
 
@@ -98,13 +101,10 @@ class QueueView:
         if not recent:
             return None
         mean = sum((f - s).total_seconds() for s, f in recent) / len(recent)
-        cutoff = utcnow() - timedelta(seconds=60)
-        slots = sum(w.slots for w in self.db.scalars(select(Worker).where(Worker.last_seen > cutoff)) if queue in (w.queues or []))
-        return mean / max(slots, 1)
+        return mean / max(live_slots(self.db, queue, self.settings.worker_dead_after), 1)
 
 
-def job_out(db: Session, job: Job, view: QueueView | None = None) -> JobOut:
-    view = view or QueueView(db)
+def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
     position = view.position(job)
     return JobOut(
         id=job.id,
@@ -211,7 +211,7 @@ def _worker_alive(db: Session, svc: Services, name: str | None) -> bool:
     if not name:
         return False
     w = db.get(Worker, name)
-    return w is not None and utcnow() - w.last_seen < timedelta(seconds=svc.settings.worker_dead_after)
+    return w is not None and is_alive(w, svc.settings.worker_dead_after)
 
 
 def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGranted:
@@ -290,12 +290,11 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
 
 def reap(db: Session, svc: Services) -> int:
     """Requeue running jobs whose worker stopped sending heartbeats. Returns how many."""
-    cutoff = utcnow() - timedelta(seconds=svc.settings.worker_dead_after)
     running = db.scalars(select(Job).where(Job.state == JobState.running.value)).all()
     n = 0
     for job in running:
         w = db.get(Worker, job.worker) if job.worker else None
-        if w is None or w.last_seen < cutoff:
+        if w is None or not is_alive(w, svc.settings.worker_dead_after):
             requeue_lost(db, svc, job, f"Worker {job.worker} stopped answering")
             n += 1
     return n

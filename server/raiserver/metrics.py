@@ -28,9 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from raiclient.models import JobState
 
-from .db import utcnow
+from .fleet import live_workers
 from .hardening import is_loopback
-from .tables import Job, Worker
+from .tables import Job
 
 log = logging.getLogger("raiserver")
 router = APIRouter(include_in_schema=False)
@@ -113,8 +113,7 @@ class Collector:
                              [(s - c).total_seconds() for c, s, _ in rows])
             yield _histogram("rai_job_run_seconds", "From a worker starting the job to its end",
                              [(f - s).total_seconds() for _, s, f in rows if f is not None])
-            cutoff = utcnow().timestamp() - settings.worker_dead_after
-            live = [w for w in db.scalars(select(Worker)) if w.last_seen.timestamp() > cutoff]
+            live = live_workers(db, settings.worker_dead_after)
             yield GaugeMetricFamily("rai_workers_live", "Workers sending heartbeats", value=len(live))
             gpus = GaugeMetricFamily("rai_gpus", "GPUs of live workers", labels=["state"])
             total = sum(len(w.gpus or []) for w in live)

@@ -72,6 +72,8 @@ class Worker(Base):
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     running: Mapped[list[str]] = mapped_column(JSON, default=list)
     version: Mapped[str] = mapped_column(String(32), default="")
+    images: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # None: runs any image (no containers)
+    pulls: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
     first_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     jobs_done: Mapped[int] = mapped_column(Integer, default=0)

@@ -24,8 +24,10 @@ from sse_starlette.sse import EventSourceResponse
 
 from raiclient.models import JobState
 
+from .config import Settings
 from .auth import Principal, authenticate, client_ip, get_db, key_tag, session_user
 from .db import utcnow
+from .fleet import is_alive
 from .jobs import QueueView, cancel_job, job_out
 from .leaderboard import hidden, leaderboard
 from .routes.jobs import visible_job
@@ -103,7 +105,7 @@ def home() -> Response:
     return RedirectResponse("/queue", status.HTTP_303_SEE_OTHER)
 
 
-def queue_rows(db: Session) -> dict[str, list[dict]]:
+def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
     """Every waiting and running job, as staff see it (``owner_id`` to tell whose it is)."""
     jobs = db.scalars(
         select(Job).options(joinedload(Job.owner))
@@ -111,7 +113,7 @@ def queue_rows(db: Session) -> dict[str, list[dict]]:
     ).all()
     now = utcnow()
     rows: dict[str, list[dict]] = {"queued": [], "running": []}
-    view = QueueView(db)
+    view = QueueView(db, settings)
     for job in jobs:
         out = job_out(db, job, view)
         since = job.started_at if job.state == JobState.running.value else job.created_at
@@ -136,8 +138,8 @@ def shown_to(rows: dict[str, list[dict]], user_id: int, staff: bool) -> dict[str
     return view
 
 
-def queue_snapshot(db: Session, p: Principal) -> dict:
-    return shown_to(queue_rows(db), p.user.id, p.is_staff)
+def queue_snapshot(db: Session, settings: Settings, p: Principal) -> dict:
+    return shown_to(queue_rows(db, settings), p.user.id, p.is_staff)
 
 
 class QueueFeed:
@@ -155,7 +157,7 @@ class QueueFeed:
     def _compute(self) -> tuple[dict, dict]:
         with self.app.state.db.session() as db:
             users = db.execute(select(User.id, User.active, User.access_key).where(User.id.in_(list(self.watching)))).all()
-            return queue_rows(db), {u.id: (u.active, key_tag(u.access_key)) for u in users}
+            return queue_rows(db, self.app.state.settings), {u.id: (u.active, key_tag(u.access_key)) for u in users}
 
     async def get(self) -> tuple[dict, dict]:
         async with self.lock:
@@ -168,7 +170,7 @@ class QueueFeed:
 
 @router.get("/queue")
 def queue_page(request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
-    return render(request, "queue.html", p, snapshot=queue_snapshot(db, p))
+    return render(request, "queue.html", p, snapshot=queue_snapshot(db, request.app.state.settings, p))
 
 
 @router.get("/web/queue/events")
@@ -216,17 +218,15 @@ def workers_page(request: Request, p: Principal = Depends(web_user), db: Session
         raise HTTPException(status.HTTP_403_FORBIDDEN, "the workers page is for staff")
     dead_after = request.app.state.settings.worker_dead_after
     now = utcnow()
-    rows = []
-    for w in db.scalars(select(Worker).order_by(Worker.name)):
-        age = (now - w.last_seen).total_seconds()
-        rows.append({"w": w, "alive": age < dead_after, "age": round(age)})
+    rows = [{"w": w, "alive": is_alive(w, dead_after, now), "age": round((now - w.last_seen).total_seconds())}
+            for w in db.scalars(select(Worker).order_by(Worker.name))]
     return render(request, "workers.html", p, workers=rows)
 
 
 @router.get("/jobs/{job_id}")
 def job_page(job_id: str, request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
     job = visible_job(db, p, job_id)
-    return render(request, "job.html", p, job=job_out(db, job), spec=job.spec_yaml,
+    return render(request, "job.html", p, job=job_out(db, job, QueueView(db, request.app.state.settings)), spec=job.spec_yaml,
                   can_cancel=(p.is_staff or job.owner_id == p.user.id))
 
 
@@ -257,7 +257,7 @@ def user_page(username: str, request: Request, p: Principal = Depends(web_user),
     if user is None or not (p.is_staff or user.id == p.user.id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {username}")
     jobs = db.scalars(select(Job).where(Job.owner_id == user.id).order_by(Job.created_at.desc()).limit(200)).all()
-    view = QueueView(db)
+    view = QueueView(db, request.app.state.settings)
     history = [
         {"t": j.finished_at.isoformat(), "ms": j.results["op_time_total"] * 1000, "id": j.id}
         for j in reversed(jobs)

@@ -18,6 +18,8 @@ from raiclient.models import Heartbeat
 
 from .config import WorkerSettings
 from .gpus import discover
+from .images import Puller, held_images
+from .metrics import serve
 from .runner import run_job, running_dir
 from .server import ServerClient
 
@@ -53,23 +55,54 @@ def run_job_task(self, job_id: str, attempt: int) -> str:
 
 
 class _Heartbeat(threading.Thread):
+    """Tells the server this worker lives, what it runs and which images it holds; carries out the
+    image pulls staff asked for; serves this worker's /metrics."""
+
     def __init__(self) -> None:
         super().__init__(name="rai-heartbeat", daemon=True)
         self.stop = threading.Event()
         self.client = ServerClient(settings)
+        self.docker = None
+        self.puller: Puller | None = None
+        self.images: list[str] | None = None
+        self.busy = 0
+        self.failures = 0
+        if settings.executor == "docker":
+            from .executors.docker import docker_client
+
+            self.docker = docker_client()
+            self.puller = Puller(self.docker, self.client, settings.work_dir / "image-pulls")
+        if settings.metrics_port:
+            try:
+                serve(settings.metrics_addr, settings.metrics_port, settings.metrics_token, self.gauges)
+            except (OSError, ValueError) as exc:  # a second worker on the host, a bad address: no metrics, still work
+                log.error("worker /metrics not served on %s:%s: %s", settings.metrics_addr, settings.metrics_port, exc)
+
+    def gauges(self) -> dict[str, float]:
+        return {"slots": SLOTS, "busy_slots": self.busy, "gpus": len(GPUS), "heartbeat_failures": self.failures,
+                "images": len(self.images or []), "image_pulls": sum(v == "pulling" for v in self.pulls().values())}
+
+    def pulls(self) -> dict[str, str]:
+        return dict(self.puller.status) if self.puller else {}
 
     def beat(self) -> None:
         running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
-        self.client.heartbeat(Heartbeat(
+        self.busy = len(running)
+        if self.docker is not None:
+            self.images = held_images(self.docker)
+        reply = self.client.heartbeat(Heartbeat(
             name=settings.worker_name, queues=settings.queue_list, executor=settings.executor, slots=SLOTS,
-            busy=len(running), gpus=GPUS, running=running, version=__version__,
+            busy=len(running), gpus=GPUS, running=running, version=__version__, images=self.images, pulls=self.pulls(),
         ))
+        if self.puller is not None and reply.pull:
+            self.puller.want(reply.pull)
 
     def run(self) -> None:
         while True:
             try:
                 self.beat()
             except Exception as exc:  # the server may be restarting; keep trying
+                self.failures += 1
                 log.warning("heartbeat failed: %s", exc)
             if self.stop.wait(settings.heartbeat_seconds):
                 return

@@ -16,6 +16,10 @@ def run(
 ) -> None:
     """Start the worker (settings come from RAI_* environment variables)."""
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .config import WorkerSettings
+    from .metrics import prepare
+
+    prepare(WorkerSettings.load().work_dir)  # before the pool forks: job counters from every process
     from .celery_app import GPUS, SLOTS, app as celery, settings
 
     settings.work_dir.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,9 @@ class WorkerSettings(BaseSettings):
     read_only_root: bool = True
     pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start
     columns: int = 120  # the jobs' terminal width (COLUMNS, and the pty's size)
+    metrics_port: int = 9108  # Prometheus /metrics of this worker; 0 = off
+    metrics_addr: str = "127.0.0.1"  # anything but loopback needs metrics_token
+    metrics_token: str = ""
 
     @classmethod
     def load(cls) -> "WorkerSettings":

@@ -1,4 +1,5 @@
-"""Job images built on the spot, for hosts that reach no registry.
+"""Job images on this worker: what it holds (advertised in heartbeats), pre-pulls staff ask
+for, and images built on the spot for hosts that reach no registry.
 
 ``rai/busybox`` is made from the host's statically linked busybox (Debian: busybox-static) with
 ``docker import``: a shell and the usual tools in about 2 MB, enough for examples/hello and tests.
@@ -7,13 +8,22 @@
 from __future__ import annotations
 
 import io
+import logging
 import shutil
 import subprocess
 import tarfile
+import threading
 import time
 from pathlib import Path
 
 import docker
+
+from raiclient.models import PullRequest
+from raiclient.spec import normalize_image
+
+from .server import ServerClient
+
+log = logging.getLogger("raiworker")
 
 BUSYBOX_TAG = "rai/busybox:latest"
 
@@ -62,3 +72,61 @@ def ensure_busybox_image(client: docker.DockerClient, tag: str = BUSYBOX_TAG) ->
     client.api.import_image_from_data(_busybox_rootfs(Path(found)), repository=repo, tag=version or "latest",
                                       changes=['CMD ["/bin/sh"]'])
     return True
+
+
+def held_images(client: docker.DockerClient) -> list[str]:
+    """Every name:tag this Docker engine holds, in ``normalize_image`` form."""
+    return sorted({normalize_image(tag) for image in client.images.list() for tag in image.tags})
+
+
+class Puller:
+    """Carries out the pre-pull requests of the heartbeat replies, one at a time in a thread of its
+    own, each request once; ``status`` (image -> "pulling" / "failed: why") goes in heartbeats."""
+
+    def __init__(self, client: docker.DockerClient, server: ServerClient, scratch: Path):
+        self.client, self.server, self.scratch = client, server, scratch
+        self.status: dict[str, str] = {}
+        self.tried: set[tuple[str, float]] = set()
+        self.lock = threading.Lock()
+        self.busy = False
+
+    def want(self, requests: list[PullRequest]) -> None:
+        fresh = [r for r in requests if (r.image, r.requested) not in self.tried]
+        with self.lock:
+            if not fresh or self.busy:
+                return
+            self.busy = True
+        for r in fresh:
+            self.tried.add((r.image, r.requested))
+            self.status[r.image] = "pulling"
+        threading.Thread(target=self._run, args=(fresh,), name="rai-image-pull", daemon=True).start()
+
+    def _run(self, requests: list[PullRequest]) -> None:
+        try:
+            for req in requests:
+                try:
+                    self._one(req)
+                    self.status.pop(req.image, None)
+                except Exception as exc:  # noqa: BLE001 - reported to staff, never fatal
+                    log.warning("pulling image %s failed: %s", req.image, exc)
+                    self.status[req.image] = f"failed: {str(exc).splitlines()[0][:300] if str(exc) else exc.__class__.__name__}"
+        finally:
+            with self.lock:
+                self.busy = False
+
+    def _one(self, req: PullRequest) -> None:
+        if req.blob is None:
+            repo, _, tag = req.image.rpartition(":") if "@" not in req.image else (req.image, "", "")
+            self.client.images.pull(repo or req.image, tag=tag or None)
+            return
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        tar = self.scratch / f"{req.blob}.tar"
+        try:
+            self.server.fetch_image(req.blob, tar)
+            with tar.open("rb") as fh:
+                loaded = self.client.images.load(fh)
+        finally:
+            tar.unlink(missing_ok=True)
+        names = {normalize_image(t) for image in loaded for t in image.tags}
+        if req.image not in names:
+            raise RuntimeError(f"the archive loaded {', '.join(sorted(names)) or 'no named image'}, not {req.image}")

@@ -24,6 +24,8 @@ from raiclient.keys import stream_key
 from raiclient.logwire import APPEND_LUA, append_args
 from raiclient.models import LogStream
 
+from .metrics import lines_shipped
+
 
 def size_in_words(n: int) -> str:
     return f"{n / 1024**2:g} MiB" if n >= 1024**2 else f"{n / 1024:g} KiB" if n >= 1024 else f"{n} bytes"
@@ -136,6 +138,7 @@ class LogSink:
         self._write(stream, text, len(parts))
 
     def _write(self, stream: LogStream, text: str, count: int) -> None:
+        lines_shipped(count)
         args = append_args(stream.value, time.time(), text, count)
         if self._pending_bytes + len(text) <= self.max_pending_bytes:
             self._pending.append(args)

@@ -23,6 +23,7 @@ from .config import WorkerSettings
 from .executors import JobContext, Outcome, execute, make_executor
 from .gpus import hold_gpus, host_share
 from .logsink import LogSink
+from .metrics import job_done
 from .server import Refused, ServerClient
 from .unpack import unpack
 
@@ -47,6 +48,7 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
     """Run one delivery of a job. Returns the final state, or 'skipped' for a refused claim."""
     server = ServerClient(settings)
     r = redis.Redis.from_url(settings.redis_url)
+    claimed_at = time.monotonic()
     try:
         try:
             grant = server.claim(job_id, attempt)
@@ -88,6 +90,7 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
                                             failed_command=outcome.failed_command, message=outcome.message, phases=phases))
         except Refused as exc:
             log.warning("final state of %s refused: %s", job_id, exc)
+        job_done(outcome.state.value, time.monotonic() - claimed_at)
         return outcome.state.value
     finally:
         server.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from raiclient.models import Claim, ClaimGranted, Heartbeat, JobUpdate
+from raiclient.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate
 
 from .config import WorkerSettings
 
@@ -52,9 +52,20 @@ class ServerClient:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    def heartbeat(self, hb: Heartbeat) -> list[str]:
+    def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:
         resp = self._call("POST", "/api/v1/workers/heartbeat", retry_for=0, json=hb.model_dump())
-        return resp.json().get("cancel", [])
+        return HeartbeatReply.model_validate(resp.json())
+
+    def fetch_image(self, sha256: str, dest: Path) -> Path:
+        """A `docker save` tar staff uploaded to the server."""
+        with self.http.stream("GET", f"/api/v1/worker/images/{sha256}", timeout=httpx.Timeout(30.0, read=600.0)) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise Refused(f"image archive not available: HTTP {resp.status_code}")
+            with dest.open("wb") as fh:
+                for chunk in resp.iter_bytes(1024 * 1024):
+                    fh.write(chunk)
+        return dest
 
     def claim(self, job_id: str, attempt: int) -> ClaimGranted:
         resp = self._call("POST", f"/api/v1/worker/jobs/{job_id}/claim",

@@ -6,13 +6,17 @@ import csv
 import io
 from datetime import datetime
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..audit import audit
 from ..auth import ROLES, Principal, create_user, get_db, require_staff, revoke_keys, rotate_keys
+from raiclient.models import PullRequest
+
+from ..images import BadImage, blob_path, request_pull, tar_images
 from ..tables import AuditEntry, User
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
@@ -175,3 +179,49 @@ def audit_log(limit: int = Query(100, ge=1, le=1000), _: Principal = Depends(req
               db: Session = Depends(get_db)) -> list[AuditRow]:
     rows = db.scalars(select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit))
     return [AuditRow(at=r.at, actor=r.actor, action=r.action, target=r.target, detail=r.detail) for r in rows]
+
+
+class PullBody(BaseModel):
+    image: str
+
+
+@router.post("/images/pull", response_model=PullRequest)
+def pull_image(body: PullBody, request: Request, p: Principal = Depends(require_instructor),
+               db: Session = Depends(get_db)) -> PullRequest:
+    """Ask every worker to pull an image from its registry (on the worker host: jobs have no network)."""
+    try:
+        req = request_pull(request.app.state.services.logs.redis, body.image)
+    except BadImage as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+    audit(db, p.user.username, "image.pull", req.image)
+    db.commit()
+    return req
+
+
+@router.post("/images/load", response_model=list[PullRequest])
+async def load_image(request: Request, p: Principal = Depends(require_instructor)) -> list[PullRequest]:
+    """Body: a `docker save` tar. Every worker downloads it from here and loads it (no registry needed)."""
+    svc = request.app.state.services
+    try:
+        tmp, sha, _ = await svc.storage.receive(request.stream(), svc.settings.max_image_bytes)
+    except OverflowError:
+        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "image archive over RAI_MAX_IMAGE_BYTES") from None
+
+    def _keep() -> list[PullRequest]:
+        try:
+            names = tar_images(tmp)
+        except BadImage as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+        dest = blob_path(svc.storage, sha)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp.replace(dest)
+        reqs = [request_pull(svc.logs.redis, name, blob=sha) for name in names]
+        with request.app.state.db.session() as db:
+            audit(db, p.user.username, "image.load", ", ".join(names), sha256=sha)
+            db.commit()
+        return reqs
+
+    try:
+        return await run_in_threadpool(_keep)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
-from datetime import timedelta
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -23,12 +22,11 @@ from raiclient.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spe
 
 from ..auth import Principal, current_user, get_db
 from ..jobs import QueueView, Services, cancel_job, create_job, job_out
-from ..capacity import check_gpus, check_image, check_queue
+from ..fleet import check_gpus, check_image, check_image_held, check_queue, live_workers
 from ..quotas import check_quotas
 from ..feed import LogHub, Shared
 from ..logs import PAGE_ENTRIES
-from ..db import utcnow
-from ..tables import Job, User, Worker
+from ..tables import Job, User
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -68,7 +66,7 @@ def job_snapshot(request: Request, p: Principal, job_id: str) -> Callable[[], Jo
     outlive any one database session)."""
     def snapshot() -> JobOut:
         with request.app.state.db.session() as db:
-            return job_out(db, visible_job(db, p, job_id))
+            return job_out(db, visible_job(db, p, job_id), QueueView(db, request.app.state.settings))
 
     return snapshot
 
@@ -147,9 +145,10 @@ async def accept_submission(request: Request, queue: str | None, kind: str, cont
             owner = db.get(User, p.user.id)
             check_quotas(db, owner, svc.settings)
             check_gpus(db, queue, spec, svc.settings.worker_dead_after)
+            check_image_held(db, queue, spec.image, svc.settings.worker_dead_after)
             svc.storage.keep_archive(tmp, sha)  # only now: a refused upload leaves nothing behind
             job = create_job(db, svc, owner, spec, info.spec_bytes.decode(), sha, size, queue, kind)
-            return job_out(db, job)
+            return job_out(db, job, QueueView(db, svc.settings))
 
     try:
         return await run_in_threadpool(_accept)
@@ -160,6 +159,7 @@ async def accept_submission(request: Request, queue: str | None, kind: str, cont
 
 @router.get("/jobs", response_model=JobList)
 def history(
+    request: Request,
     limit: int = Query(20, ge=1, le=500),
     everyone: bool = Query(False, alias="all"),
     p: Principal = Depends(current_user),
@@ -168,7 +168,7 @@ def history(
     q = select(Job).order_by(Job.created_at.desc()).limit(limit)
     if not (everyone and p.is_staff):
         q = q.where(Job.owner_id == p.user.id)
-    view = QueueView(db)
+    view = QueueView(db, services(request).settings)
     return JobList(jobs=[job_out(db, j, view) for j in db.scalars(q)])
 
 
@@ -181,10 +181,9 @@ def queue_summary(request: Request, p: Principal = Depends(current_user), db: Se
     for queue, state, n in db.execute(select(Job.queue, Job.state, func.count()).where(
             Job.state.in_([JobState.queued.value, JobState.running.value])).group_by(Job.queue, Job.state)):
         counts.setdefault(queue, {})[state] = n
-    cutoff = utcnow() - timedelta(seconds=dead_after)
-    live = db.scalars(select(Worker).where(Worker.last_seen > cutoff)).all()
+    live = live_workers(db, dead_after)
     served = {q for w in live for q in (w.queues or [])}
-    view = QueueView(db)
+    view = QueueView(db, services(request).settings)
     mine = db.scalars(select(Job).where(Job.owner_id == p.user.id,
                                         Job.state.in_([JobState.queued.value, JobState.running.value])).order_by(Job.created_at)).all()
     out = []
@@ -198,8 +197,8 @@ def queue_summary(request: Request, p: Principal = Depends(current_user), db: Se
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get_job(job_id: str, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> JobOut:
-    return job_out(db, visible_job(db, p, job_id))
+def get_job(job_id: str, request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> JobOut:
+    return job_out(db, visible_job(db, p, job_id), QueueView(db, services(request).settings))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
@@ -207,7 +206,7 @@ def cancel(job_id: str, request: Request, p: Principal = Depends(current_user), 
     job = visible_job(db, p, job_id)
     cancel_job(db, services(request), job, p.user)
     db.refresh(job)
-    return job_out(db, job)
+    return job_out(db, job, QueueView(db, services(request).settings))
 
 
 @router.get("/jobs/{job_id}/build.tar.gz")

@@ -9,19 +9,18 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiclient.models import Claim, ClaimGranted, Heartbeat, JobState, JobUpdate
+from raiclient.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobState, JobUpdate, QueueImages
+from raiclient.spec import normalize_image
 
-from ..auth import Principal, get_db, require_staff, require_worker
+from ..auth import Principal, current_user, get_db, require_staff, require_worker
 from ..db import utcnow
+from ..fleet import is_alive, queue_images
+from ..images import blob_path, wanted_by
 from ..jobs import add_phase, claim_job, update_job
 from ..tables import Job, Worker
 from .jobs import services
 
 router = APIRouter(prefix="/api/v1", tags=["workers"])
-
-
-class HeartbeatReply(BaseModel):
-    cancel: list[str] = []
 
 
 class WorkerOut(BaseModel):
@@ -46,12 +45,12 @@ def heartbeat(hb: Heartbeat, request: Request, db: Session = Depends(get_db)) ->
     w.queues, w.executor, w.slots, w.busy = hb.queues, hb.executor, hb.slots, hb.busy
     w.gpus = [g.model_dump() for g in hb.gpus]
     w.running, w.version, w.last_seen = hb.running, hb.version, utcnow()
-    cancels = []
-    if hb.running:
-        cancels = list(db.scalars(select(Job.id).where(Job.id.in_(hb.running), Job.cancel_requested.is_(True))))
+    w.images = None if hb.images is None else sorted({normalize_image(i) for i in hb.images})
+    w.pulls = dict(hb.pulls) or None
     db.commit()
-    services(request).kick()  # free slots may have appeared
-    return HeartbeatReply(cancel=cancels)
+    svc = services(request)
+    svc.kick()  # free slots may have appeared
+    return HeartbeatReply(pull=wanted_by(svc.logs.redis, w.images))
 
 
 @router.get("/workers", response_model=list[WorkerOut])
@@ -61,11 +60,17 @@ def workers(request: Request, _: Principal = Depends(require_staff), db: Session
     return [
         WorkerOut(
             name=w.name, queues=w.queues, executor=w.executor, slots=w.slots, busy=w.busy, gpus=w.gpus,
-            running=w.running, last_seen=w.last_seen.isoformat(), alive=(now - w.last_seen).total_seconds() < dead_after,
+            running=w.running, last_seen=w.last_seen.isoformat(), alive=is_alive(w, dead_after, now),
             jobs_done=w.jobs_done,
         )
         for w in db.scalars(select(Worker).order_by(Worker.name))
     ]
+
+
+@router.get("/images", response_model=list[QueueImages])
+def images(request: Request, _: Principal = Depends(current_user), db: Session = Depends(get_db)) -> list[QueueImages]:
+    """What each queue can run: the images its live workers hold (what a build file may name)."""
+    return queue_images(db, services(request).settings.worker_dead_after)
 
 
 @router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=[Depends(require_worker)])
@@ -88,6 +93,17 @@ def archive(job_id: str, request: Request, db: Session = Depends(get_db)) -> Fil
     if not path.exists():
         raise HTTPException(status.HTTP_410_GONE, "the project archive is missing from storage")
     return FileResponse(path, media_type="application/gzip")
+
+
+@router.get("/worker/images/{sha256}", dependencies=[Depends(require_worker)])
+def image_blob(sha256: str, request: Request) -> FileResponse:
+    """A `docker save` tar staff uploaded, for workers to load."""
+    if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such image archive")
+    path = blob_path(services(request).storage, sha256)
+    if not path.exists():
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such image archive")
+    return FileResponse(path, media_type="application/x-tar")
 
 
 @router.put("/worker/jobs/{job_id}/build", dependencies=[Depends(require_worker)])

@@ -1,0 +1,5 @@
+"""``python -m raiclient``: the same as the ``raiclient`` command."""
+
+from .entry import main
+
+main()

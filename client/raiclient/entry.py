@@ -1,0 +1,90 @@
+"""The ``raiclient`` command's entry point: answers ``--help`` and ``version`` before importing typer,
+rich, httpx or pydantic (a third of a second on a student's laptop), and hands everything else to
+the full command line in ``cli.py``.
+
+``COMMANDS`` is the top-level help; a test keeps it equal to the commands ``cli.py`` registers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import __version__
+
+SUMMARY = "Submit GPU jobs to rai and follow them live."
+COMMANDS: dict[str, str] = {
+    "submit": "Upload a project folder and run its rai_build.yml on a GPU worker.",
+    "logs": "Print a job's log (whole, or live with --follow).",
+    "status": "Show one job's state; the exit status is the job's, as with submit.",
+    "queue": "Jobs waiting and running per queue, the workers serving it, and where your jobs stand.",
+    "images": "The images each queue can run (those its live workers hold).",
+    "history": "Your recent jobs, newest first.",
+    "download": "Download a job's build folder as a .tar.gz.",
+    "ranking": "The leaderboard: each team's fastest valid run (yours is marked -->).",
+    "cancel": "Cancel a queued or running job.",
+    "login": "Check credentials with the server and write them to ~/.rai_profile.",
+    "version": "Print the client's version (and the server's, when a profile names one that answers).",
+    "admin": "Course management (instructors and admins).",
+}
+
+
+def help_text() -> str:
+    width = max(map(len, COMMANDS)) + 2
+    rows = "\n".join(f"  {name.ljust(width)}{text}" for name, text in COMMANDS.items())
+    return (f"Usage: raiclient [OPTIONS] COMMAND [ARGS]...\n\n  {SUMMARY}\n\n"
+            f"Options:\n  --help{' ' * (width - 4)}Show this message and exit.\n\n"
+            f"Commands:\n{rows}\n\nraiclient COMMAND --help tells more about one command.\n")
+
+
+def _server_version(argv: list[str]) -> str | None:
+    """The server's version line, over the standard library's HTTP (a courtesy: never fails)."""
+    server = os.environ.get("RAI_SERVER")
+    if "--server" in argv[1:]:
+        at = argv.index("--server", 1)
+        server = argv[at + 1] if at + 1 < len(argv) else None
+    try:
+        if not server:
+            from .profile import load_profile  # reads the YAML profile; no network library
+
+            server = load_profile(None).server
+    except Exception:  # noqa: BLE001 - no profile: nothing to ask
+        return None
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(server)
+        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        conn = kind(url.hostname or "", url.port, timeout=5)
+        try:
+            conn.request("GET", url.path.rstrip("/") + "/healthz")
+            info = json.loads(conn.getresponse().read(4096))
+        finally:
+            conn.close()
+        return f"server {server}: raiserver {info.get('version', '?')}"
+    except Exception:  # noqa: BLE001
+        return f"server {server}: not reachable"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    args = argv[1:]
+    if args in ([], ["--help"], ["-h"]):
+        sys.stdout.write(help_text())
+        return
+    if args == ["--version"] or (args[:1] == ["version"] and all(a != "--help" for a in args)
+                                 and (len(args) == 1 or (args[1] == "--server" and len(args) == 3))):
+        print(f"raiclient {__version__}", flush=True)
+        line = _server_version(argv) if args[:1] == ["version"] else None
+        if line:
+            print(line)
+        return
+    from .cli import main as full
+
+    full()
+
+
+if __name__ == "__main__":
+    main()

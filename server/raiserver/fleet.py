@@ -1,0 +1,127 @@
+"""The fleet of workers, from their heartbeats: which are alive (the one place that decides),
+which queues exist, and whether any live worker on a queue can run what a build file asks for
+(GPU count, GPU model, image)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from fastapi import HTTPException, status
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from raiclient.models import ImageOffer, QueueImages
+from raiclient.spec import BuildSpec, normalize_image
+
+from .db import utcnow
+from .tables import Worker
+
+
+def is_alive(w: Worker, dead_after: float, now: datetime | None = None) -> bool:
+    """A worker is alive while its last heartbeat is younger than ``worker_dead_after``."""
+    return ((now or utcnow()) - w.last_seen).total_seconds() < dead_after
+
+
+def live_workers(db: Session, dead_after: float, queue: str | None = None) -> list[Worker]:
+    cutoff = utcnow() - timedelta(seconds=dead_after)
+    rows = db.scalars(select(Worker).where(Worker.last_seen > cutoff).order_by(Worker.name))
+    return [w for w in rows if queue is None or queue in (w.queues or [])]
+
+
+def live_slots(db: Session, queue: str, dead_after: float) -> int:
+    return sum(w.slots for w in live_workers(db, dead_after, queue))
+
+
+def known_queues(db: Session, default_queue: str) -> list[str]:
+    """Queues that a worker served in the last day, plus the default one (which jobs may await)."""
+    cutoff = utcnow() - timedelta(days=1)
+    queues = {default_queue}
+    for w in db.scalars(select(Worker).where(Worker.last_seen > cutoff)):
+        queues.update(w.queues or [])
+    return sorted(queues)
+
+
+def check_queue(db: Session, queue: str, default_queue: str) -> None:
+    queues = known_queues(db, default_queue)
+    if queue not in queues:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"unknown queue '{queue}'; the queues are: {', '.join(queues)}")
+
+
+def check_gpus(db: Session, queue: str, spec: BuildSpec, dead_after: float) -> None:
+    """Refuse a request that no live worker on the queue could ever run; with no live worker at all
+    the job is accepted and waits."""
+    want, arch = spec.resources.gpu.count, spec.resources.gpu.architecture
+    if want == 0 and not arch:
+        return
+    live = live_workers(db, dead_after, queue)
+    if not live:
+        return
+
+    def fits(w: Worker) -> bool:
+        gpus = [g for g in w.gpus or [] if not arch or arch.lower() in str(g.get("name", "")).lower()]
+        return len(gpus) >= want
+    if not any(fits(w) for w in live):
+        offer = "; ".join(f"{w.name}: {len(w.gpus or [])} × {', '.join(sorted({g.get('name', '?') for g in w.gpus or []})) or 'no GPU'}"
+                          for w in live)
+        what = f"{want} GPU(s)" + (f" of architecture '{arch}'" if arch else "")
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"rai_build.yml asks for {what}; no worker on queue '{queue}' has that ({offer})")
+
+
+def allowed_images(setting: str, queue: str) -> list[str] | None:
+    """The images allowed on a queue, or None when any image is."""
+    if not setting.strip():
+        return None
+    allowed: list[str] = []
+    for entry in setting.split(";"):
+        q, sep, images = entry.partition("=")
+        if not sep:
+            allowed += entry.split()
+        elif q.strip() == queue:
+            allowed += images.split()
+    return allowed
+
+
+def check_image(image: str, queue: str, setting: str) -> None:
+    allowed = allowed_images(setting, queue)
+    if allowed is not None and image not in allowed:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+                            f"rai_build.yml: image '{image}' is not allowed on queue '{queue}'; use one of: {', '.join(allowed) or '(none)'}")
+
+
+def queue_images(db: Session, dead_after: float) -> list[QueueImages]:
+    """Per queue: the images its live workers hold (and how many hold each), and pulls under way."""
+    by_queue: dict[str, list[Worker]] = defaultdict(list)
+    for w in live_workers(db, dead_after):
+        for q in w.queues or []:
+            by_queue[q].append(w)
+    out = []
+    for queue, workers in sorted(by_queue.items()):
+        held: dict[str, int] = defaultdict(int)
+        pulling: dict[str, list[str]] = defaultdict(list)
+        for w in workers:
+            for image in w.images or []:
+                held[image] += 1
+            for image, what in (w.pulls or {}).items():
+                pulling[image].append(what)
+        out.append(QueueImages(
+            queue=queue, workers=len(workers), any_image=any(w.images is None for w in workers),
+            images=[ImageOffer(image=i, workers=n) for i, n in sorted(held.items())],
+            pulling={i: (f"pulling on {whats.count('pulling')} worker(s)" if "pulling" in whats else whats[-1])
+                     for i, whats in sorted(pulling.items())},
+        ))
+    return out
+
+
+def check_image_held(db: Session, queue: str, image: str, dead_after: float) -> None:
+    """Refuse at once an image that no live worker of the queue holds (instead of an error on the
+    worker minutes later); with no live worker at all the job is accepted and waits."""
+    live = live_workers(db, dead_after, queue)
+    if not live or any(w.images is None for w in live):
+        return
+    wanted = normalize_image(image)
+    held = sorted({i for w in live for i in w.images or []})
+    if wanted not in held:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+                            f"rai_build.yml: image '{image}' is not on any worker of queue '{queue}'; "
+                            f"the images there are: {', '.join(held) or '(none)'} (see 'raiclient images')")

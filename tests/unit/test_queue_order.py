@@ -1,0 +1,33 @@
+"""The positions a student is shown are the order in which dispatch really releases jobs, under
+every fairness setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from raiserver.config import Settings
+from raiserver.fairshare import dispatch
+from raiserver.jobs import QueueView
+
+from .conftest import add_job, add_user, add_worker
+
+
+def released_order(db, settings: Settings, slots: int) -> list[str]:
+    sent: list[str] = []
+    dispatch(db, lambda job: sent.append(job.id), settings.worker_dead_after, settings.staff_priority,
+             settings.priority_kind_set)
+    return sent
+
+
+@pytest.mark.parametrize("staff_priority,priority_kinds", [(False, ""), (True, ""), (False, "final"), (True, "final")])
+def test_positions_shown_are_the_release_order(db, staff_priority, priority_kinds):
+    settings = Settings(staff_priority=staff_priority, priority_kinds=priority_kinds)
+    alice, bob = add_user(db, "alice"), add_user(db, "bob")
+    ta = add_user(db, "tina", role="ta")
+    jobs = [add_job(db, alice, seconds_ago=50), add_job(db, bob, seconds_ago=40, kind="final"),
+            add_job(db, ta, seconds_ago=30), add_job(db, alice, seconds_ago=20), add_job(db, bob, seconds_ago=10)]
+    view = QueueView(db, settings)
+    shown = sorted(jobs, key=lambda j: view.position(j))
+    assert [view.position(j) for j in shown] == [1, 2, 3, 4, 5]
+    add_worker(db, slots=len(jobs))
+    assert released_order(db, settings, len(jobs)) == [j.id for j in shown]
