@@ -2,7 +2,8 @@
 # The test suite, with real Redis, PostgreSQL, Docker and Chromium; installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh docker.io busybox-static redis-server postgresql dataset-fashion-mnist chromium gcc libc6-dev
+bash scripts/setup.sh docker.io busybox-static redis-server postgresql dataset-fashion-mnist chromium gcc libc6-dev \
+  slurmctld slurmd slurm-client munge
 
 # PostgreSQL: use the one running on 127.0.0.1:5432, else start the installed cluster with trust
 # auth on loopback (a throwaway test machine only).
@@ -16,5 +17,5 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
   fi
 fi
 
-export RAI_REQUIRE_DOCKER=1 RAI_REQUIRE_POSTGRES=1 RAI_REQUIRE_BROWSER=1
+export RAI_REQUIRE_DOCKER=1 RAI_REQUIRE_POSTGRES=1 RAI_REQUIRE_BROWSER=1 RAI_REQUIRE_SLURM=1
 exec .venv/bin/python -m pytest "$@"

@@ -264,7 +264,9 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
         raise conflict(f"job {job.id} is {job.state} on attempt {job.attempt}; this update is stale")
     if update.phases:
         job.phases = [*(job.phases or []), *(p.model_dump(mode="json") for p in update.phases[:1000])]
-    if update.state.finished:
+    if update.state is JobState.queued:  # the worker lost the job's environment (a batch node failed)
+        requeue_lost(db, svc, job, update.message or f"{job.worker} lost the job")
+    elif update.state.finished:
         state = update.state
         if job.cancel_requested and state in (JobState.failed, JobState.error):
             state = JobState.cancelled  # killed because of the cancel, not of its own accord

@@ -17,7 +17,7 @@ class WorkerSettings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     worker_name: str = socket.gethostname()
     queues: str = "gpu"  # comma-separated
-    executor: Literal["docker", "process"] = "docker"
+    executor: Literal["docker", "process", "slurm"] = "docker"
     slots: int = 0  # 0: one per GPU, or 1 without GPUs
     gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"
     work_dir: Path = Path("/var/lib/rai-worker")
@@ -39,6 +39,14 @@ class WorkerSettings(BaseSettings):
     read_only_root: bool = True
     pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start
     columns: int = 120  # the jobs' terminal width (COLUMNS, and the pty's size)
+    # Slurm (executor=slurm): the batch job each rai job becomes; work_dir must be on a shared file system
+    slurm_partition: str = ""
+    slurm_account: str = ""
+    slurm_extra: str = ""  # more sbatch options, e.g. "--qos=class --constraint=a100"
+    slurm_container: Literal["none", "apptainer"] = "none"
+    slurm_apptainer: str = "apptainer"  # or singularity
+    slurm_grace_seconds: int = 60  # Slurm's --time is the wall limit plus this: rai's own limit acts first
+    slurm_poll_seconds: float = 1.0  # squeue/scontrol at most this often per job
     metrics_port: int = 9108  # Prometheus /metrics of this worker; 0 = off
     metrics_addr: str = "127.0.0.1"  # anything but loopback needs metrics_token
     metrics_token: str = ""

@@ -79,6 +79,10 @@ static void write_all(int fd, const char *buf, size_t n) {
 #define BUF_SIZE 65536
 #define BATCH_NS 5000000L
 
+/* RAI_PTY_FRAMES=1: both streams go to stdout as frames (8-byte header: stream 1 or 2, three zero
+ * bytes, big-endian length; Docker's format), one file that keeps their order (Slurm jobs). */
+static int framed = 0;
+
 struct out {
     int master, fd, open;
     size_t len;
@@ -87,7 +91,15 @@ struct out {
 };
 
 static void flush_out(struct out *o) {
-    write_all(o->fd, o->buf, o->len);
+    if (o->len == 0) return;
+    if (framed) {
+        unsigned char h[8] = {(unsigned char)o->fd, 0, 0, 0, (unsigned char)(o->len >> 24), (unsigned char)(o->len >> 16),
+                              (unsigned char)(o->len >> 8), (unsigned char)o->len};
+        write_all(1, (const char *)h, 8);
+        write_all(1, o->buf, o->len);
+    } else {
+        write_all(o->fd, o->buf, o->len);
+    }
     o->len = 0;
 }
 
@@ -129,6 +141,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: rai-pty PROGRAM [ARGS...]\n");
         return 2;
     }
+    framed = env_int("RAI_PTY_FRAMES", 0) == 1;
     int om, os_, em, es;
     if (open_pty(&om, &os_) < 0 || open_pty(&em, &es) < 0) {
         /* No terminals here (no /dev/ptmx): run the command on plain pipes rather than not at all. */

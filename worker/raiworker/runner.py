@@ -65,7 +65,8 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         phases: list[Phase] = []
         try:
             outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases)
-            build_uploaded = _ship_build(server, job_id, attempt, workdir / "build", sink)
+            if outcome.state is not JobState.queued:  # queued: lost where it ran, it runs again
+                build_uploaded = _ship_build(server, job_id, attempt, workdir / "build", sink)
         except Refused as exc:
             log.warning("job %s refused mid-run: %s", job_id, exc)
             return "skipped"
@@ -130,6 +131,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
                 gpu_ids=gpu_ids,
                 settings=settings,
                 repeat_timing=grant.repeat_timing,
+                gpu_count=grant.gpu_count,
                 phases=phases,
             )
             try:

@@ -1,4 +1,4 @@
-"""Executors: where a job's commands actually run (a Docker container, or plain processes)."""
+"""Executors: where a job's commands actually run (a Docker container, plain processes, a Slurm job)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ def make_executor(settings: WorkerSettings) -> Executor:
         from .docker import DockerExecutor
 
         return DockerExecutor()
+    if settings.executor == "slurm":
+        from .slurm import SlurmExecutor
+
+        return SlurmExecutor()
     from .process import ProcessExecutor
 
     return ProcessExecutor()

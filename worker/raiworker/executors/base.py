@@ -31,6 +31,7 @@ class JobContext:
     gpu_ids: list[str]
     settings: WorkerSettings
     repeat_timing: int = 1
+    gpu_count: int = 0  # asked for; gpu_ids are this host's (empty where the GPUs are elsewhere: Slurm)
     phases: list[Phase] = field(default_factory=list)  # when each step happened, for the job's timeline
 
     def phase(self, name: str, detail: str | None = None) -> None:
@@ -49,6 +50,7 @@ class Outcome:
 class _Watch:
     deadline: float = float("inf")
     reason: str | None = None  # "cancel" | "wall" | "command"
+    wall_deadline: float = float("inf")
     command: str = ""
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -79,18 +81,21 @@ class Executor(ABC):
         """A reason for a command that died of a signal (e.g. out of memory), if known."""
         return None
 
+    def ended(self, code: int, ctx: JobContext) -> Outcome | None:
+        """When a command failed because the job's environment itself ended (a batch system's
+        time limit, a lost node), the job's outcome instead of a failed command."""
+        return None
+
 
 def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threading.Event) -> Outcome:
     watch = _Watch()
-    started = time.monotonic()
-    wall_deadline = started + ctx.wall_seconds
 
     def watchdog() -> None:
         while not watch.stop.wait(0.05):
             if cancel.is_set():
                 watch.reason = "cancel"
             elif time.monotonic() > watch.deadline:
-                watch.reason = "wall" if watch.deadline >= wall_deadline else "command"
+                watch.reason = "wall" if watch.deadline >= watch.wall_deadline else "command"
             if watch.reason:
                 try:
                     executor.kill()
@@ -103,7 +108,9 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         if cancel.is_set():
             return Outcome(JobState.cancelled, message="cancelled before it started")
         sink.system(executor.start(ctx, sink))
-        ctx.phase("container started" if executor.name == "docker" else "processes started", ctx.image)
+        ctx.phase({"docker": "container started", "slurm": "slurm started"}.get(executor.name, "processes started"), ctx.image)
+        # the wall clock runs from here: time waiting for a container or in a batch queue is not the job's
+        wall_deadline = watch.wall_deadline = time.monotonic() + ctx.wall_seconds
         timing: str | None = None
         repeated = False
         plan = [(command, f"Running: {command}") for command in ctx.commands]
@@ -122,6 +129,10 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
             ctx.phase("command ended", f"exit {code}")
             if watch.reason:
                 break
+            if code != 0 and not watch.reason:
+                ended = executor.ended(code, ctx)
+                if ended is not None:
+                    return Outcome(ended.state, ended.exit_code, ended.failed_command or command, ended.message)
             if code != 0:
                 why = executor.explain_kill(code, ctx)
                 if why:
