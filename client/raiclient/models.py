@@ -139,10 +139,6 @@ class UserOut(BaseModel):
     team: str | None = None
 
 
-class ErrorOut(BaseModel):
-    detail: str
-
-
 # -- worker <-> server --------------------------------------------------------------------------
 
 

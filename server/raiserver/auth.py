@@ -156,12 +156,6 @@ def require_staff(p: Principal = Depends(current_user)) -> Principal:
     return p
 
 
-def require_admin(p: Principal = Depends(current_user)) -> Principal:
-    if not p.is_admin:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "admins only")
-    return p
-
-
 def require_worker(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
     token = request.app.state.settings.worker_token
     if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):

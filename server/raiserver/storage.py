@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -81,6 +80,3 @@ class Storage:
             os.replace(tmp, self.log_path(job_id))
         finally:
             tmp.unlink(missing_ok=True)
-
-    def free_bytes(self) -> int:
-        return shutil.disk_usage(self.root).free

@@ -11,8 +11,8 @@ the exit status. Kill and cancel are ``scancel``; the final Slurm state explains
 (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL → the job is queued again).
 
 Containers: with ``RAI_SLURM_CONTAINER=apptainer`` each command runs in the job's image
-(``apptainer exec --containall --no-home --net --network none`` with /src read-only and /build
-bound). With ``none`` (the default) commands run directly on the compute node as the worker's
+(``apptainer exec --containall --no-home --cleanenv`` with /src read-only and /build bound; the
+pty helper stays outside, so programs inside still see terminals). With ``none`` (the default) commands run directly on the compute node as the worker's
 user, with /src and /build rewritten to the job's folders, as the process executor does: trust
 model of the cluster's own accounts (see README, "Running on a Slurm cluster").
 """
@@ -48,7 +48,7 @@ while :; do
   while [ ! -e "$ctl/$n.cmd" ] && [ ! -e "$ctl/end" ]; do sleep 0.02; done
   [ -e "$ctl/$n.cmd" ] || exit 0
   echo "$(date +%s.%N)" > "$ctl/$n.started"
-  RAI_PTY_FRAMES=1 {pty} {runner} /bin/sh "$ctl/$n.cmd" > "$ctl/$n.out" 2>&1 < /dev/null
+  RAI_PTY_FRAMES=1 {pty} {runner} /bin/sh "{inner_ctl}/$n.cmd" > "$ctl/$n.out" 2>&1 < /dev/null
   echo $? > "$ctl/$n.tmp" && mv "$ctl/$n.tmp" "$ctl/$n.status"
   n=$((n + 1))
 done
@@ -110,13 +110,16 @@ class SlurmExecutor(Executor):
     def _script(self, ctx: JobContext, helper: Path) -> str:
         s = ctx.settings
         self.container = s.slurm_container
-        runner = ""
+        runner, inner_ctl = "", str(self.ctl)
         if self.container == "apptainer":
-            binds = f"{ctx.src_dir}:/src:ro,{ctx.build_dir}:/build,{helper}:/opt/rai/rai-pty:ro"
+            inner_ctl = "/opt/rai/ctl"
+            binds = f"{ctx.src_dir}:/src:ro,{ctx.build_dir}:/build,{self.ctl}:{inner_ctl}:ro"
+            env = ",".join(f"{k}={v}" for k, v in self._env(ctx).items() if k not in ("PATH", "HOME"))
             runner = (f"{shlex.quote(s.slurm_apptainer)} exec --containall --no-home --cleanenv --pwd /build "
+                      f"{'--nv ' if ctx.gpu_count else ''}--env {shlex.quote(env + ',HOME=/build')} "
                       f"--bind {shlex.quote(binds)} {shlex.quote(self._image_ref(ctx))}")
         return AGENT.format(job_id=ctx.job_id, ctl=shlex.quote(str(self.ctl)), build=shlex.quote(str(ctx.build_dir)),
-                            pty=shlex.quote(str(helper)), runner=runner)
+                            pty=shlex.quote(str(helper)), runner=runner, inner_ctl=shlex.quote(inner_ctl))
 
     @staticmethod
     def _image_ref(ctx: JobContext) -> str:
