@@ -11,11 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import free_port as _free_port
 
 
 @dataclass

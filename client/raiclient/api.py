@@ -20,6 +20,15 @@ from .profile import Profile
 CHUNK = 256 * 1024
 
 
+def file_chunks(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[bytes]:
+    """An upload body read as it is sent (projects and image archives can be large)."""
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            yield chunk
+            if progress:
+                progress(len(chunk))
+
+
 class ApiError(Exception):
     def __init__(self, message: str, code: int = ExitCode.CLIENT_ERROR, status: int | None = None):
         super().__init__(message)
@@ -97,14 +106,6 @@ class Api:
         progress: Callable[[int], None] | None = None,
     ) -> JobOut:
         size = archive.stat().st_size
-
-        def body() -> Iterator[bytes]:
-            with archive.open("rb") as fh:
-                while chunk := fh.read(CHUNK):
-                    yield chunk
-                    if progress:
-                        progress(len(chunk))
-
         params = {"kind": kind}
         if queue:
             params["queue"] = queue
@@ -112,7 +113,7 @@ class Api:
             "POST",
             "/api/v1/jobs",
             params=params,
-            content=body(),
+            content=file_chunks(archive, progress),
             headers={"Content-Type": "application/gzip", "Content-Length": str(size)},
             timeout=httpx.Timeout(300.0, connect=30.0),
         )
@@ -128,12 +129,7 @@ class Api:
         return self._request("POST", "/api/v1/admin/images/pull", json={"image": image}).json()
 
     def load_image(self, tar: Path) -> list[dict]:
-        def body() -> Iterator[bytes]:
-            with tar.open("rb") as fh:
-                while chunk := fh.read(CHUNK):
-                    yield chunk
-
-        return self._request("POST", "/api/v1/admin/images/load", content=body(),
+        return self._request("POST", "/api/v1/admin/images/load", content=file_chunks(tar),
                              headers={"Content-Type": "application/x-tar", "Content-Length": str(tar.stat().st_size)},
                              timeout=httpx.Timeout(3600.0, connect=30.0)).json()
 

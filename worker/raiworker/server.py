@@ -58,10 +58,13 @@ class ServerClient:
 
     def fetch_image(self, sha256: str, dest: Path) -> Path:
         """A `docker save` tar staff uploaded to the server."""
-        with self.http.stream("GET", f"/api/v1/worker/images/{sha256}", timeout=httpx.Timeout(30.0, read=600.0)) as resp:
+        return self._download(f"/api/v1/worker/images/{sha256}", dest, "image archive", httpx.Timeout(30.0, read=600.0))
+
+    def _download(self, url: str, dest: Path, what: str, timeout: httpx.Timeout | None = None) -> Path:
+        with self.http.stream("GET", url, **({"timeout": timeout} if timeout else {})) as resp:
             if resp.status_code != 200:
                 resp.read()
-                raise Refused(f"image archive not available: HTTP {resp.status_code}")
+                raise Refused(f"{what} not available: HTTP {resp.status_code} {resp.text[:200]}")
             with dest.open("wb") as fh:
                 for chunk in resp.iter_bytes(1024 * 1024):
                     fh.write(chunk)
@@ -73,14 +76,7 @@ class ServerClient:
         return ClaimGranted.model_validate(resp.json())
 
     def fetch_archive(self, job_id: str, dest: Path) -> Path:
-        with self.http.stream("GET", f"/api/v1/worker/jobs/{job_id}/archive") as resp:
-            if resp.status_code != 200:
-                resp.read()
-                raise Refused(f"archive not available: HTTP {resp.status_code} {resp.text[:200]}")
-            with dest.open("wb") as fh:
-                for chunk in resp.iter_bytes(1024 * 1024):
-                    fh.write(chunk)
-        return dest
+        return self._download(f"/api/v1/worker/jobs/{job_id}/archive", dest, "archive")
 
     def upload_build(self, job_id: str, attempt: int, tarball: Path) -> None:
         def body():

@@ -47,7 +47,6 @@ n=1
 while :; do
   while [ ! -e "$ctl/$n.cmd" ] && [ ! -e "$ctl/end" ]; do sleep 0.02; done
   [ -e "$ctl/$n.cmd" ] || exit 0
-  echo "$(date +%s.%N)" > "$ctl/$n.started"
   RAI_PTY_FRAMES=1 {pty} {runner} /bin/sh "{inner_ctl}/$n.cmd" > "$ctl/$n.out" 2>&1 < /dev/null
   echo $? > "$ctl/$n.tmp" && mv "$ctl/$n.tmp" "$ctl/$n.status"
   n=$((n + 1))
@@ -200,7 +199,7 @@ class SlurmExecutor(Executor):
     def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
         assert self.ctl is not None
         if self.final.get("JobState") in GONE:
-            return self._death_code()
+            return 137
         self.n += 1
         n = self.n
         real = command if self.container == "apptainer" else rewrite_paths(command, str(ctx.src_dir), str(ctx.build_dir))
@@ -230,12 +229,8 @@ class SlurmExecutor(Executor):
                     time.sleep(0.2)  # the file system may show the last bytes a moment later
                     if status.exists():
                         continue
-                    frames.feed(b"")
-                    return self._death_code()
+                    return 137  # as a shell reports a killed command
             time.sleep(POLL)
-
-    def _death_code(self) -> int:
-        return 137
 
     def ended_as(self) -> tuple[str, str] | None:
         """Slurm's verdict on a job that died under a command: (state, sentence)."""
@@ -282,12 +277,11 @@ class SlurmExecutor(Executor):
         """Let the agent leave (ctl/end); cancel whatever still runs."""
         if self.ctl is not None:
             (self.ctl / "end").touch()
-        if self.slurm_id and job_fields(self.slurm_id).get("JobState") not in GONE | {""}:
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and job_fields(self.slurm_id).get("JobState") not in GONE | {""}:
-                time.sleep(0.2)
-            if job_fields(self.slurm_id).get("JobState") not in GONE | {""}:
-                try:
-                    _run(["scancel", self.slurm_id], timeout=30)
-                except SlurmError:
-                    pass
+        if not self.slurm_id:
+            return
+        deadline = time.monotonic() + 5
+        while job_fields(self.slurm_id).get("JobState", "") not in GONE | {""}:
+            if time.monotonic() > deadline:
+                self.kill()
+                return
+            time.sleep(0.2)
