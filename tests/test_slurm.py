@@ -105,7 +105,7 @@ def test_memory_kill_is_explained(svc, tmp_path):
 
 
 def test_a_job_waiting_in_slurm_shows_the_reason(svc, cluster, tmp_path):
-    blocker = cluster.run("sbatch", "--parsable", "--exclusive", "--wrap", "sleep 300").strip()
+    blocker = cluster.run("sbatch", "--parsable", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300").strip()
     try:
         proj = make_project(tmp_path / "p", ["echo ran after the blocker"])
         res = svc.client("submit", "-p", str(proj), "--detach")
@@ -113,6 +113,16 @@ def test_a_job_waiting_in_slurm_shows_the_reason(svc, cluster, tmp_path):
         wait_for(lambda: "Queued in Slurm:" in svc.client("logs", jid).stdout, timeout=60, what="pending reason shown")
         log = svc.client("logs", jid).stdout
         assert "position 1 of 1 pending" in log or "Resources" in log or "Priority" in log, log
+        # Slurm's PENDING is the student's "queued", with Slurm's reason, in the API, status and queue
+        wait_for(lambda: job(svc, jid)["state"] == "queued", timeout=30, what="pending job shown as queued")
+        info = job(svc, jid)
+        assert info["waiting"].startswith("Queued in Slurm: ") and info["worker"], info
+        status = svc.client("status", jid).stdout
+        assert "queued" in status and "Queued in Slurm" in status, status
+        queue = svc.client("queue").stdout
+        assert f"Your job {jid}" in queue and "Queued in Slurm" in queue, queue
     finally:
         subprocess.run(["scancel", blocker], env={**os.environ, **cluster.env}, check=False)
     wait_for(lambda: job(svc, jid)["state"] == "succeeded", timeout=90, what="job ran once the node was free")
+    assert job(svc, jid)["waiting"] is None
+    assert any(p["name"] == "slurm pending" for p in job(svc, jid)["phases"])

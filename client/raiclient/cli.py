@@ -226,7 +226,7 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
     with connected(server) as api:
         job = api.job(job_id)
     table = Table(show_header=False, box=None, padding=(0, 2))
-    for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position"):
+    for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting"):
         value = getattr(job, key)
         if value is not None:
             table.add_row(key, Text(str(value.value if isinstance(value, JobState) else value)))
@@ -255,8 +255,12 @@ def queue(server: Optional[str] = SERVER_OPT) -> None:
     out.print(table)
     for q in queues:
         for j in q.mine:
-            where = (f"position {j.position} of {q.waiting}" + (f", about {j.eta_seconds:.0f} s" if j.eta_seconds else "")
-                     if j.state is JobState.queued else f"running on {j.worker}")
+            if j.waiting:
+                where = j.waiting
+            elif j.state is JobState.queued:
+                where = f"position {j.position} of {q.waiting}" + (f", about {j.eta_seconds:.0f} s" if j.eta_seconds else "")
+            else:
+                where = f"running on {j.worker}"
             say(f"Your job {j.id} on '{q.queue}': {where}")
 
 

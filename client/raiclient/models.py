@@ -87,6 +87,8 @@ class JobOut(BaseModel):
     message: str | None = None
     position: int | None = Field(default=None, description="place in the queue while queued, 1 = next")
     eta_seconds: float | None = Field(default=None, description="expected wait before it starts, while queued")
+    waiting: str | None = Field(default=None, description="why a job handed to a batch system has not started yet "
+                                "(Slurm's reason, position and estimated start); the state shows queued meanwhile")
     gpu_name: str | None = None
     has_build: bool = False
     archive_bytes: int = 0
@@ -201,3 +203,4 @@ class JobUpdate(BaseModel):
     failed_command: str | None = None
     message: str | None = None
     phases: list[Phase] = []  # measured on the worker: container started, each command, first line
+    waiting: str | None = None  # with state running: still waiting in the batch system, and why; None: started

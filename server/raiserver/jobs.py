@@ -104,6 +104,14 @@ class QueueView:
         return mean / max(live_slots(self.db, queue, self.settings.worker_dead_after), 1)
 
 
+def shown_state(job: Job) -> JobState:
+    """What users see: a job a worker handed to Slurm that Slurm has not started yet is queued
+    (the database keeps it running: it is claimed, and cancelling it must reach that worker)."""
+    if job.state == JobState.running.value and job.waiting:
+        return JobState.queued
+    return JobState(job.state)
+
+
 def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
     position = view.position(job)
     return JobOut(
@@ -111,7 +119,8 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         owner=job.owner.username,
         queue=job.queue,
         kind=job.kind,
-        state=JobState(job.state),
+        state=shown_state(job),
+        waiting=job.waiting,
         image=job.image,
         created_at=job.created_at,
         released_at=job.dispatched_at,
@@ -174,6 +183,7 @@ def finish_job(
     if announce and message and state is not JobState.succeeded:
         svc.logs.system(job.id, message)
     job.state = state.value
+    job.waiting = None
     job.finished_at = utcnow()
     job.exit_code = exit_code
     job.failed_command = failed_command
@@ -227,6 +237,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
             raise conflict(f"job is running on {job.worker}")
         svc.logs.system(job.id, f"Restarting on {claim.worker} (the previous run on {job.worker} was lost)")
     job.state = JobState.running.value
+    job.waiting = None
     job.worker = claim.worker
     job.started_at = job.started_at or utcnow()
     add_phase(job, "claimed", claim.worker)
@@ -264,7 +275,11 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
         raise conflict(f"job {job.id} is {job.state} on attempt {job.attempt}; this update is stale")
     if update.phases:
         job.phases = [*(job.phases or []), *(p.model_dump(mode="json") for p in update.phases[:1000])]
-    if update.state is JobState.queued:  # the worker lost the job's environment (a batch node failed)
+    if update.state is JobState.running:  # progress: waiting in the batch system, or started there
+        if update.waiting != job.waiting:
+            job.waiting = update.waiting[:500] if update.waiting else None
+        db.commit()
+    elif update.state is JobState.queued:  # the worker lost the job's environment (a batch node failed)
         requeue_lost(db, svc, job, update.message or f"{job.worker} lost the job")
     elif update.state.finished:
         state = update.state
@@ -284,6 +299,7 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
         return
     job.attempt += 1
     job.state = JobState.queued.value
+    job.waiting = None
     job.worker = None
     job.dispatched_at = None
     db.commit()

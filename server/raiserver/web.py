@@ -116,10 +116,11 @@ def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
     view = QueueView(db, settings)
     for job in jobs:
         out = job_out(db, job, view)
-        since = job.started_at if job.state == JobState.running.value else job.created_at
-        rows[job.state].append({
+        since = job.started_at if out.state is JobState.running else job.created_at
+        rows[out.state.value].append({
             "id": job.id, "owner": job.owner.username, "owner_id": job.owner_id, "queue": job.queue, "kind": job.kind,
             "image": job.image, "worker": job.worker or "", "position": out.position, "eta": out.eta_seconds,
+            "waiting": job.waiting,
             "seconds": round((now - since).total_seconds()) if since else 0,
         })
     return rows

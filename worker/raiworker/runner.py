@@ -133,6 +133,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
                 repeat_timing=grant.repeat_timing,
                 gpu_count=grant.gpu_count,
                 phases=phases,
+                report_waiting=lambda words: _report_waiting(server, grant.job_id, grant.attempt, words),
             )
             try:
                 started = time.monotonic()
@@ -146,6 +147,14 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
                 executor.cleanup()
     finally:
         done.set()
+
+
+def _report_waiting(server: ServerClient, job_id: str, attempt: int, words: str | None) -> None:
+    """A progress note, not a state change: if the server is away the job goes on regardless."""
+    try:
+        server.update(job_id, JobUpdate(attempt=attempt, state=JobState.running, waiting=words), retry_for=10.0)
+    except ConnectionError as exc:
+        log.warning("job %s: waiting reason not reported: %s", job_id, exc)
 
 
 def _ship_build(server: ServerClient, job_id: str, attempt: int, build: Path, sink: LogSink) -> bool:

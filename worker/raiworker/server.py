@@ -87,5 +87,5 @@ class ServerClient:
         self._call("PUT", f"/api/v1/worker/jobs/{job_id}/build", params={"attempt": attempt}, content_factory=body,
                    headers={"Content-Length": str(tarball.stat().st_size), "Content-Type": "application/gzip"})
 
-    def update(self, job_id: str, update: JobUpdate) -> None:
-        self._call("POST", f"/api/v1/worker/jobs/{job_id}/state", retry_for=600.0, json=update.model_dump(mode="json"))
+    def update(self, job_id: str, update: JobUpdate, retry_for: float = 600.0) -> None:
+        self._call("POST", f"/api/v1/worker/jobs/{job_id}/state", retry_for=retry_for, json=update.model_dump(mode="json"))

@@ -178,9 +178,11 @@ def queue_summary(request: Request, p: Principal = Depends(current_user), db: Se
     own jobs in it with their positions."""
     dead_after = services(request).settings.worker_dead_after
     counts: dict[str, dict[str, int]] = {}
-    for queue, state, n in db.execute(select(Job.queue, Job.state, func.count()).where(
-            Job.state.in_([JobState.queued.value, JobState.running.value])).group_by(Job.queue, Job.state)):
-        counts.setdefault(queue, {})[state] = n
+    held = Job.waiting.is_not(None)  # claimed, but still waiting in Slurm: shown as waiting
+    for queue, state, waits, n in db.execute(select(Job.queue, Job.state, held, func.count()).where(
+            Job.state.in_([JobState.queued.value, JobState.running.value])).group_by(Job.queue, Job.state, held)):
+        shown = JobState.queued.value if waits else state
+        counts.setdefault(queue, {})[shown] = counts.get(queue, {}).get(shown, 0) + n
     live = live_workers(db, dead_after)
     served = {q for w in live for q in (w.queues or [])}
     view = QueueView(db, services(request).settings)

@@ -76,7 +76,7 @@ const rai = (() => {
         `<tr class="${j.mine ? "mine" : ""}"><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td>${esc(j.kind)}</td><td>${esc(j.queue)}</td><td>${esc(j.worker)}</td><td>${dur(j.seconds)}</td>${cancel(j)}</tr>`).join("")
         || `<tr><td colspan="7" class="muted">Nothing running.</td></tr>`;
       document.querySelector("#queued tbody").innerHTML = snap.queued.map((j) =>
-        `<tr class="${j.mine ? "mine" : ""}"><td>${j.position}</td><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td>${esc(j.kind)}</td><td>${esc(j.queue)}</td><td>${dur(j.seconds)}</td><td>${j.eta != null ? "≈ " + dur(Math.round(j.eta)) : "—"}</td>${cancel(j)}</tr>`).join("")
+        `<tr class="${j.mine ? "mine" : ""}"><td>${j.position ?? "—"}</td><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td>${esc(j.kind)}</td><td>${esc(j.queue)}</td><td>${dur(j.seconds)}</td><td>${j.waiting ? esc(j.waiting) : j.eta != null ? "≈ " + dur(Math.round(j.eta)) : "—"}</td>${cancel(j)}</tr>`).join("")
         || `<tr><td colspan="8" class="muted">Nobody is waiting.</td></tr>`;
       document.getElementById("running-count").textContent = snap.running.length;
       document.getElementById("queued-count").textContent = snap.queued.length;

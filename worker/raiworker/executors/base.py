@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ class JobContext:
     repeat_timing: int = 1
     gpu_count: int = 0  # asked for; gpu_ids are this host's (empty where the GPUs are elsewhere: Slurm)
     phases: list[Phase] = field(default_factory=list)  # when each step happened, for the job's timeline
+    # tells the server the job waits in a batch system, and why (None: it started there)
+    report_waiting: Callable[[str | None], None] = lambda words: None
 
     def phase(self, name: str, detail: str | None = None) -> None:
         self.phases.append(Phase(name=name, at=datetime.now(timezone.utc), detail=detail))

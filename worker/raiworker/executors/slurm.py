@@ -176,6 +176,8 @@ class SlurmExecutor(Executor):
             state = fields.get("JobState", "")
             if state in ("RUNNING", "COMPLETING") or state in GONE:
                 self.final = fields
+                if said:
+                    ctx.report_waiting(None)
                 return
             if state == "PENDING" and fields.get("Reason") in NEVER:
                 self.kill()
@@ -192,6 +194,7 @@ class SlurmExecutor(Executor):
                 if words != said:
                     sink.system(words)
                     ctx.phase("slurm pending", words)
+                    ctx.report_waiting(words)
                     said = words
             time.sleep(ctx.settings.slurm_poll_seconds)
 

@@ -1,0 +1,22 @@
+"""jobs.waiting: why a claimed job still waits in the batch system (Slurm's PENDING reason)
+
+Revision ID: 0006
+Revises: 0005
+"""
+from alembic import op
+import sqlalchemy as sa
+
+revision = "0006"
+down_revision = "0005"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("jobs") as batch_op:
+        batch_op.add_column(sa.Column("waiting", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch_op:
+        batch_op.drop_column("waiting")
