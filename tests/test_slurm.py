@@ -126,3 +126,25 @@ def test_a_job_waiting_in_slurm_shows_the_reason(svc, cluster, tmp_path):
     wait_for(lambda: job(svc, jid)["state"] == "succeeded", timeout=90, what="job ran once the node was free")
     assert job(svc, jid)["waiting"] is None
     assert any(p["name"] == "slurm pending" for p in job(svc, jid)["phases"])
+
+
+def test_node_failure_requeues_the_job(svc, cluster, tmp_path):
+    """NODE_FAIL is not the student's fault: the job goes back in rai's queue and runs again."""
+    node = cluster.run("sinfo", "-h", "-o", "%N").strip()
+    proj = make_project(tmp_path / "p", ["echo started; sleep 6; echo done"])
+    res = svc.client("submit", "-p", str(proj), "--detach")
+    jid = job_id_of(res.stdout)
+    wait_for(lambda: "started" in svc.client("logs", jid).stdout.replace("echo started", ""), timeout=60, what="job running")
+    try:
+        cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=rai-test")
+        wait_for(lambda: "goes back in the queue (attempt 2" in svc.client("logs", jid).stdout, timeout=60,
+                 what="job requeued after the node failed")
+    finally:  # "resume" is refused when slurmd already brought the node back (ReturnToService=2)
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env={**os.environ, **cluster.env},
+                       capture_output=True, check=False)
+    wait_for(lambda: "idle" in cluster.run("sinfo", "-h", "-o", "%T") or "mix" in cluster.run("sinfo", "-h", "-o", "%T")
+             or "alloc" in cluster.run("sinfo", "-h", "-o", "%T"), timeout=60, what="node back in service")
+    wait_for(lambda: job(svc, jid)["state"] == "succeeded", timeout=120, what="job ran again once the node was back")
+    log = svc.client("logs", jid).stdout
+    assert "NODE_FAIL" in log, log
+    assert log.count("done") - log.count("echo done") == 1, log  # the second run finished; the first did not
