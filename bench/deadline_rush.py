@@ -40,7 +40,7 @@ FIVE_XX: list[str] = []  # every 5xx answer seen (a deployment must give none)
 async def follow(url: str, auth: tuple[str, str], job_id: str) -> str | None:
     """Follow one job's log to its end as the client does (resuming with Last-Event-ID, honouring
     Retry-After); None if the stream ended properly, else what broke."""
-    from raiclient import logwire
+    from raiprotocol import logwire
 
     last, problem = 0, None
     async with httpx.AsyncClient(base_url=url, auth=auth, timeout=httpx.Timeout(30, read=120)) as c:
@@ -155,7 +155,7 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, help="with --url: an admin's profile")
     args = ap.parse_args()
     if args.url:
-        from raiclient.profile import read_profile_file
+        from raiprotocol.profile import read_profile_file
 
         p = read_profile_file(args.profile)
         t0 = time.monotonic()
@@ -167,16 +167,15 @@ def main() -> None:
         print(f"  5xx answers: {len(FIVE_XX)}" + (f" ({FIVE_XX[:3]})" if FIVE_XX else ""))
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import shutil as _sh
+    import subprocess
     import tempfile
 
     import redis  # noqa: F401
 
+    from raiprotocol.profile import read_profile_file
+
     from conftest import start_service  # the test suite's launcher: real Redis, server, worker
-
-    from raiclient.profile import read_profile_file
-
-    import subprocess
-    import shutil as _sh
 
     tmp = Path(tempfile.mkdtemp(prefix="rai-rush-"))
     port = __import__("conftest").free_port()

@@ -35,7 +35,7 @@ class Dev:
         return [sys.executable, "-m", "raiclient", *args]
 
     def http(self) -> httpx.Client:
-        from raiclient.profile import read_profile_file
+        from raiprotocol.profile import read_profile_file
 
         p = read_profile_file(self.profile)
         return httpx.Client(base_url=self.url, auth=(p.access_key, p.secret_key), timeout=60)

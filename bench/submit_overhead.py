@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections import defaultdict
-from datetime import datetime
 import subprocess
 import sys
 import time
+from collections import defaultdict
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -49,6 +49,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=20)
     n = ap.parse_args().n
     import docker
+
     from raiworker.images import ensure_busybox_image
 
     if not ensure_busybox_image(docker.from_env()):

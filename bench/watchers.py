@@ -32,7 +32,7 @@ def watch_many(url: str, auth: list[tuple[str, str]], jobs: list[str], count: in
     """One client process: ``count`` watchers, round-robin over the jobs and accounts."""
     import httpx
 
-    from raiclient import logwire
+    from raiprotocol import logwire
 
     async def one(client: httpx.AsyncClient, jid: str) -> tuple[list[int], list[float], str | None]:
         seen: list[int] = []
@@ -110,7 +110,7 @@ def main() -> None:
     args = ap.parse_args()
     import redis
 
-    from raiclient.profile import read_profile_file
+    from raiprotocol.profile import read_profile_file
 
     with raid_dev("process", {"RAI_SLOTS": str(max(args.jobs, 1))}, server_workers=args.server_workers) as dev:
         data = dev.tmp / "data"
@@ -124,7 +124,7 @@ def main() -> None:
             auth.append((p.access_key, p.secret_key))
         proj = project(dev.tmp / "ticker", "rai/busybox:latest",
                        ["sleep 8", f"sh -c 'for i in $(seq 1 {args.lines}); do echo line $i; sleep 0.1; done'"])
-        from raiclient.archive import pack_project
+        from raiclient.pack import pack_project
 
         body = pack_project(proj).path.read_bytes()
         with dev.http() as h:

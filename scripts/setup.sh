@@ -30,9 +30,9 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.rai-installed
-if [ ! -f "$stamp" ] || [ -n "$(find client/pyproject.toml server/pyproject.toml worker/pyproject.toml requirements-dev.txt -newer "$stamp" 2>/dev/null)" ]; then
+if [ ! -f "$stamp" ] || [ -n "$(find protocol/pyproject.toml client/pyproject.toml server/pyproject.toml worker/pyproject.toml requirements-dev.txt -newer "$stamp" 2>/dev/null)" ]; then
   echo "setup: installing Python packages into .venv"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e ./client -e ./server -e ./worker -r requirements-dev.txt
+  .venv/bin/pip install -q -e ./protocol -e ./client -e ./server -e ./worker -r requirements-dev.txt
   touch "$stamp"
 fi

@@ -150,7 +150,7 @@ class Service:
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def http(self, profile: Path | None = None) -> httpx.Client:
-        from raiclient.profile import read_profile_file
+        from raiprotocol.profile import read_profile_file
 
         p = read_profile_file(profile or self.profile)
         return httpx.Client(base_url=self.url, auth=(p.access_key, p.secret_key), timeout=30)
@@ -287,7 +287,7 @@ def make_project(root: Path, commands: list[str], image: str = BUSYBOX, files: d
 
 def read_log(http: httpx.Client, job_id: str, last_event_id: int | None = None) -> list[dict]:
     """Every line of a job's log stream (SSE), up to its end event, as {n, t, s, text}."""
-    from raiclient import logwire
+    from raiprotocol import logwire
 
     headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
     lines, event = [], None

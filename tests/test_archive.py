@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from raiclient.archive import ArchiveError, ArchiveLimits, extract_archive, inspect_archive, pack_project
+from raiclient.pack import pack_project
+from raiprotocol.archive import ArchiveError, ArchiveLimits, extract_archive, inspect_archive
 
 
 def tar_with(tmp_path: Path, *members: tuple[tarfile.TarInfo, bytes | None]) -> Path:

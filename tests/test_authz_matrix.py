@@ -10,8 +10,9 @@ import re
 import httpx
 import pytest
 
+from raiprotocol.profile import read_profile_file
+
 from conftest import make_project
-from raiclient.profile import read_profile_file
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from conftest import make_project, free_port
+from conftest import free_port, make_project
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -85,7 +85,7 @@ def test_oversized_upload_is_refused_before_it_is_read(tmp_path, redis_url):
     try:
         import socket
 
-        from raiclient.profile import read_profile_file
+        from raiprotocol.profile import read_profile_file
 
         prof = read_profile_file(svc.profile)
         auth = __import__("base64").b64encode(f"{prof.access_key}:{prof.secret_key}".encode()).decode()

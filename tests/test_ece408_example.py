@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raiclient.spec import load_spec
+from raiprotocol.spec import load_spec
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ece408-conv"
 DATA = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))

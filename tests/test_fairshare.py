@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from raiprotocol.profile import read_profile_file
+
 from conftest import start_service
-from raiclient.profile import read_profile_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from deadline_rush import max_behind_one_user, run_rush  # noqa: E402

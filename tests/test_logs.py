@@ -7,9 +7,9 @@ import time
 
 import redis
 
-from raiclient.keys import stream_key
-from raiclient.logwire import END
-from raiclient.models import LogStream
+from raiprotocol.keys import stream_key
+from raiprotocol.logwire import END
+from raiprotocol.models import LogStream
 from raiserver.logs import LogStore
 from raiserver.storage import Storage
 from raiworker.logsink import LogSink

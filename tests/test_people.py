@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from raiprotocol.profile import read_profile_file
+
 from conftest import make_project, start_service
-from raiclient.profile import read_profile_file
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from raiclient.models import LogLine, LogStream
+from raiprotocol.models import LogLine, LogStream
 from raiserver.results import parse_log, parse_text_lines
 
 FIX = Path(__file__).parent / "fixtures"

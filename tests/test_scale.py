@@ -14,9 +14,9 @@ import httpx
 import pytest
 import redis
 
-from raiclient import logwire
-from raiclient.models import LogStream
-from raiclient.profile import read_profile_file
+from raiprotocol import logwire
+from raiprotocol.models import LogStream
+from raiprotocol.profile import read_profile_file
 
 from conftest import free_port, make_project, read_log, redis_binary, start_redis, start_service, wait_for
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from raiclient.spec import SpecError, parse_spec
+from raiprotocol.spec import SpecError, parse_spec
 
 RAI_FORMAT = """\
 rai:

@@ -37,7 +37,7 @@ csp_errors: list[str] = []  # what the pages' Content Security Policy blocked (n
 
 
 def login(browser, svc, profile: Path):
-    from raiclient.profile import read_profile_file
+    from raiprotocol.profile import read_profile_file
 
     p = read_profile_file(profile)
     page = browser.new_page(viewport={"width": 1280, "height": 860})

@@ -1,3 +1,3 @@
-"""raiclient: the student's side of rai, plus the models the server and worker share."""
+"""raiclient: the student's command line for rai (the protocol it speaks is ``raiprotocol``)."""
 
 __version__ = "0.1.0"

@@ -8,7 +8,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .profile import Profile, write_profile
+from raiprotocol.models import IssuedKeys
+from raiprotocol.profile import Profile, write_profile
+
+from . import console as cli
 
 admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).")
 roster = typer.Typer(no_args_is_help=True, help="The class list.")
@@ -19,15 +22,8 @@ admin.add_typer(keys, name="keys")
 admin.add_typer(images, name="images")
 
 
-def _cli():
-    from . import cli  # the shared console, server option and error printing
-
-    return cli
-
-
-def _profile(issued: dict, server: str) -> Profile:
-    fields = {k: issued.get(k) for k in ("username", "access_key", "secret_key", "firstname", "lastname", "email", "team")}
-    return Profile(server=server, **fields)
+def _profile(issued: IssuedKeys, server: str) -> Profile:
+    return Profile(server=server, **issued.model_dump())
 
 
 @roster.command("import")
@@ -37,16 +33,15 @@ def roster_import(
     server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Create the students of a roster and write their profiles; re-importing changes only what changed."""
-    cli = _cli()
     with cli.connected(server) as api:
         result = api.import_roster(csv_file.read_text(encoding="utf-8-sig"))
     out.mkdir(parents=True, exist_ok=True)
-    for issued in result["created"]:
-        write_profile(_profile(issued, api.server), out / f"{issued['username']}.rai_profile")
-    cli.say(f"{len(result['created'])} created (profiles in {out}/), {len(result['updated'])} updated, "
-            f"{len(result['unchanged'])} unchanged, {len(result['reactivated'])} reactivated, {len(result['deactivated'])} deactivated")
-    if result["deactivated"]:
-        cli.say("deactivated (not in the roster; history kept): " + ", ".join(result["deactivated"]))
+    for issued in result.created:
+        write_profile(_profile(issued, api.server), out / f"{issued.username}.rai_profile")
+    cli.say(f"{len(result.created)} created (profiles in {out}/), {len(result.updated)} updated, "
+            f"{len(result.unchanged)} unchanged, {len(result.reactivated)} reactivated, {len(result.deactivated)} deactivated")
+    if result.deactivated:
+        cli.say("deactivated (not in the roster; history kept): " + ", ".join(result.deactivated))
 
 
 @keys.command("rotate")
@@ -56,7 +51,6 @@ def keys_rotate(
     server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Issue new keys; the old ones stop working at once."""
-    cli = _cli()
     with cli.connected(server) as api:
         issued = api.rotate_keys(username)
     path = write_profile(_profile(issued, api.server), out or Path(f"{username}.rai_profile"))
@@ -66,7 +60,6 @@ def keys_rotate(
 @keys.command("revoke")
 def keys_revoke(username: str, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Stop a user's key from working (rotate later to give them a new one)."""
-    cli = _cli()
     with cli.connected(server) as api:
         api.revoke_keys(username)
     cli.say(f"{username}'s key is revoked")
@@ -75,22 +68,20 @@ def keys_revoke(username: str, server: Optional[str] = typer.Option(None, "--ser
 @admin.command("audit")
 def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Recent staff actions."""
-    cli = _cli()
     with cli.connected(server) as api:
         rows = api.audit(limit)
     table = Table("when", "who", "action", "target", "detail")
     for r in rows:
-        table.add_row(r["at"][:19].replace("T", " "), r["actor"], r["action"], r["target"], str(r["detail"] or ""))
+        table.add_row(r.at.strftime("%Y-%m-%d %H:%M:%S"), r.actor, r.action, r.target, str(r.detail or ""))
     cli.out.print(table)
 
 
 @images.command("pull")
 def images_pull(image: str, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Have every worker pull IMAGE from its registry (on the worker host; jobs have no network)."""
-    cli = _cli()
     with cli.connected(server) as api:
         req = api.pull_image(image)
-    cli.say(f"Asked every worker to pull {req['image']}; 'raiclient images' shows when each has it")
+    cli.say(f"Asked every worker to pull {req.image}; 'raiclient images' shows when each has it")
 
 
 @images.command("load")
@@ -99,8 +90,7 @@ def images_load(
     server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Upload a saved image; every worker downloads it from the server and loads it (no registry needed)."""
-    cli = _cli()
     with cli.connected(server) as api:
         reqs = api.load_image(tar)
-    names = ", ".join(r["image"] for r in reqs)
+    names = ", ".join(r.image for r in reqs)
     cli.say(f"Uploaded {tar.name} ({names}); every worker loads it now; 'raiclient images' shows when each has it")

@@ -13,9 +13,25 @@ from typing import Any
 import httpx
 from httpx_sse import connect_sse
 
-from . import __version__, logwire
-from .models import ExitCode, JobList, JobOut, QueueImages, QueueSummary, UserOut
-from .profile import Profile
+from raiprotocol import logwire
+from raiprotocol.models import (
+    AuditRow,
+    Entry,
+    ExitCode,
+    IssuedKeys,
+    JobList,
+    JobOut,
+    PullBody,
+    PullRequest,
+    QueueImages,
+    QueueSummary,
+    RosterResult,
+    UserOut,
+    UserRow,
+)
+from raiprotocol.profile import Profile
+
+from . import __version__
 
 CHUNK = 256 * 1024
 
@@ -125,13 +141,13 @@ class Api:
     def images(self) -> list[QueueImages]:
         return [QueueImages.model_validate(q) for q in self._request("GET", "/api/v1/images").json()]
 
-    def pull_image(self, image: str) -> dict:
-        return self._request("POST", "/api/v1/admin/images/pull", json={"image": image}).json()
+    def pull_image(self, image: str) -> PullRequest:
+        return PullRequest.model_validate(self._request("POST", "/api/v1/admin/images/pull", json=PullBody(image=image).model_dump()).json())
 
-    def load_image(self, tar: Path) -> list[dict]:
-        return self._request("POST", "/api/v1/admin/images/load", content=file_chunks(tar),
+    def load_image(self, tar: Path) -> list[PullRequest]:
+        return [PullRequest.model_validate(r) for r in self._request("POST", "/api/v1/admin/images/load", content=file_chunks(tar),
                              headers={"Content-Type": "application/x-tar", "Content-Length": str(tar.stat().st_size)},
-                             timeout=httpx.Timeout(3600.0, connect=30.0)).json()
+                             timeout=httpx.Timeout(3600.0, connect=30.0)).json()]
 
     def job(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("GET", f"/api/v1/jobs/{job_id}").json())
@@ -139,22 +155,22 @@ class Api:
     def jobs(self, limit: int = 20) -> JobList:
         return JobList.model_validate(self._request("GET", "/api/v1/jobs", params={"limit": limit}).json())
 
-    def leaderboard(self, limit: int | None) -> list[dict]:
+    def leaderboard(self, limit: int | None) -> list[Entry]:
         params = {"n": limit} if limit else {}
-        return self._request("GET", "/api/v1/leaderboard", params=params).json()
+        return [Entry.model_validate(e) for e in self._request("GET", "/api/v1/leaderboard", params=params).json()]
 
-    def import_roster(self, csv_text: str) -> dict:
-        return self._request("POST", "/api/v1/admin/roster", content=csv_text.encode(),
-                             headers={"Content-Type": "text/csv"}).json()
+    def import_roster(self, csv_text: str) -> RosterResult:
+        return RosterResult.model_validate(self._request("POST", "/api/v1/admin/roster", content=csv_text.encode(),
+                                                         headers={"Content-Type": "text/csv"}).json())
 
-    def rotate_keys(self, username: str) -> dict:
-        return self._request("POST", f"/api/v1/admin/users/{username}/keys").json()
+    def rotate_keys(self, username: str) -> IssuedKeys:
+        return IssuedKeys.model_validate(self._request("POST", f"/api/v1/admin/users/{username}/keys").json())
 
-    def revoke_keys(self, username: str) -> dict:
-        return self._request("POST", f"/api/v1/admin/users/{username}/revoke").json()
+    def revoke_keys(self, username: str) -> UserRow:
+        return UserRow.model_validate(self._request("POST", f"/api/v1/admin/users/{username}/revoke").json())
 
-    def audit(self, limit: int) -> list[dict]:
-        return self._request("GET", "/api/v1/admin/audit", params={"limit": limit}).json()
+    def audit(self, limit: int) -> list[AuditRow]:
+        return [AuditRow.model_validate(r) for r in self._request("GET", "/api/v1/admin/audit", params={"limit": limit}).json()]
 
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel").json())

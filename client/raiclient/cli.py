@@ -3,63 +3,26 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from raiprotocol.models import ExitCode, JobOut, JobState
+from raiprotocol.profile import Profile, ProfileError, load_profile, write_profile
+
 from . import __version__, entry
 from .api import Api, ApiError
-from .models import ExitCode, JobOut, JobState
+from .console import SERVER_OPT, _api, connected, err, fail, out, say
 from .output import LogPrinter
-from .profile import Profile, ProfileError, load_profile, write_profile
 
 # Archives up to this size go up without a credentials check first: a bad key then costs the
 # student nothing, and a good one saves a round trip. Bigger ones are checked before uploading.
 PRECHECK_BYTES = 256 * 1024
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=entry.SUMMARY)
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
-SERVER_OPT = typer.Option(None, "--server", envvar="RAI_SERVER", help="rai server URL (default: from your profile)")
-
-
-def say(*parts: str | tuple[str, str]) -> None:
-    """One of the client's own lines. Parts are plain text (never markup: job ids, commands and
-    messages come from users) or (text, style)."""
-    out.print(Text.assemble(("✱ ", "bold cyan"), *parts))
-
-
-def fail(message: str, code: int = ExitCode.CLIENT_ERROR) -> None:
-    err.print(Text.assemble(("✱ error: ", "bold red"), message))
-    raise typer.Exit(code)
-
-
-def _api(server: str | None) -> Api:
-    try:
-        return Api(load_profile(server))
-    except ProfileError as exc:
-        fail(str(exc))
-        raise  # unreachable
-
-
-@contextmanager
-def connected(server: str | None) -> Iterator[Api]:
-    """An API session whose failures end the command with one line and the right exit status."""
-    api = _api(server)
-    try:
-        yield api
-    except ApiError as exc:
-        fail(str(exc), exc.code)
-    finally:
-        api.close()
-
 
 def exit_code_for(job: JobOut) -> int:
     if job.state is JobState.succeeded:
@@ -150,8 +113,9 @@ def submit(
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Upload a project folder and run its rai_build.yml on a GPU worker."""
-    from .archive import pack_project
-    from .spec import SpecError, load_spec, missing_for_kind
+    from raiprotocol.spec import SpecError, load_spec, missing_for_kind
+
+    from .pack import pack_project
 
     if not path.is_dir():
         fail(f"{path} is not a folder")
@@ -322,10 +286,10 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
         entries = api.leaderboard(n)
     table = Table("#", "team", "op time (s)", "correctness", "when", "gpu", "verified")
     for e in entries:
-        name = Text(f"{e['name']} -->", "bold") if e["mine"] else Text(e["name"])
-        op = f"{e['op_time']:.6f}" + (f" ± {e['spread'] / 2:.6f}" if e.get("spread") is not None else "")
-        table.add_row(str(e["rank"]), name, op, f"{e['correctness']:g}", e["when"][:16].replace("T", " "),
-                      e.get("gpu") or "", "✓" if e["verified"] else "")
+        name = Text(f"{e.name} -->", "bold") if e.mine else Text(e.name)
+        op = f"{e.op_time:.6f}" + (f" ± {e.spread / 2:.6f}" if e.spread is not None else "")
+        table.add_row(str(e.rank), name, op, f"{e.correctness:g}", e.when.strftime("%Y-%m-%d %H:%M"),
+                      e.gpu or "", "✓" if e.verified else "")
     out.print(table if entries else "No valid run yet.")
 
 

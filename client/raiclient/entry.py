@@ -45,7 +45,7 @@ def _server_version(argv: list[str]) -> str | None:
         server = argv[at + 1] if at + 1 < len(argv) else None
     try:
         if not server:
-            from .profile import load_profile  # reads the YAML profile; no network library
+            from raiprotocol.profile import load_profile  # reads the YAML profile; no network library
 
             server = load_profile(None).server
     except Exception:  # noqa: BLE001 - no profile: nothing to ask

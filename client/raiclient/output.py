@@ -12,7 +12,7 @@ import re
 import sys
 from typing import TextIO
 
-from .logwire import Batch
+from raiprotocol.logwire import Batch
 
 SGR = re.compile(r"\x1b\[[0-9;:]*m")
 CONTROLS = re.compile(

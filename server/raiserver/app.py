@@ -12,23 +12,21 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 
-from raiclient import __version__
-
+from . import __version__, metrics, web
 from .config import Settings, load_settings
-from .hardening import LoginLimiter, SecurityHeaders
 from .db import Database, migrate
 from .dispatch import Dispatcher
 from .fairshare import dispatch, release_stale
-from .jobs import QueueView, Services, job_out, reap
-from .tables import Job
 from .feed import LogHub
+from .hardening import LoginLimiter, SecurityHeaders
+from .jobs import QueueView, Services, job_out, reap
 from .logs import LogStore
-from . import metrics, web
 from .routes import admin as admin_routes
 from .routes import jobs as jobs_routes
 from .routes import leaderboard as leaderboard_routes
 from .routes import workers as workers_routes
 from .storage import Storage
+from .tables import Job
 
 log = logging.getLogger("raiserver")
 

@@ -10,12 +10,12 @@ import typer
 import uvicorn
 from rich.console import Console
 
-from raiclient.profile import Profile, write_profile
+from raiprotocol.profile import Profile, write_profile
 
 from .auth import ROLES, create_user, rotate_keys
 from .config import load_settings
-from .hardening import check_deployment, write_secrets_file
 from .db import Database, migrate
+from .hardening import check_deployment, write_secrets_file
 from .tables import User
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The rai server.")
@@ -73,7 +73,7 @@ def add_user(
         write_profile(prof, profile)
         console.print(f"profile for {username} written to {profile}")
     else:
-        from raiclient.profile import dump_profile
+        from raiprotocol.profile import dump_profile
 
         console.print(dump_profile(prof))
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
 DEFAULT_SECRETS = ("change-me-worker-token", "change-me-session-secret", "change-me-pseudonym-secret")
 
 

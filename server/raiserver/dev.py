@@ -25,7 +25,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from raiclient.profile import read_profile_file
+from raiprotocol.profile import read_profile_file
 
 from .hardening import write_secrets_file
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-TASK_NAME = "rai.run_job"
+from raiprotocol.keys import TASK_NAME
 
 
 def make_celery(redis_url: str, visibility_timeout: int) -> Celery:

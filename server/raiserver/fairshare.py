@@ -16,7 +16,7 @@ from datetime import timedelta
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, joinedload
 
-from raiclient.models import JobState
+from raiprotocol.models import JobState
 
 from .db import utcnow
 from .fleet import live_slots

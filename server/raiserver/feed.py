@@ -25,10 +25,10 @@ from fastapi import HTTPException
 from fastapi.concurrency import run_in_threadpool
 from redis.exceptions import RedisError
 
-from raiclient.keys import job_of_stream, stream_key
-from raiclient import logwire
-from raiclient.logwire import END, Batch, decode_entry
-from raiclient.models import JobOut
+from raiprotocol import logwire
+from raiprotocol.keys import job_of_stream, stream_key
+from raiprotocol.logwire import END, Batch, decode_entry
+from raiprotocol.models import JobOut
 
 from .logs import PAGE_ENTRIES, LogStore
 

@@ -11,8 +11,8 @@ from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiclient.models import ImageOffer, QueueImages
-from raiclient.spec import BuildSpec, normalize_image
+from raiprotocol.models import ImageOffer, QueueImages
+from raiprotocol.spec import BuildSpec, normalize_image
 
 from .db import utcnow
 from .tables import Worker

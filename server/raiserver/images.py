@@ -12,9 +12,9 @@ from pathlib import Path
 
 import redis
 
-from raiclient.keys import IMAGE_PULLS
-from raiclient.models import PullRequest
-from raiclient.spec import normalize_image
+from raiprotocol.keys import IMAGE_PULLS
+from raiprotocol.models import PullRequest
+from raiprotocol.spec import normalize_image
 
 from .storage import Storage
 

@@ -16,8 +16,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
 
-from raiclient.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate, Phase
-from raiclient.spec import BuildSpec, parse_spec
+from raiprotocol.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate, Phase
+from raiprotocol.spec import BuildSpec, parse_spec
 
 from .audit import audit
 from .config import Settings

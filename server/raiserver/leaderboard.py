@@ -14,11 +14,10 @@ import hashlib
 import hmac
 from datetime import datetime, timezone
 
-from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
-from raiclient.models import JobState
+from raiprotocol.models import Entry, JobState
 
 from .auth import Principal
 from .config import Settings
@@ -27,23 +26,6 @@ from .tables import Job
 
 def _aware(t: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
-
-
-class Entry(BaseModel):
-    rank: int
-    name: str
-    op_time: float
-    op_times: list[float]
-    spread: float | None = None  # max - min over repeated timing runs
-    runs: int = 1
-    correctness: float
-    when: datetime
-    gpu: str | None
-    kind: str
-    verified: bool
-    mine: bool = False
-    job_id: str | None = None  # only for staff and for the viewer's own row
-    members: list[str] | None = None  # staff only
 
 
 def team_key(job: Job) -> str:

@@ -1,6 +1,6 @@
 """Job logs: a Redis Stream per job while it runs, a JSON-lines file in storage once it ends.
 
-Both hold batches of lines (``raiclient.logwire``): a batch's lines are numbered in the whole log,
+Both hold batches of lines (``raiprotocol.logwire``): a batch's lines are numbered in the whole log,
 and the number of the last line is its SSE event id, which makes ``Last-Event-ID`` resumption
 exact: no line lost or repeated. Archiving, replay and download go page by page, so a log of
 millions of lines never sits in the server's memory at once.
@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+
 import redis
 import redis.asyncio as aioredis
 
-from raiclient.keys import cancel_key, stream_key
-from raiclient.logwire import APPEND_LUA, END, Batch, append_args, decode_entry
-from raiclient.models import LogStream
+from raiprotocol.keys import cancel_key, stream_key
+from raiprotocol.logwire import APPEND_LUA, END, Batch, append_args, decode_entry
+from raiprotocol.models import LogStream
 
 from .storage import Storage
 

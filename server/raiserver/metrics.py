@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from raiclient.models import JobState
+from raiprotocol.models import JobState
 
 from .fleet import live_workers
 from .hardening import is_loopback

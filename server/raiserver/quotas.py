@@ -10,7 +10,7 @@ from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiclient.models import JobState
+from raiprotocol.models import JobState
 
 from .auth import STAFF
 from .config import Settings

@@ -12,8 +12,8 @@ import statistics
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from raiclient.models import JobResultSummary, KernelTime, LogLine, LogStream
-from raiclient.timing import OP_TIME, REPEAT_PREFIX, is_profiled
+from raiprotocol.markers import OP_TIME, REPEAT_PREFIX, command_of, is_profiled
+from raiprotocol.models import JobResultSummary, KernelTime, LogLine, LogStream
 
 CORRECTNESS = re.compile(r"Correctness:\s*([0-9]*\.?[0-9]+)\s+Model:\s*(\S+)")
 GNU_TIME = re.compile(
@@ -111,8 +111,9 @@ def parse_log(lines: Iterable[LogLine | Line]) -> JobResultSummary:
     runs: list[tuple[str, bool, list[str]]] = [("", False, [])]  # (command, is a repeat, its output)
     for line in lines:
         if line.s is LogStream.sys:
-            if line.text.startswith("Running:"):
-                runs.append((line.text.removeprefix("Running:").strip(), False, []))
+            command = command_of(line.text)
+            if command is not None:
+                runs.append((command, False, []))
             elif line.text.startswith(REPEAT_PREFIX) and ": " in line.text:
                 runs.append((line.text.split(": ", 1)[1], True, []))
             continue

@@ -56,7 +56,7 @@ class Job(Base):
     results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     gpu_name: Mapped[str | None] = mapped_column(String(128))
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)
-    phases: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # [{name, at, detail}]: raiclient.models.Phase
+    phases: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # [{name, at, detail}]: raiprotocol.models.Phase
     waiting: Mapped[str | None] = mapped_column(Text)  # claimed but waiting in the batch system (Slurm PENDING): why
 
     owner: Mapped[User] = relationship(back_populates="jobs")

@@ -22,10 +22,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 from sse_starlette.sse import EventSourceResponse
 
-from raiclient.models import JobState
+from raiprotocol.models import JobState
 
-from .config import Settings
 from .auth import Principal, authenticate, client_ip, get_db, key_tag, session_user
+from .config import Settings
 from .db import utcnow
 from .fleet import is_alive
 from .jobs import QueueView, cancel_job, job_out

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from raiclient.archive import ArchiveError, inspect_archive, safe_extract
+from raiprotocol.archive import ArchiveError, inspect_archive, safe_extract
 
 from .conftest import build_file, tar_gz
 
@@ -107,7 +107,7 @@ def test_project_archive_check_resolves_chains_like_the_kernel(tmp_path):
         inspect_archive(archive)
     archive.write_bytes(tar_gz([(link("sub/l", "../data"), None), (file("data"), b"x")]))
     assert inspect_archive(archive).files == 3  # a link inside the tree is fine
-    from raiclient.archive import _check_link
+    from raiprotocol.archive import _check_link
 
     _check_link(chain(45)[2][0], "esc")  # the old string check let this one through
 
@@ -231,7 +231,7 @@ def test_twenty_concurrent_uploads_cannot_pass_the_quota(hostile, database, requ
 # -- 6 and 7. web sessions and hardening -----------------------------------------------------------
 
 def _browser_session(svc, profile: Path) -> httpx.Client:
-    from raiclient.profile import read_profile_file
+    from raiprotocol.profile import read_profile_file
 
     p = read_profile_file(profile)
     c = httpx.Client(base_url=svc.url, timeout=30)
@@ -295,7 +295,7 @@ def test_cookie_writes_need_the_csrf_token_and_pages_carry_security_headers(host
 def test_failed_logins_are_limited_per_key(hostile):
     svc = hostile.svc
     prof = svc.add_user("guessed")
-    from raiclient.profile import read_profile_file
+    from raiprotocol.profile import read_profile_file
 
     key = read_profile_file(prof).access_key
     codes = []

@@ -13,9 +13,10 @@ import threading
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
-from raiclient import __version__
-from raiclient.models import Heartbeat
+from raiprotocol.keys import TASK_NAME
+from raiprotocol.models import Heartbeat
 
+from . import __version__
 from .config import WorkerSettings
 from .gpus import discover
 from .images import Puller, held_images
@@ -23,7 +24,6 @@ from .metrics import serve
 from .runner import run_job, running_dir
 from .server import ServerClient
 
-TASK_NAME = "rai.run_job"
 log = logging.getLogger("raiworker")
 
 settings = WorkerSettings.load()

@@ -20,7 +20,8 @@ def run(
     from .metrics import prepare
 
     prepare(WorkerSettings.load().work_dir)  # before the pool forks: job counters from every process
-    from .celery_app import GPUS, SLOTS, app as celery, settings
+    from .celery_app import GPUS, SLOTS, settings
+    from .celery_app import app as celery
 
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     (settings.work_dir / "running").mkdir(exist_ok=True)

@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from raiclient.models import GpuInfo
+from raiprotocol.models import GpuInfo
 
 
 def discover(spec: str) -> list[GpuInfo]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import docker
 
-from raiclient.models import PullRequest
-from raiclient.spec import normalize_image
+from raiprotocol.models import PullRequest
+from raiprotocol.spec import normalize_image
 
 from .server import ServerClient
 

@@ -1,7 +1,7 @@
 """Output lines from a job into its Redis Stream, as they come, with time and stream.
 
 Bytes are split into lines per stream (stdout and stderr separately); each chunk read becomes one
-batch entry (``raiclient.logwire``), so a program printing millions of lines costs thousands of
+batch entry (``raiprotocol.logwire``), so a program printing millions of lines costs thousands of
 Redis calls, not millions. ``\\r`` progress output is folded the way a terminal shows it (only
 what is left after the last carriage return), long lines are cut, and past the job's output cap
 (bytes, and lines: empty lines count too) the stream says so once and drops the rest while the
@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 
 import redis
 
-from raiclient.keys import stream_key
-from raiclient.logwire import APPEND_LUA, append_args
-from raiclient.models import LogStream
+from raiprotocol.keys import stream_key
+from raiprotocol.logwire import APPEND_LUA, append_args
+from raiprotocol.models import LogStream
 
 from .metrics import lines_shipped
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import redis
 
-from raiclient.archive import ArchiveError, pack_directory
-from raiclient.keys import cancel_key
-from raiclient.models import GpuInfo, JobState, JobUpdate, Phase
+from raiprotocol.archive import ArchiveError, pack_directory
+from raiprotocol.keys import cancel_key
+from raiprotocol.models import GpuInfo, JobState, JobUpdate, Phase
 
 from .config import WorkerSettings
 from .executors import JobContext, Outcome, execute, make_executor

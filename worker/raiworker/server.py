@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from raiclient.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate
+from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate
 
 from .config import WorkerSettings
 

@@ -1,7 +1,7 @@
 """Unpack a student's project without the worker's root rights.
 
 The worker runs as root (it drives Docker and the GPUs); the archive is the student's. Even with
-every check in ``raiclient.archive``, the unpacking itself happens in a child process that has
+every check in ``raiprotocol.archive``, the unpacking itself happens in a child process that has
 dropped to the job's user (the container's uid), into a folder that user owns: a mistake in the
 checks, or a bug in Python's tarfile, can then write nothing that user could not.
 """
@@ -13,7 +13,7 @@ import os
 import zlib  # noqa: F401
 from pathlib import Path
 
-from raiclient.archive import ArchiveError, extract_archive
+from raiprotocol.archive import ArchiveError, extract_archive
 
 
 def unpack(archive: Path, dest: Path, user: str) -> None:

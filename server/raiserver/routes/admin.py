@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import datetime
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from raiprotocol.models import AuditRow, IssuedKeys, PullBody, PullRequest, RosterResult, UserRow
+
 from ..audit import audit
 from ..auth import ROLES, Principal, create_user, get_db, require_staff, revoke_keys, rotate_keys
-from raiclient.models import PullRequest
-
 from ..images import BadImage, blob_path, request_pull, tar_images
 from ..tables import AuditEntry, User
 
@@ -44,40 +42,6 @@ def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
     if p.user.role not in ("instructor", "admin"):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "instructors and admins only")
     return p
-
-
-class IssuedKeys(BaseModel):
-    username: str
-    access_key: str
-    secret_key: str
-    firstname: str | None = None
-    lastname: str | None = None
-    email: str | None = None
-    team: str | None = None
-
-
-class RosterResult(BaseModel):
-    created: list[IssuedKeys] = []
-    updated: list[str] = []
-    unchanged: list[str] = []
-    deactivated: list[str] = []
-    reactivated: list[str] = []
-
-
-class UserRow(BaseModel):
-    username: str
-    role: str
-    team: str | None
-    email: str | None
-    active: bool
-
-
-class AuditRow(BaseModel):
-    at: datetime
-    actor: str
-    action: str
-    target: str
-    detail: dict | None
 
 
 def _issued(user: User, secret: str) -> IssuedKeys:
@@ -179,10 +143,6 @@ def audit_log(limit: int = Query(100, ge=1, le=1000), _: Principal = Depends(req
               db: Session = Depends(get_db)) -> list[AuditRow]:
     rows = db.scalars(select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit))
     return [AuditRow(at=r.at, actor=r.actor, action=r.action, target=r.target, detail=r.detail) for r in rows]
-
-
-class PullBody(BaseModel):
-    image: str
 
 
 @router.post("/images/pull", response_model=PullRequest)

@@ -9,23 +9,22 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
-
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
-from raiclient import logwire
-from raiclient.archive import ArchiveError, ArchiveLimits, inspect_archive
-from raiclient.logwire import END, Batch
-from raiclient.models import JobList, JobOut, JobState, QueueSummary, UserOut
-from raiclient.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
+from raiprotocol import logwire
+from raiprotocol.archive import ArchiveError, ArchiveLimits, inspect_archive
+from raiprotocol.logwire import END, Batch
+from raiprotocol.models import JobList, JobOut, JobState, QueueSummary, UserOut
+from raiprotocol.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
 
 from ..auth import Principal, current_user, get_db
-from ..jobs import QueueView, Services, cancel_job, create_job, job_out
-from ..fleet import check_gpus, check_image, check_image_held, check_queue, live_workers
-from ..quotas import check_quotas
 from ..feed import LogHub, Shared
+from ..fleet import check_gpus, check_image, check_image_held, check_queue, live_workers
+from ..jobs import QueueView, Services, cancel_job, create_job, job_out
 from ..logs import PAGE_ENTRIES
+from ..quotas import check_quotas
 from ..tables import Job, User
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import csv
 import io
-
 from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse
 from sqlalchemy.orm import Session
 
+from raiprotocol.models import Entry
+
 from ..auth import Principal, current_user, get_db, require_staff
-from ..leaderboard import Entry, leaderboard
+from ..leaderboard import leaderboard
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
-from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiclient.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobState, JobUpdate, QueueImages
-from raiclient.spec import normalize_image
+from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobState, JobUpdate, QueueImages, WorkerOut
+from raiprotocol.spec import normalize_image
 
 from ..auth import Principal, current_user, get_db, require_staff, require_worker
 from ..db import utcnow
@@ -21,19 +20,6 @@ from ..tables import Job, Worker
 from .jobs import services
 
 router = APIRouter(prefix="/api/v1", tags=["workers"])
-
-
-class WorkerOut(BaseModel):
-    name: str
-    queues: list[str]
-    executor: str
-    slots: int
-    busy: int
-    gpus: list[dict]
-    running: list[str]
-    last_seen: str
-    alive: bool
-    jobs_done: int
 
 
 @router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])

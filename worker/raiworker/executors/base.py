@@ -8,12 +8,12 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
-from raiclient.models import JobState, Phase
-from raiclient.timing import is_profiled, repeat_line
+from raiprotocol.markers import command_of, is_profiled, repeat_line, running_line
+from raiprotocol.models import JobState, Phase
 
 from ..config import WorkerSettings
 from ..logsink import LogSink
@@ -116,7 +116,7 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         wall_deadline = watch.wall_deadline = time.monotonic() + ctx.wall_seconds
         timing: str | None = None
         repeated = False
-        plan = [(command, f"Running: {command}") for command in ctx.commands]
+        plan = [(command, running_line(command)) for command in ctx.commands]
         while plan:
             command, announce = plan.pop(0)
             now = time.monotonic()
@@ -141,7 +141,7 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
                 if why:
                     sink.system(why)
                 return Outcome(JobState.failed, exit_code=code, failed_command=command, message=why)
-            if timing is None and sink.op_time_seen and not is_profiled(command) and announce.startswith("Running:"):
+            if timing is None and sink.op_time_seen and not is_profiled(command) and command_of(announce) is not None:
                 timing = command
             if not plan and timing is not None and not repeated and ctx.repeat_timing > 1:  # ranked: time it K times
                 plan = [(timing, repeat_line(r, ctx.repeat_timing, timing)) for r in range(2, ctx.repeat_timing + 1)]

@@ -19,8 +19,8 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount, Ulimit
 
-from raiclient.archive import safe_extract
-from raiclient.models import LogStream
+from raiprotocol.archive import safe_extract
+from raiprotocol.models import LogStream
 
 from ..logsink import LogSink
 from ..terminal import IN_CONTAINER, no_terminal_note, pty_helper, terminal_env

@@ -16,7 +16,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from raiclient.models import LogStream
+from raiprotocol.models import LogStream
 
 from ..logsink import LogSink
 from ..terminal import no_terminal_note, pty_helper, terminal_env

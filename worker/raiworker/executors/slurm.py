@@ -25,10 +25,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from raiprotocol.models import JobState
+
 from ..logsink import LogSink
 from ..terminal import pty_helper, terminal_env
-from raiclient.models import JobState
-
 from .base import Executor, JobContext, Outcome
 from .docker import _Frames
 from .process import rewrite_paths

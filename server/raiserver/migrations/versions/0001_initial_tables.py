@@ -4,11 +4,10 @@ Revision ID: 0001
 Revises: 
 Create Date: 2026-11-22 14:07:03.870057
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 from raiserver.db import UTCDateTime
-
 
 revision = '0001'
 down_revision = None

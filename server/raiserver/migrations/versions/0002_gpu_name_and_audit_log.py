@@ -3,8 +3,8 @@
 Revision ID: 0002
 Revises: 0001
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 from raiserver.db import UTCDateTime
 

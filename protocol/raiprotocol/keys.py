@@ -1,13 +1,13 @@
-"""Redis key names that the server and the worker must agree on (one definition for both)."""
+"""Names the server and the worker must agree on, one definition for both: Redis keys (each with
+its inverse where one is needed) and the Celery task the server sends and the worker runs."""
 
 from __future__ import annotations
-
 
 LOG_PREFIX = "rai:log:"
 
 
 def stream_key(job_id: str) -> str:
-    """The job's live log: a Redis Stream of line batches (``raiclient.logwire``)."""
+    """The job's live log: a Redis Stream of line batches (``raiprotocol.logwire``)."""
     return f"{LOG_PREFIX}{job_id}"
 
 
@@ -23,3 +23,7 @@ def cancel_key(job_id: str) -> str:
 
 IMAGE_PULLS = "rai:image-pulls"
 """A hash: image -> ``PullRequest`` JSON, the images staff asked every worker to hold."""
+
+
+TASK_NAME = "rai.run_job"
+"""The Celery task: args (job_id, attempt); the server sends it on release, the worker registers it."""

@@ -204,3 +204,74 @@ class JobUpdate(BaseModel):
     message: str | None = None
     phases: list[Phase] = []  # measured on the worker: container started, each command, first line
     waiting: str | None = None  # with state running: still waiting in the batch system, and why; None: started
+
+
+# -- staff views (leaderboard, workers, roster, audit log, images) --------------------------------
+class Entry(BaseModel):
+    """One leaderboard row."""
+
+    rank: int
+    name: str
+    op_time: float
+    op_times: list[float]
+    spread: float | None = None  # max - min over repeated timing runs
+    runs: int = 1
+    correctness: float
+    when: datetime
+    gpu: str | None
+    kind: str
+    verified: bool
+    mine: bool = False
+    job_id: str | None = None  # only for staff and for the viewer's own row
+    members: list[str] | None = None  # staff only
+
+
+class WorkerOut(BaseModel):
+    name: str
+    queues: list[str]
+    executor: str
+    slots: int
+    busy: int
+    gpus: list[dict]
+    running: list[str]
+    last_seen: str
+    alive: bool
+    jobs_done: int
+
+
+class IssuedKeys(BaseModel):
+    username: str
+    access_key: str
+    secret_key: str
+    firstname: str | None = None
+    lastname: str | None = None
+    email: str | None = None
+    team: str | None = None
+
+
+class RosterResult(BaseModel):
+    created: list[IssuedKeys] = []
+    updated: list[str] = []
+    unchanged: list[str] = []
+    deactivated: list[str] = []
+    reactivated: list[str] = []
+
+
+class UserRow(BaseModel):
+    username: str
+    role: str
+    team: str | None
+    email: str | None
+    active: bool
+
+
+class AuditRow(BaseModel):
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    detail: dict | None
+
+
+class PullBody(BaseModel):
+    image: str
