@@ -76,7 +76,7 @@ def dispatch_pass(app: FastAPI) -> int:
         with app.state.db.session() as db:
             release_stale(db)
             return dispatch(db, lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
-                            s.worker_dead_after, s.staff_priority, s.priority_kind_set)
+                            s.worker_dead_after, s.staff_priority, set(s.priority_kinds))
 
 
 async def _dispatcher(app: FastAPI, wake: asyncio.Event) -> None:
@@ -103,7 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings=settings,
         storage=storage,
         logs=LogStore(settings.redis_url, storage, settings.log_ttl_seconds),
-        dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.job_wall_seconds * 2 + 600),
+        dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.wall_seconds * 2 + 600),
     )
 
     def job_states(ids: list[str]) -> dict:

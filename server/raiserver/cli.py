@@ -13,13 +13,23 @@ from rich.console import Console
 from raiprotocol.profile import Profile, write_profile
 
 from .auth import ROLES, create_user, rotate_keys
-from .config import load_settings
+from .config import Settings
+from .config import load_settings as _load
 from .db import Database, migrate
 from .hardening import check_deployment, write_secrets_file
 from .tables import User
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="The rai server.")
 console = Console(highlight=False)
+
+
+def load_settings() -> Settings:
+    """The settings, validated once at start: a bad or renamed variable stops here, named."""
+    try:
+        return _load()
+    except ValueError as exc:  # pydantic's ValidationError
+        Console(stderr=True).print(f"raiserver: bad settings: {exc}", markup=False)
+        raise typer.Exit(2)
 
 
 @app.command()

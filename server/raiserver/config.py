@@ -5,28 +5,38 @@ from __future__ import annotations
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BeforeValidator, Field
+from pydantic_settings import NoDecode
+
+from raiprotocol.settings import CommaList, SharedSettings
 
 DEFAULT_SECRETS = ("change-me-worker-token", "change-me-session-secret", "change-me-pseudonym-secret")
+ANY_QUEUE = "*"
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RAI_", env_file=None, extra="ignore")
+def _image_rules(value: Any) -> Any:
+    """"img1 img2" for every queue, "gpu=img1 img2; cpu=img3" per queue, "" for any image."""
+    if not isinstance(value, str):
+        return value
+    rules: dict[str, list[str]] = {}
+    for entry in value.split(";"):
+        queue, sep, images = entry.partition("=")
+        if entry.strip():
+            rules.setdefault(queue.strip() if sep else ANY_QUEUE, []).extend((images if sep else entry).split())
+    return rules
 
+
+class Settings(SharedSettings):
     data_dir: Path = Path("./.rai-data")
     database_url: str = Field(default="", validation_alias=AliasChoices("DATABASE_URL", "RAI_DATABASE_URL"))
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    worker_token: str = "change-me-worker-token"
     public_url: str = ""  # how clients reach us, for links; empty = from the request
 
     default_queue: str = "gpu"
     max_upload_bytes: int = 200 * 1024**2
     max_build_bytes: int = 1024**3
     max_image_bytes: int = 20 * 1024**3  # a `docker save` tar staff upload for workers to load
-    job_wall_seconds: int = 3600
-    job_memory_mb: int = 8192
     max_attempts: int = 3
     worker_dead_after: float = 45.0
     reaper_interval: float = 5.0
@@ -51,39 +61,41 @@ class Settings(BaseSettings):
     gpu_minutes_per_day: float = 0  # 0 = no daily limit
     staff_exempt: bool = True
     staff_priority: bool = True
-    priority_kinds: str = ""  # e.g. "final": released before other kinds
+    priority_kinds: CommaList = []  # e.g. "final": released before other kinds
     dispatch_interval: float = 0.5
 
     # images a build file may name: "img1 img2" for every queue, "gpu=img1 img2; cpu=img3" per queue;
     # empty = any image the workers have
-    allowed_images: str = ""
+    allowed_images: Annotated[dict[str, list[str]], NoDecode, BeforeValidator(_image_rules)] = {}
 
     # results and ranking
     correctness_threshold: float = 0.8  # every model's correctness must reach this to be ranked
     # Only runs whose timing the service itself vouches for rank: the verified kind (re-timed,
     # exclusive on the host) and any kinds that run an instructors' timing harness. A student's
     # own build file can print any "Op Time", so other kinds are shown apart, unranked.
-    ranked_kinds: str = ""  # comma-separated kinds that rank; empty = the verified kind and harness kinds
-    harness_kinds: str = ""  # kinds whose timing command is the instructors' harness (verified too)
+    ranked_kinds: CommaList = []  # kinds that rank; empty = the verified kind and harness kinds
+    harness_kinds: CommaList = []  # kinds whose timing command is the instructors' harness (verified too)
     verified_kind: str = "final"  # re-timed by the service: marked verified
     leaderboard_policy: str = "best"  # "best": each team's fastest run; "last": its latest valid run
     leaderboard_hidden_until_deadline: bool = False  # students see only their own row until RAI_DEADLINE
-    final_requires: str = "report.pdf"  # files a 'final' submission must contain (comma-separated)
+    final_requires: CommaList = ["report.pdf"]  # files a 'final' submission must contain
     deadline: datetime | None = None  # 'final' submissions after it are kept but do not rank
     timing_repeats: int = 1  # ranked kinds: run the timing command this many times, exclusive on the host
-    repeat_kinds: str = "final"
-
-    @property
-    def priority_kind_set(self) -> set[str]:
-        return {k.strip() for k in self.priority_kinds.split(",") if k.strip()}
+    repeat_kinds: CommaList = ["final"]
 
     @property
     def verified_kinds(self) -> set[str]:
-        return {self.verified_kind} | {k.strip() for k in self.harness_kinds.split(",") if k.strip()}
+        return {self.verified_kind, *self.harness_kinds}
 
     @property
     def ranked_kind_set(self) -> set[str]:
-        return {k.strip() for k in self.ranked_kinds.split(",") if k.strip()} or self.verified_kinds
+        return set(self.ranked_kinds) or self.verified_kinds
+
+    def images_allowed_on(self, queue: str) -> list[str] | None:
+        """The images allowed on a queue, or None when any image is."""
+        if not self.allowed_images:
+            return None
+        return [*self.allowed_images.get(ANY_QUEUE, []), *self.allowed_images.get(queue, [])]
 
     @property
     def db_url(self) -> str:
@@ -92,9 +104,7 @@ class Settings(BaseSettings):
 
 def load_settings() -> Settings:
     """Settings from the environment, and from RAI_SECRETS_FILE for what the environment leaves unset."""
-    import os
-
-    return Settings(_env_file=os.environ.get("RAI_SECRETS_FILE") or None)
+    return Settings.load()
 
 
 @lru_cache

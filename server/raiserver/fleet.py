@@ -68,22 +68,8 @@ def check_gpus(db: Session, queue: str, spec: BuildSpec, dead_after: float) -> N
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"rai_build.yml asks for {what}; no worker on queue '{queue}' has that ({offer})")
 
 
-def allowed_images(setting: str, queue: str) -> list[str] | None:
-    """The images allowed on a queue, or None when any image is."""
-    if not setting.strip():
-        return None
-    allowed: list[str] = []
-    for entry in setting.split(";"):
-        q, sep, images = entry.partition("=")
-        if not sep:
-            allowed += entry.split()
-        elif q.strip() == queue:
-            allowed += images.split()
-    return allowed
-
-
-def check_image(image: str, queue: str, setting: str) -> None:
-    allowed = allowed_images(setting, queue)
+def check_image(image: str, queue: str, allowed: list[str] | None) -> None:
+    """``allowed``: the images the operator allows on the queue (``Settings.images_allowed_on``), None for any."""
     if allowed is not None and image not in allowed:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
                             f"rai_build.yml: image '{image}' is not allowed on queue '{queue}'; use one of: {', '.join(allowed) or '(none)'}")

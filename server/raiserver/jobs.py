@@ -79,7 +79,7 @@ class QueueView:
             return 1
         if job.queue not in self._positions:
             s = self.settings
-            order = fair_order(self.db, job.queue, s.staff_priority, s.priority_kind_set)
+            order = fair_order(self.db, job.queue, s.staff_priority, set(s.priority_kinds))
             self._positions[job.queue] = {j.id: i for i, j in enumerate(order, start=1)}
         return self._positions[job.queue].get(job.id)
 
@@ -250,8 +250,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     s = svc.settings
     spec = parse_spec(job.spec_yaml)
     limits = spec.resources.limits
-    repeat_kinds = {k.strip() for k in s.repeat_kinds.split(",") if k.strip()}
-    repeats = max(1, s.timing_repeats) if job.kind in repeat_kinds else 1
+    repeats = max(1, s.timing_repeats) if job.kind in s.repeat_kinds else 1
     return ClaimGranted(
         job_id=job.id,
         attempt=job.attempt,
@@ -260,9 +259,9 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         gpu_count=job.gpu_count,
         exclusive=spec.resources.gpu.exclusive or repeats > 1,
         repeat_timing=repeats,
-        wall_seconds=min(limits.wall_seconds or s.job_wall_seconds, s.job_wall_seconds),
+        wall_seconds=min(limits.wall_seconds or s.wall_seconds, s.wall_seconds),
         command_seconds=limits.command_seconds,
-        memory_mb=min(limits.memory_mb or s.job_memory_mb, s.job_memory_mb),
+        memory_mb=min(limits.memory_mb or s.memory_mb, s.memory_mb),
         archive_sha256=job.archive_sha256,
     )
 

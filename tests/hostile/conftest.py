@@ -71,8 +71,8 @@ class Hostile:
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory, redis_url, docker_engine):
     svc = start_service(tmp_path_factory.mktemp("hostile"), redis_url, None, "docker", slots=2, extra_env={
-        "RAI_MEMORY_MB": "256", "RAI_JOB_MEMORY_MB": "256", "RAI_PIDS": "64", "RAI_TMP_MB": "8", "RAI_BUILD_MB": "16",
-        "RAI_OUTPUT_BYTES": str(1024 * 1024), "RAI_ALLOWED_IMAGES": "rai/busybox:latest", "RAI_JOB_WALL_SECONDS": "120",
+        "RAI_MEMORY_MB": "256", "RAI_PIDS": "64", "RAI_TMP_MB": "8", "RAI_BUILD_MB": "16",
+        "RAI_OUTPUT_BYTES": str(1024 * 1024), "RAI_ALLOWED_IMAGES": "rai/busybox:latest",
         "RAI_WALL_SECONDS": "120",
     })
     h = Hostile(svc)

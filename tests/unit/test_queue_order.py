@@ -15,7 +15,7 @@ from .conftest import add_job, add_user, add_worker
 def released_order(db, settings: Settings, slots: int) -> list[str]:
     sent: list[str] = []
     dispatch(db, lambda job: sent.append(job.id), settings.worker_dead_after, settings.staff_priority,
-             settings.priority_kind_set)
+             set(settings.priority_kinds))
     return sent
 
 

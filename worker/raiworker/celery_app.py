@@ -1,5 +1,8 @@
 """The Celery side: the task the server sends by name, and the heartbeat of this worker.
 
+Importing this module does no work: ``configure(runtime)`` (from ``raiworker run``, before the
+pool forks) gives the app its broker, concurrency and the ``WorkerRuntime`` its tasks use.
+
 Late acks, one message prefetched per process and rejection on a lost process mean that a job
 whose worker dies is delivered again instead of vanishing; the server's claim protocol makes
 sure a second delivery never runs a job twice.
@@ -17,39 +20,49 @@ from raiprotocol.keys import TASK_NAME
 from raiprotocol.models import Heartbeat
 
 from . import __version__
-from .config import WorkerSettings
-from .gpus import discover
 from .images import Puller, held_images
 from .metrics import serve
 from .runner import run_job, running_dir
+from .runtime import WorkerRuntime
 from .server import ServerClient
 
 log = logging.getLogger("raiworker")
 
-settings = WorkerSettings.load()
-GPUS = discover(settings.gpus)
-SLOTS = settings.slots or max(len(GPUS), 1)
+app = Celery("raiworker")
+_runtime: WorkerRuntime | None = None
 
-app = Celery("raiworker", broker=settings.redis_url)
-app.conf.update(
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    worker_concurrency=SLOTS,
-    broker_transport_options={"visibility_timeout": settings.visibility_timeout},
-    broker_connection_retry_on_startup=True,
-    task_serializer="json",
-    accept_content=["json"],
-    worker_hijack_root_logger=False,
-    worker_send_task_events=False,
-    task_ignore_result=True,
-)
+
+def configure(rt: WorkerRuntime) -> Celery:
+    global _runtime
+    _runtime = rt
+    app.conf.update(
+        broker_url=rt.settings.redis_url,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_concurrency=rt.slots,
+        broker_transport_options={"visibility_timeout": rt.settings.visibility_timeout},
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+        task_ignore_result=True,
+    )
+    return app
+
+
+def runtime() -> WorkerRuntime:
+    if _runtime is None:
+        raise RuntimeError("raiworker.celery_app.configure() was not called")
+    return _runtime
 
 
 @app.task(name=TASK_NAME, bind=True, max_retries=None)
 def run_job_task(self, job_id: str, attempt: int) -> str:
     try:
-        return run_job(settings, GPUS, job_id, attempt)
+        rt = runtime()
+        return run_job(rt.settings, rt.gpus, job_id, attempt)
     except ConnectionError as exc:  # server unreachable before the claim: try again later
         raise self.retry(exc=exc, countdown=10)
 
@@ -58,8 +71,10 @@ class _Heartbeat(threading.Thread):
     """Tells the server this worker lives, what it runs and which images it holds; carries out the
     image pulls staff asked for; serves this worker's /metrics."""
 
-    def __init__(self) -> None:
+    def __init__(self, rt: WorkerRuntime) -> None:
         super().__init__(name="rai-heartbeat", daemon=True)
+        self.rt = rt
+        settings = rt.settings
         self.stop = threading.Event()
         self.client = ServerClient(settings)
         self.docker = None
@@ -79,20 +94,21 @@ class _Heartbeat(threading.Thread):
                 log.error("worker /metrics not served on %s:%s: %s", settings.metrics_addr, settings.metrics_port, exc)
 
     def gauges(self) -> dict[str, float]:
-        return {"slots": SLOTS, "busy_slots": self.busy, "gpus": len(GPUS), "heartbeat_failures": self.failures,
+        return {"slots": self.rt.slots, "busy_slots": self.busy, "gpus": len(self.rt.gpus), "heartbeat_failures": self.failures,
                 "images": len(self.images or []), "image_pulls": sum(v == "pulling" for v in self.pulls().values())}
 
     def pulls(self) -> dict[str, str]:
         return dict(self.puller.status) if self.puller else {}
 
     def beat(self) -> None:
+        settings, rt = self.rt.settings, self.rt
         running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
         self.busy = len(running)
         if self.docker is not None:
             self.images = held_images(self.docker)
         reply = self.client.heartbeat(Heartbeat(
-            name=settings.worker_name, queues=settings.queue_list, executor=settings.executor, slots=SLOTS,
-            busy=len(running), gpus=GPUS, running=running, version=__version__, images=self.images, pulls=self.pulls(),
+            name=settings.worker_name, queues=settings.queues, executor=settings.executor, slots=rt.slots,
+            busy=len(running), gpus=rt.gpus, running=running, version=__version__, images=self.images, pulls=self.pulls(),
         ))
         if self.puller is not None and reply.pull:
             self.puller.want(reply.pull)
@@ -104,7 +120,7 @@ class _Heartbeat(threading.Thread):
             except Exception as exc:  # the server may be restarting; keep trying
                 self.failures += 1
                 log.warning("heartbeat failed: %s", exc)
-            if self.stop.wait(settings.heartbeat_seconds):
+            if self.stop.wait(self.rt.settings.heartbeat_seconds):
                 return
 
 
@@ -114,7 +130,7 @@ _heartbeat: _Heartbeat | None = None
 @worker_ready.connect
 def _start_heartbeat(**_) -> None:
     global _heartbeat
-    _heartbeat = _Heartbeat()
+    _heartbeat = _Heartbeat(runtime())
     _heartbeat.start()
 
 

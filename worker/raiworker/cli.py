@@ -18,11 +18,18 @@ def run(
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .config import WorkerSettings
     from .metrics import prepare
+    from .runtime import WorkerRuntime
 
-    prepare(WorkerSettings.load().work_dir)  # before the pool forks: job counters from every process
-    from .celery_app import GPUS, SLOTS, settings
-    from .celery_app import app as celery
+    try:
+        settings = WorkerSettings.load()
+    except ValueError as exc:  # pydantic's ValidationError: say which setting, and stop
+        typer.echo(f"raiworker: bad settings: {exc}", err=True)
+        raise typer.Exit(2)
+    prepare(settings.work_dir)  # before the pool forks: job counters from every process
+    rt = WorkerRuntime.start(settings)
+    from .celery_app import configure
 
+    celery = configure(rt)
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     (settings.work_dir / "running").mkdir(exist_ok=True)
     for stale in (settings.work_dir / "running").glob("*"):
@@ -43,12 +50,12 @@ def run(
     helper = pty_helper(settings.work_dir, settings.pty_helper)
     if helper is None:
         typer.echo("raiworker: warning: no pty helper (no C compiler?); job output will not be on a terminal", err=True)
-    gpus = ", ".join(f"{g.index}:{g.name}" for g in GPUS) or "none"
-    typer.echo(f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queue_list} "
-               f"slots={SLOTS} gpus={gpus} server={settings.server_url}")
+    gpus = ", ".join(f"{g.index}:{g.name}" for g in rt.gpus) or "none"
+    typer.echo(f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queues} "
+               f"slots={rt.slots} gpus={gpus} server={settings.server_url}")
     celery.worker_main([
-        "worker", f"--loglevel={loglevel}", f"--queues={','.join(settings.queue_list)}",
-        f"--concurrency={SLOTS}", f"--hostname={settings.worker_name}@%h", "--without-gossip", "--without-mingle",
+        "worker", f"--loglevel={loglevel}", f"--queues={','.join(settings.queues)}",
+        f"--concurrency={rt.slots}", f"--hostname={settings.worker_name}@%h", "--without-gossip", "--without-mingle",
         "--pool=prefork",
     ])
 

@@ -4,28 +4,33 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator
+from pydantic_settings import NoDecode
+
+from raiprotocol.settings import CommaList, SharedSettings
 
 
-class WorkerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RAI_", extra="ignore")
+def _pairs(value: Any) -> Any:
+    """"KEY=VALUE,KEY2=VALUE2" as a dict."""
+    if isinstance(value, str):
+        pairs = (item.split("=", 1) for item in value.split(",") if "=" in item)
+        return {k.strip(): v.strip() for k, v in pairs}
+    return value
 
+
+class WorkerSettings(SharedSettings):
     server_url: str = "http://127.0.0.1:8000"
-    worker_token: str = "change-me-worker-token"
-    redis_url: str = "redis://127.0.0.1:6379/0"
     worker_name: str = socket.gethostname()
-    queues: str = "gpu"  # comma-separated
+    queues: CommaList = ["gpu"]
     executor: Literal["docker", "process", "slurm"] = "docker"
     slots: int = 0  # 0: one per GPU, or 1 without GPUs
     gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"
     work_dir: Path = Path("/var/lib/rai-worker")
     heartbeat_seconds: float = 5.0
 
-    # limits (a build file may ask for less, never more)
-    wall_seconds: int = 3600
-    memory_mb: int = 8192
+    # limits (a build file may ask for less, never more; wall_seconds and memory_mb are shared)
     pids: int = 1024
     cpus: float = 4.0
     nofile: int = 4096
@@ -35,7 +40,8 @@ class WorkerSettings(BaseSettings):
     output_lines: int = 2_500_000  # empty lines count too: `yes ''` stops here
     line_bytes: int = 64 * 1024
     container_user: str = "1000:1000"
-    job_env: str = ""  # "KEY=VALUE,KEY2=VALUE2": set by the operator for every job (dataset paths, …)
+    # "KEY=VALUE,KEY2=VALUE2": set by the operator for every job (dataset paths, …)
+    job_env: Annotated[dict[str, str], NoDecode, BeforeValidator(_pairs)] = {}
     read_only_root: bool = True
     pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start
     columns: int = 120  # the jobs' terminal width (COLUMNS, and the pty's size)
@@ -50,22 +56,6 @@ class WorkerSettings(BaseSettings):
     metrics_port: int = 9108  # Prometheus /metrics of this worker; 0 = off
     metrics_addr: str = "127.0.0.1"  # anything but loopback needs metrics_token
     metrics_token: str = ""
-
-    @classmethod
-    def load(cls) -> "WorkerSettings":
-        """From the environment, and from RAI_SECRETS_FILE (`raiserver secrets`) for what it leaves unset."""
-        import os
-
-        return cls(_env_file=os.environ.get("RAI_SECRETS_FILE") or None)
-
-    @property
-    def queue_list(self) -> list[str]:
-        return [q.strip() for q in self.queues.split(",") if q.strip()]
-
-    @property
-    def job_env_dict(self) -> dict[str, str]:
-        pairs = (item.split("=", 1) for item in self.job_env.split(",") if "=" in item)
-        return {k.strip(): v.strip() for k, v in pairs}
 
     @property
     def visibility_timeout(self) -> int:

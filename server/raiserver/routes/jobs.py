@@ -130,12 +130,12 @@ async def accept_submission(request: Request, queue: str | None, kind: str, cont
             raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
         except SpecError as exc:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
-        required = {svc.settings.verified_kind: [f.strip() for f in svc.settings.final_requires.split(",") if f.strip()]}
+        required = {svc.settings.verified_kind: list(svc.settings.final_requires)}
         missing = missing_for_kind(kind, info.names, required)
         if missing:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
                                 f"a '{kind}' submission must include {', '.join(missing)} (not found in the project)")
-        check_image(spec.image, queue, svc.settings.allowed_images)
+        check_image(spec.image, queue, svc.settings.images_allowed_on(queue))
         with request.app.state.db.session() as db:
             # First statement of the transaction: a write on the student's row. It takes the
             # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent

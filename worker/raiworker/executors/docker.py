@@ -108,7 +108,7 @@ class DockerExecutor(Executor):
             },
             read_only=s.read_only_root,
             labels={LABEL: ctx.job_id, "rai.worker": s.worker_name},
-            environment={**s.job_env_dict, **terminal_env(s.columns), "RAI_JOB_ID": ctx.job_id, "HOME": "/build"},
+            environment={**s.job_env, **terminal_env(s.columns), "RAI_JOB_ID": ctx.job_id, "HOME": "/build"},
             name=f"rai-{ctx.job_id}-{s.worker_name}".lower()[:120],
         )
         if ctx.gpu_ids:

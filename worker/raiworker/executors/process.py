@@ -61,7 +61,7 @@ class ProcessExecutor(Executor):
 
     def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
         env = {
-            **ctx.settings.job_env_dict,
+            **ctx.settings.job_env,
             **terminal_env(ctx.settings.columns),
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "HOME": str(ctx.build_dir),

@@ -143,7 +143,7 @@ class SlurmExecutor(Executor):
         return [*args, *shlex.split(s.slurm_extra), str(script)]
 
     def _env(self, ctx: JobContext) -> dict[str, str]:
-        env = {**ctx.settings.job_env_dict, **terminal_env(ctx.settings.columns), "RAI_JOB_ID": ctx.job_id,
+        env = {**ctx.settings.job_env, **terminal_env(ctx.settings.columns), "RAI_JOB_ID": ctx.job_id,
                "HOME": "/build" if self.container == "apptainer" else str(ctx.build_dir),
                "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8"}
         return {k: v for k, v in env.items() if "," not in v and "=" not in k}  # --export's own syntax

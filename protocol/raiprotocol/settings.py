@@ -1,0 +1,48 @@
+"""What the server's and the worker's settings share: the names of the concepts both use (Redis,
+the worker token, the wall-time and memory caps), how lists are written in the environment
+(``RAI_QUEUES=gpu,cpu``), the secrets file, and refusing renamed variables at start rather than
+ignoring them (an ignored cap is a silent default)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def _split(value: Any) -> Any:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split)]
+"""A list written ``a,b,c`` in the environment (JSON is not asked of operators)."""
+
+RENAMED = {"RAI_JOB_WALL_SECONDS": "RAI_WALL_SECONDS", "RAI_JOB_MEMORY_MB": "RAI_MEMORY_MB"}
+
+
+class SharedSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAI_", env_file=None, extra="ignore")
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    worker_token: str = "change-me-worker-token"
+    # The caps on every job, whatever its build file asks: the server puts them in each grant and
+    # a worker applies its own (a smaller host) on top. One name for both sides.
+    wall_seconds: int = 3600
+    memory_mb: int = 8192
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_renamed(cls, data: Any) -> Any:
+        old = [name for name in RENAMED if name in os.environ]
+        if old:
+            raise ValueError("; ".join(f"{name} is now {RENAMED[name]}" for name in old))
+        return data
+
+    @classmethod
+    def load(cls):  # noqa: ANN206 - the subclass
+        """From the environment, and from RAI_SECRETS_FILE (``raiserver secrets``) for what it leaves unset."""
+        return cls(_env_file=os.environ.get("RAI_SECRETS_FILE") or None)

@@ -1,0 +1,23 @@
+"""What a worker process learns once at start and keeps: its settings, the GPUs it found and the
+slots it offers. Built by ``raiworker run`` (nothing runs ``nvidia-smi`` on import)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raiprotocol.models import GpuInfo
+
+from .config import WorkerSettings
+from .gpus import discover
+
+
+@dataclass(frozen=True)
+class WorkerRuntime:
+    settings: WorkerSettings
+    gpus: list[GpuInfo]
+    slots: int
+
+    @classmethod
+    def start(cls, settings: WorkerSettings) -> WorkerRuntime:
+        gpus = discover(settings.gpus)
+        return cls(settings, gpus, settings.slots or max(len(gpus), 1))
