@@ -16,6 +16,7 @@ from . import __version__, metrics, web
 from .config import Settings, load_settings
 from .db import Database, migrate
 from .dispatch import Dispatcher
+from .errors import DomainError
 from .fairshare import dispatch, release_stale
 from .feed import LogHub
 from .hardening import LoginLimiter, SecurityHeaders
@@ -148,6 +149,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.get("/healthz", tags=["meta"])
     def healthz() -> dict:
         return {"ok": True, "version": __version__}
+
+    @app.exception_handler(DomainError)
+    async def _refused(request: Request, exc: DomainError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

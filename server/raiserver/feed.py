@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from fastapi import HTTPException
 from fastapi.concurrency import run_in_threadpool
 from redis.exceptions import RedisError
 
@@ -30,6 +29,7 @@ from raiprotocol.keys import job_of_stream, stream_key
 from raiprotocol.logwire import END, Batch, decode_entry
 from raiprotocol.models import JobOut
 
+from .errors import Busy, OverQuota
 from .logs import PAGE_ENTRIES, LogStore
 
 log = logging.getLogger("raiserver")
@@ -125,7 +125,7 @@ class LogHub:
         try:
             self.admit(user_id, staff)
         except StreamLimit as exc:
-            raise HTTPException(exc.status, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+            raise (OverQuota if exc.status == 429 else Busy)(str(exc), exc.retry_after) from None
 
     def release(self, user_id: int) -> None:
         self.streams[user_id] -= 1

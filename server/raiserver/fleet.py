@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -15,6 +14,7 @@ from raiprotocol.models import ImageOffer, QueueImages
 from raiprotocol.spec import BuildSpec, normalize_image
 
 from .db import utcnow
+from .errors import Invalid
 from .tables import Worker
 
 
@@ -45,7 +45,7 @@ def known_queues(db: Session, default_queue: str) -> list[str]:
 def check_queue(db: Session, queue: str, default_queue: str) -> None:
     queues = known_queues(db, default_queue)
     if queue not in queues:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"unknown queue '{queue}'; the queues are: {', '.join(queues)}")
+        raise Invalid(f"unknown queue '{queue}'; the queues are: {', '.join(queues)}")
 
 
 def check_gpus(db: Session, queue: str, spec: BuildSpec, dead_after: float) -> None:
@@ -65,13 +65,13 @@ def check_gpus(db: Session, queue: str, spec: BuildSpec, dead_after: float) -> N
         offer = "; ".join(f"{w.name}: {len(w.gpus or [])} × {', '.join(sorted({g.get('name', '?') for g in w.gpus or []})) or 'no GPU'}"
                           for w in live)
         what = f"{want} GPU(s)" + (f" of architecture '{arch}'" if arch else "")
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"rai_build.yml asks for {what}; no worker on queue '{queue}' has that ({offer})")
+        raise Invalid(f"rai_build.yml asks for {what}; no worker on queue '{queue}' has that ({offer})")
 
 
 def check_image(image: str, queue: str, allowed: list[str] | None) -> None:
     """``allowed``: the images the operator allows on the queue (``Settings.images_allowed_on``), None for any."""
     if allowed is not None and image not in allowed:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+        raise Invalid(
                             f"rai_build.yml: image '{image}' is not allowed on queue '{queue}'; use one of: {', '.join(allowed) or '(none)'}")
 
 
@@ -108,6 +108,6 @@ def check_image_held(db: Session, queue: str, image: str, dead_after: float) -> 
     wanted = normalize_image(image)
     held = sorted({i for w in live for i in w.images or []})
     if wanted not in held:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
+        raise Invalid(
                             f"rai_build.yml: image '{image}' is not on any worker of queue '{queue}'; "
                             f"the images there are: {', '.join(held) or '(none)'} (see 'raiclient images')")

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timezone
 
-from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
@@ -23,6 +22,7 @@ from .audit import audit
 from .config import Settings
 from .db import utcnow
 from .dispatch import Dispatcher
+from .errors import Conflict, NotFound
 from .fairshare import fair_order
 from .fleet import is_alive, live_slots
 from .logs import LogStore
@@ -55,10 +55,6 @@ def phases_of(job: Job) -> list[Phase]:
     if job.finished_at:
         phases.append(Phase(name="finished", at=job.finished_at, detail=job.state))
     return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
-
-
-def conflict(message: str) -> HTTPException:
-    return HTTPException(status.HTTP_409_CONFLICT, message)
 
 
 class QueueView:
@@ -227,14 +223,14 @@ def _worker_alive(db: Session, svc: Services, name: str | None) -> bool:
 def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGranted:
     job = db.get(Job, job_id, with_for_update=True)
     if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
+        raise NotFound("no such job")
     if JobState(job.state).finished:
-        raise conflict(f"job already {job.state}")
+        raise Conflict(f"job already {job.state}")
     if claim.attempt != job.attempt:
-        raise conflict(f"stale delivery: attempt {claim.attempt}, job is on attempt {job.attempt}")
+        raise Conflict(f"stale delivery: attempt {claim.attempt}, job is on attempt {job.attempt}")
     if job.state == JobState.running.value:
         if job.worker != claim.worker and _worker_alive(db, svc, job.worker):
-            raise conflict(f"job is running on {job.worker}")
+            raise Conflict(f"job is running on {job.worker}")
         svc.logs.system(job.id, f"Restarting on {claim.worker} (the previous run on {job.worker} was lost)")
     job.state = JobState.running.value
     job.waiting = None
@@ -269,9 +265,9 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
 def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worker: str | None = None) -> Job:
     job = db.get(Job, job_id, with_for_update=True)
     if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
+        raise NotFound("no such job")
     if update.attempt != job.attempt or JobState(job.state).finished:
-        raise conflict(f"job {job.id} is {job.state} on attempt {job.attempt}; this update is stale")
+        raise Conflict(f"job {job.id} is {job.state} on attempt {job.attempt}; this update is stale")
     if update.phases:
         job.phases = [*(job.phases or []), *(p.model_dump(mode="json") for p in update.phases[:1000])]
     if update.state is JobState.running:  # progress: waiting in the batch system, or started there

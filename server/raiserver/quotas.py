@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from fastapi import HTTPException, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -15,15 +14,12 @@ from raiprotocol.models import JobState
 from .auth import STAFF
 from .config import Settings
 from .db import utcnow
+from .errors import OverQuota
 from .tables import Job, User
 
 
-def too_many(message: str, retry_after: int) -> HTTPException:
-    return HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, message, headers={"Retry-After": str(max(int(retry_after), 1))})
-
-
 def check_quotas(db: Session, user: User, settings: Settings) -> None:
-    """Raise 429 if this user may not submit now. Called before the upload is read, and again,
+    """Raise OverQuota (429) if this user may not submit now. Called before the upload is read, and again,
     with the user's row locked, when the job is created (so two racing uploads cannot both pass)."""
     if settings.staff_exempt and user.role in STAFF:
         return
@@ -33,14 +29,14 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
     ).all()
     if len(active) >= settings.max_active_jobs:
         ids = ", ".join(active[:5])
-        raise too_many(f"You already have {len(active)} jobs in the queue ({ids}); wait for one to finish or cancel it", 30)
+        raise OverQuota(f"You already have {len(active)} jobs in the queue ({ids}); wait for one to finish or cancel it", 30)
     now = utcnow()
     recent = db.scalars(
         select(Job.created_at).where(Job.owner_id == user.id, Job.created_at > now - timedelta(minutes=1)).order_by(Job.created_at)
     ).all()
     if len(recent) >= settings.submissions_per_minute:
         wait = math.ceil((recent[0] + timedelta(minutes=1) - now).total_seconds())
-        raise too_many(f"You submitted {len(recent)} jobs in the last minute (the limit is {settings.submissions_per_minute}); "
+        raise OverQuota(f"You submitted {len(recent)} jobs in the last minute (the limit is {settings.submissions_per_minute}); "
                        f"try again in {wait} s", wait)
     if settings.gpu_minutes_per_day > 0:
         day = db.execute(
@@ -49,5 +45,5 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
         ).all()
         used = sum(((f or now) - s).total_seconds() for s, f in day) / 60
         if used >= settings.gpu_minutes_per_day:
-            raise too_many(f"You used {used:.0f} of your {settings.gpu_minutes_per_day:g} GPU minutes in the last 24 hours; "
+            raise OverQuota(f"You used {used:.0f} of your {settings.gpu_minutes_per_day:g} GPU minutes in the last 24 hours; "
                            "try again later", 3600)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, Body, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -13,9 +13,10 @@ from sqlalchemy.orm import Session
 from raiprotocol.models import AuditRow, IssuedKeys, PullBody, PullRequest, RosterResult, UserRow
 
 from ..audit import audit
-from ..auth import ROLES, Principal, create_user, get_db, require_staff, revoke_keys, rotate_keys
+from ..auth import ROLES, create_user, revoke_keys, rotate_keys
 from ..images import BadImage, blob_path, request_pull, tar_images
 from ..tables import AuditEntry, User
+from .deps import InstructorUser, SessionDep, StaffUser
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
@@ -38,20 +39,14 @@ def may_grant(actor: User, role: str, where: str = "") -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"{where}only admins may grant the {role} role")
 
 
-def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
-    if p.user.role not in ("instructor", "admin"):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "instructors and admins only")
-    return p
-
-
 def _issued(user: User, secret: str) -> IssuedKeys:
     return IssuedKeys(username=user.username, access_key=user.access_key, secret_key=secret, firstname=user.firstname,
                       lastname=user.lastname, email=user.email, team=user.team)
 
 
 @router.post("/roster", response_model=RosterResult)
-def import_roster(csv_text: str = Body(..., media_type="text/csv"), p: Principal = Depends(require_instructor),
-                  db: Session = Depends(get_db)) -> RosterResult:
+def import_roster(*, csv_text: str = Body(..., media_type="text/csv"), p: InstructorUser,
+                  db: SessionDep) -> RosterResult:
     """CSV with a header: username (required), name or firstname/lastname, email, team, role.
     New users get keys (returned once); students missing from the CSV are deactivated, history kept."""
     reader = csv.DictReader(io.StringIO(csv_text.lstrip("\ufeff")))
@@ -113,7 +108,7 @@ def _user(db: Session, username: str) -> User:
 
 
 @router.post("/users/{username}/keys", response_model=IssuedKeys)
-def rotate(username: str, p: Principal = Depends(require_instructor), db: Session = Depends(get_db)) -> IssuedKeys:
+def rotate(username: str, p: InstructorUser, db: SessionDep) -> IssuedKeys:
     """New keys for a user; the old access key stops working at once."""
     user = _user(db, username)
     may_change(p.user, user)
@@ -123,7 +118,7 @@ def rotate(username: str, p: Principal = Depends(require_instructor), db: Sessio
 
 
 @router.post("/users/{username}/revoke", response_model=UserRow)
-def revoke(username: str, p: Principal = Depends(require_instructor), db: Session = Depends(get_db)) -> UserRow:
+def revoke(username: str, p: InstructorUser, db: SessionDep) -> UserRow:
     """The user's key stops working and no new one is issued (rotate to give them one again)."""
     user = _user(db, username)
     may_change(p.user, user)
@@ -133,21 +128,21 @@ def revoke(username: str, p: Principal = Depends(require_instructor), db: Sessio
 
 
 @router.get("/users", response_model=list[UserRow])
-def users(_: Principal = Depends(require_staff), db: Session = Depends(get_db)) -> list[UserRow]:
+def users(_: StaffUser, db: SessionDep) -> list[UserRow]:
     return [UserRow(username=u.username, role=u.role, team=u.team, email=u.email, active=u.active)
             for u in db.scalars(select(User).order_by(User.username))]
 
 
 @router.get("/audit", response_model=list[AuditRow])
-def audit_log(limit: int = Query(100, ge=1, le=1000), _: Principal = Depends(require_instructor),
-              db: Session = Depends(get_db)) -> list[AuditRow]:
+def audit_log(*, limit: int = Query(100, ge=1, le=1000), _: InstructorUser,
+              db: SessionDep) -> list[AuditRow]:
     rows = db.scalars(select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit))
     return [AuditRow(at=r.at, actor=r.actor, action=r.action, target=r.target, detail=r.detail) for r in rows]
 
 
 @router.post("/images/pull", response_model=PullRequest)
-def pull_image(body: PullBody, request: Request, p: Principal = Depends(require_instructor),
-               db: Session = Depends(get_db)) -> PullRequest:
+def pull_image(body: PullBody, request: Request, p: InstructorUser,
+               db: SessionDep) -> PullRequest:
     """Ask every worker to pull an image from its registry (on the worker host: jobs have no network)."""
     try:
         req = request_pull(request.app.state.services.logs.redis, body.image)
@@ -159,7 +154,7 @@ def pull_image(body: PullBody, request: Request, p: Principal = Depends(require_
 
 
 @router.post("/images/load", response_model=list[PullRequest])
-async def load_image(request: Request, p: Principal = Depends(require_instructor)) -> list[PullRequest]:
+async def load_image(request: Request, p: InstructorUser) -> list[PullRequest]:
     """Body: a `docker save` tar. Every worker downloads it from here and loads it (no registry needed)."""
     svc = request.app.state.services
     try:

@@ -3,47 +3,36 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Callable
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, status
+from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
 from raiprotocol import logwire
-from raiprotocol.archive import ArchiveError, ArchiveLimits, inspect_archive
 from raiprotocol.logwire import END, Batch
 from raiprotocol.models import JobList, JobOut, JobState, QueueSummary, UserOut
-from raiprotocol.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
 
-from ..auth import Principal, current_user, get_db
+from ..auth import Principal
+from ..errors import DomainError
 from ..feed import LogHub, Shared
-from ..fleet import check_gpus, check_image, check_image_held, check_queue, live_workers
-from ..jobs import QueueView, Services, cancel_job, create_job, job_out
+from ..fleet import live_workers
+from ..jobs import QueueView, Services, cancel_job, job_out
 from ..logs import PAGE_ENTRIES
-from ..quotas import check_quotas
+from ..submissions import accept_submission
 from ..tables import Job, User
+from .deps import CurrentUser, SessionDep, services
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
-KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 def sse_json(model, **kw) -> str:
     """JSON with every non-ASCII character escaped: an SSE data field is split at any Unicode line
     break (U+2028, NEL…), which job output may well contain."""
     return json.dumps(model.model_dump(mode="json", **kw))
-
-
-def human_size(n: int) -> str:
-    return f"{n / 1024:.1f} KiB" if n < 1024**2 else f"{n / 1024**2:.1f} MiB"
-
-
-def services(request: Request) -> Services:
-    return request.app.state.services
 
 
 def can_see(p: Principal, job: Job) -> bool:
@@ -75,94 +64,36 @@ def user_out(user: User) -> UserOut:
 
 
 @router.get("/me", response_model=UserOut)
-def me(p: Principal = Depends(current_user)) -> UserOut:
+def me(p: CurrentUser) -> UserOut:
     return user_out(p.user)
-
-
-REFUSALS = {400: "bad_archive", 413: "too_large", 422: "bad_build_file", 429: "quota"}
 
 
 @router.post("/jobs", response_model=JobOut, status_code=status.HTTP_201_CREATED)
 async def submit(
     request: Request,
+    *,
     queue: str | None = Query(None),
     kind: str = Query("dev"),
     content_length: int | None = Header(None),
-    p: Principal = Depends(current_user),
+    p: CurrentUser,
 ) -> JobOut:
     """Body: the project as a .tar.gz holding rai_build.yml at its top."""
     try:
-        return await accept_submission(request, queue, kind, content_length, p)
-    except HTTPException as exc:
-        request.app.state.counts.add("uploads_refused", REFUSALS.get(exc.status_code, str(exc.status_code)))
+        return await accept_submission(services(request), request.app.state.db, request.stream(), p.user.id,
+                                       queue, kind, content_length)
+    except DomainError as exc:
+        request.app.state.counts.add("uploads_refused", exc.refusal)
         raise
-
-
-async def accept_submission(request: Request, queue: str | None, kind: str, content_length: int | None,
-                            p: Principal) -> JobOut:
-    svc = services(request)
-    limit = svc.settings.max_upload_bytes
-    if content_length is not None and content_length > limit:
-        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is {human_size(content_length)}; the limit is {human_size(limit)}")
-    queue = queue or svc.settings.default_queue
-    if not QUEUE.match(queue):
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"bad queue name {queue!r}")
-    if not KIND.match(kind):
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"bad submission kind {kind!r}: lower-case letters, digits, - and _")
-    def _precheck() -> None:  # before reading a byte of the upload: bad Wi-Fi, big projects
-        with request.app.state.db.session() as db:
-            check_queue(db, queue, svc.settings.default_queue)
-            check_quotas(db, db.get(User, p.user.id), svc.settings)
-
-    await run_in_threadpool(_precheck)
-    try:
-        tmp, sha, size = await svc.storage.receive(request.stream(), limit)
-    except OverflowError:
-        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, f"archive is over the limit of {human_size(limit)}") from None
-    def _accept() -> JobOut:
-        """Everything that reads the student's bytes runs here, off the event loop."""
-        try:
-            info = inspect_archive(tmp, ArchiveLimits())
-            if info.spec_bytes is None:
-                raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"{SPEC_FILENAME}: not found at the top of the uploaded project")
-            spec = parse_spec(info.spec_bytes)
-        except ArchiveError as exc:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
-        except SpecError as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
-        required = {svc.settings.verified_kind: list(svc.settings.final_requires)}
-        missing = missing_for_kind(kind, info.names, required)
-        if missing:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY,
-                                f"a '{kind}' submission must include {', '.join(missing)} (not found in the project)")
-        check_image(spec.image, queue, svc.settings.images_allowed_on(queue))
-        with request.app.state.db.session() as db:
-            # First statement of the transaction: a write on the student's row. It takes the
-            # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent
-            # uploads of one student are checked against the quota one after the other.
-            db.execute(update(User).where(User.id == p.user.id).values(id=User.id))
-            owner = db.get(User, p.user.id)
-            check_quotas(db, owner, svc.settings)
-            check_gpus(db, queue, spec, svc.settings.worker_dead_after)
-            check_image_held(db, queue, spec.image, svc.settings.worker_dead_after)
-            svc.storage.keep_archive(tmp, sha)  # only now: a refused upload leaves nothing behind
-            job = create_job(db, svc, owner, spec, info.spec_bytes.decode(), sha, size, queue, kind)
-            return job_out(db, job, QueueView(db, svc.settings))
-
-    try:
-        return await run_in_threadpool(_accept)
-    finally:
-        tmp.unlink(missing_ok=True)
-
 
 
 @router.get("/jobs", response_model=JobList)
 def history(
     request: Request,
+    *,
     limit: int = Query(20, ge=1, le=500),
     everyone: bool = Query(False, alias="all"),
-    p: Principal = Depends(current_user),
-    db: Session = Depends(get_db),
+    p: CurrentUser,
+    db: SessionDep,
 ) -> JobList:
     q = select(Job).order_by(Job.created_at.desc()).limit(limit)
     if not (everyone and p.is_staff):
@@ -172,7 +103,7 @@ def history(
 
 
 @router.get("/queue", response_model=list[QueueSummary])
-def queue_summary(request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> list[QueueSummary]:
+def queue_summary(request: Request, p: CurrentUser, db: SessionDep) -> list[QueueSummary]:
     """Every queue: jobs waiting and running, live workers and slots serving it, and the caller's
     own jobs in it with their positions."""
     dead_after = services(request).settings.worker_dead_after
@@ -198,12 +129,12 @@ def queue_summary(request: Request, p: Principal = Depends(current_user), db: Se
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get_job(job_id: str, request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> JobOut:
+def get_job(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> JobOut:
     return job_out(db, visible_job(db, p, job_id), QueueView(db, services(request).settings))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: str, request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> JobOut:
+def cancel(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> JobOut:
     job = visible_job(db, p, job_id)
     cancel_job(db, services(request), job, p.user)
     db.refresh(job)
@@ -211,7 +142,7 @@ def cancel(job_id: str, request: Request, p: Principal = Depends(current_user), 
 
 
 @router.get("/jobs/{job_id}/build.tar.gz")
-def build_folder(job_id: str, request: Request, p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> FileResponse:
+def build_folder(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> FileResponse:
     job = visible_job(db, p, job_id)
     path = services(request).storage.build_path(job.id)
     if not job.has_build or not path.exists():
@@ -224,10 +155,11 @@ def build_folder(job_id: str, request: Request, p: Principal = Depends(current_u
 async def log(
     job_id: str,
     request: Request,
+    *,
     last_event_id: str | None = Header(None),
     after: int = Query(0, ge=0, description="resume after this line (same as Last-Event-ID)"),
     follow: bool = Query(True, description="false: send what exists, then `caught_up`, and stop"),
-    p: Principal = Depends(current_user),
+    p: CurrentUser,
 ) -> EventSourceResponse:
     """Server-Sent Events: `lines` (a batch; id = its last line's number), `status` while queued,
     then `end` with the job. A stream that ends without `end` was cut off: resume with
@@ -242,7 +174,7 @@ async def log(
 
 
 @router.get("/jobs/{job_id}/log.txt")
-async def log_text(job_id: str, request: Request, p: Principal = Depends(current_user)) -> StreamingResponse:
+async def log_text(job_id: str, request: Request, p: CurrentUser) -> StreamingResponse:
     """A finished job's whole log as plain text, streamed from disk page by page."""
     svc = services(request)
     job = await run_in_threadpool(job_snapshot(request, p, job_id))

@@ -6,27 +6,26 @@ import csv
 import io
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse
-from sqlalchemy.orm import Session
 
 from raiprotocol.models import Entry
 
-from ..auth import Principal, current_user, get_db, require_staff
 from ..leaderboard import leaderboard
+from .deps import CurrentUser, SessionDep, StaffUser
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
 
 
 @router.get("/leaderboard", response_model=list[Entry])
-def get_leaderboard(request: Request, n: int | None = Query(None, ge=1, le=10000),
+def get_leaderboard(request: Request, *, n: int | None = Query(None, ge=1, le=10000),
                     board: Literal["ranked", "unverified"] = Query("ranked", description="unverified: kinds that do not rank"),
-                    p: Principal = Depends(current_user), db: Session = Depends(get_db)) -> list[Entry]:
+                    p: CurrentUser, db: SessionDep) -> list[Entry]:
     return leaderboard(db, request.app.state.settings, p, n, board)
 
 
 @router.get("/leaderboard.csv", response_class=PlainTextResponse)
-def leaderboard_csv(request: Request, p: Principal = Depends(require_staff), db: Session = Depends(get_db)) -> PlainTextResponse:
+def leaderboard_csv(request: Request, p: StaffUser, db: SessionDep) -> PlainTextResponse:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["rank", "team", "members", "op_time_s", "op_times_s", "correctness", "when", "gpu", "kind", "verified", "job"])

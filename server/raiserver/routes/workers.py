@@ -6,24 +6,23 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobState, JobUpdate, QueueImages, WorkerOut
 from raiprotocol.spec import normalize_image
 
-from ..auth import Principal, current_user, get_db, require_staff, require_worker
+from ..auth import require_worker
 from ..db import utcnow
 from ..fleet import is_alive, queue_images
 from ..images import blob_path, wanted_by
 from ..jobs import add_phase, claim_job, update_job
 from ..tables import Job, Worker
-from .jobs import services
+from .deps import CurrentUser, SessionDep, StaffUser, services
 
 router = APIRouter(prefix="/api/v1", tags=["workers"])
 
 
 @router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
-def heartbeat(hb: Heartbeat, request: Request, db: Session = Depends(get_db)) -> HeartbeatReply:
+def heartbeat(hb: Heartbeat, request: Request, db: SessionDep) -> HeartbeatReply:
     w = db.get(Worker, hb.name)
     if w is None:
         w = Worker(name=hb.name)
@@ -40,7 +39,7 @@ def heartbeat(hb: Heartbeat, request: Request, db: Session = Depends(get_db)) ->
 
 
 @router.get("/workers", response_model=list[WorkerOut])
-def workers(request: Request, _: Principal = Depends(require_staff), db: Session = Depends(get_db)) -> list[WorkerOut]:
+def workers(request: Request, _: StaffUser, db: SessionDep) -> list[WorkerOut]:
     dead_after = services(request).settings.worker_dead_after
     now = utcnow()
     return [
@@ -54,24 +53,24 @@ def workers(request: Request, _: Principal = Depends(require_staff), db: Session
 
 
 @router.get("/images", response_model=list[QueueImages])
-def images(request: Request, _: Principal = Depends(current_user), db: Session = Depends(get_db)) -> list[QueueImages]:
+def images(request: Request, _: CurrentUser, db: SessionDep) -> list[QueueImages]:
     """What each queue can run: the images its live workers hold (what a build file may name)."""
     return queue_images(db, services(request).settings.worker_dead_after)
 
 
 @router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=[Depends(require_worker)])
-def claim(job_id: str, body: Claim, request: Request, db: Session = Depends(get_db)) -> ClaimGranted:
+def claim(job_id: str, body: Claim, request: Request, db: SessionDep) -> ClaimGranted:
     return claim_job(db, services(request), job_id, body)
 
 
 @router.post("/worker/jobs/{job_id}/state", dependencies=[Depends(require_worker)])
-def state(job_id: str, body: JobUpdate, request: Request, db: Session = Depends(get_db)) -> dict:
+def state(job_id: str, body: JobUpdate, request: Request, db: SessionDep) -> dict:
     job = update_job(db, services(request), job_id, body)
     return {"state": job.state}
 
 
 @router.get("/worker/jobs/{job_id}/archive", dependencies=[Depends(require_worker)])
-def archive(job_id: str, request: Request, db: Session = Depends(get_db)) -> FileResponse:
+def archive(job_id: str, request: Request, db: SessionDep) -> FileResponse:
     job = db.get(Job, job_id)
     if job is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")

@@ -1,0 +1,55 @@
+"""What the service's own code raises when it refuses something. Domain code (jobs, quotas, the
+fleet, submissions, storage) knows nothing of HTTP; ``app.py`` maps these to responses in one
+handler: the status, ``{"detail": message}`` (the sentence the client prints), and Retry-After."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    status = 400
+    refusal = "bad_request"  # the cause label of refused uploads in /metrics
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(max(int(self.retry_after), 1))} if self.retry_after is not None else {}
+
+
+class BadArchive(DomainError):
+    status, refusal = 400, "bad_archive"
+
+
+class NotFound(DomainError):
+    status, refusal = 404, "not_found"
+
+
+class Conflict(DomainError):
+    status, refusal = 409, "conflict"
+
+
+class Gone(DomainError):
+    status, refusal = 410, "gone"
+
+
+class TooLarge(DomainError):
+    status, refusal = 413, "too_large"
+
+
+class Invalid(DomainError):
+    """A build file, queue, kind or image the service cannot run."""
+    status, refusal = 422, "bad_build_file"
+
+
+class OverQuota(DomainError):
+    status, refusal = 429, "quota"
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message, retry_after)
+
+
+class Busy(DomainError):
+    """A capacity limit of the service itself (streams per process), not the user's quota."""
+    status, refusal = 503, "busy"

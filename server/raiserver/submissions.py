@@ -1,0 +1,90 @@
+"""Accepting a submission: everything between an upload's first byte and a queued job.
+
+Checks run in the order that spares the student's time on bad Wi-Fi: size, queue, kind and quota
+before a byte of the body is read; archive, build file, kind's files, image and GPUs after; the
+quota again under the student's row lock, so concurrent uploads cannot both pass. Refusals are
+``errors.DomainError``s; nothing refused leaves anything behind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import update
+
+from raiprotocol.archive import ArchiveError, ArchiveLimits, inspect_archive
+from raiprotocol.models import JobOut
+from raiprotocol.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
+
+from .db import Database
+from .errors import BadArchive, Invalid, TooLarge
+from .fleet import check_gpus, check_image, check_image_held, check_queue
+from .jobs import QueueView, Services, create_job, job_out
+from .quotas import check_quotas
+from .tables import User
+
+KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def human_size(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n < 1024**2 else f"{n / 1024**2:.1f} MiB"
+
+
+async def accept_submission(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int,
+                            queue: str | None, kind: str, content_length: int | None) -> JobOut:
+    limit = svc.settings.max_upload_bytes
+    if content_length is not None and content_length > limit:
+        raise TooLarge(f"archive is {human_size(content_length)}; the limit is {human_size(limit)}")
+    queue = queue or svc.settings.default_queue
+    if not QUEUE.match(queue):
+        raise Invalid(f"bad queue name {queue!r}")
+    if not KIND.match(kind):
+        raise Invalid(f"bad submission kind {kind!r}: lower-case letters, digits, - and _")
+
+    def _precheck() -> None:  # before reading a byte of the upload: bad Wi-Fi, big projects
+        with database.session() as db:
+            check_queue(db, queue, svc.settings.default_queue)
+            check_quotas(db, db.get(User, user_id), svc.settings)
+
+    await run_in_threadpool(_precheck)
+    try:
+        tmp, sha, size = await svc.storage.receive(body, limit)
+    except OverflowError:
+        raise TooLarge(f"archive is over the limit of {human_size(limit)}") from None
+
+    def _accept() -> JobOut:
+        """Everything that reads the student's bytes runs here, off the event loop."""
+        try:
+            info = inspect_archive(tmp, ArchiveLimits())
+            if info.spec_bytes is None:
+                raise Invalid(f"{SPEC_FILENAME}: not found at the top of the uploaded project")
+            spec = parse_spec(info.spec_bytes)
+        except ArchiveError as exc:
+            raise BadArchive(str(exc)) from None
+        except SpecError as exc:
+            raise Invalid(str(exc)) from None
+        required = {svc.settings.verified_kind: list(svc.settings.final_requires)}
+        missing = missing_for_kind(kind, info.names, required)
+        if missing:
+            raise Invalid(f"a '{kind}' submission must include {', '.join(missing)} (not found in the project)")
+        check_image(spec.image, queue, svc.settings.images_allowed_on(queue))
+        with database.session() as db:
+            # First statement of the transaction: a write on the student's row. It takes the
+            # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent
+            # uploads of one student are checked against the quota one after the other.
+            db.execute(update(User).where(User.id == user_id).values(id=User.id))
+            owner = db.get(User, user_id)
+            check_quotas(db, owner, svc.settings)
+            check_gpus(db, queue, spec, svc.settings.worker_dead_after)
+            check_image_held(db, queue, spec.image, svc.settings.worker_dead_after)
+            svc.storage.keep_archive(tmp, sha)  # only now: a refused upload leaves nothing behind
+            job = create_job(db, svc, owner, spec, info.spec_bytes.decode(), sha, size, queue, kind)
+            return job_out(db, job, QueueView(db, svc.settings))
+
+    try:
+        return await run_in_threadpool(_accept)
+    finally:
+        tmp.unlink(missing_ok=True)
