@@ -15,7 +15,7 @@ from raiprotocol.profile import Profile, ProfileError, load_profile, write_profi
 
 from . import __version__, entry
 from .api import Api, ApiError
-from .console import SERVER_OPT, _api, connected, err, fail, out, say
+from .console import SERVER_OPT, connected, err, fail, open_api, out, say
 from .output import LogPrinter
 
 # Archives up to this size go up without a credentials check first: a bad key then costs the
@@ -128,7 +128,7 @@ def submit(
     missing = missing_for_kind(kind, {p.name for p in path.iterdir() if p.is_file()})
     if missing:
         fail(f"a '{kind}' submission must include {', '.join(missing)} (not found in {path})")
-    api = _api(server)
+    api = open_api(server)
     try:
         say(f"Submitting as {api.profile.username or api.profile.access_key[:8]} @ {api.server}")
         packed = pack_project(path)
@@ -267,7 +267,7 @@ def download(
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Download a job's build folder as a .tar.gz."""
-    api = _api(server)
+    api = open_api(server)
     dest = output or Path(f"build-{job_id}.tar.gz")
     try:
         size = api.download_build(job_id, dest)

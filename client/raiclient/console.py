@@ -31,7 +31,7 @@ def fail(message: str, code: int = ExitCode.CLIENT_ERROR) -> None:
     raise typer.Exit(code)
 
 
-def _api(server: str | None) -> Api:
+def open_api(server: str | None) -> Api:
     try:
         return Api(load_profile(server))
     except ProfileError as exc:
@@ -42,7 +42,7 @@ def _api(server: str | None) -> Api:
 @contextmanager
 def connected(server: str | None) -> Iterator[Api]:
     """An API session whose failures end the command with one line and the right exit status."""
-    api = _api(server)
+    api = open_api(server)
     try:
         yield api
     except ApiError as exc:

@@ -13,8 +13,7 @@ from rich.console import Console
 from raiprotocol.profile import Profile, write_profile
 
 from .auth import ROLES, create_user, rotate_keys
-from .config import Settings
-from .config import load_settings as _load
+from .config import Settings, load_settings
 from .db import Database, migrate
 from .hardening import check_deployment, write_secrets_file
 from .tables import User
@@ -23,10 +22,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="The rai serv
 console = Console(highlight=False)
 
 
-def load_settings() -> Settings:
+def checked_settings() -> Settings:
     """The settings, validated once at start: a bad or renamed variable stops here, named."""
     try:
-        return _load()
+        return load_settings()
     except ValueError as exc:  # pydantic's ValidationError
         Console(stderr=True).print(f"raiserver: bad settings: {exc}", markup=False)
         raise typer.Exit(2)
@@ -36,7 +35,7 @@ def load_settings() -> Settings:
 def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
     """Run the API (migrates the database first). Off loopback, refuses default or short secrets."""
     os.environ["RAI_BIND_HOST"] = host
-    check_deployment(load_settings(), host)
+    check_deployment(checked_settings(), host)
     uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", timeout_graceful_shutdown=5)
 
 
@@ -54,7 +53,7 @@ def secrets_cmd(
 @app.command("migrate")
 def migrate_cmd() -> None:
     """Bring the database schema up to date."""
-    settings = load_settings()
+    settings = checked_settings()
     migrate(Database(settings.db_url).engine)
     console.print(f"database at {settings.db_url.split('@')[-1]} is up to date")
 
@@ -69,7 +68,7 @@ def add_user(
     profile: Optional[Path] = typer.Option(None, "--profile", help="write a ready-to-use ~/.rai_profile here"),
 ) -> None:
     """Create a user (or give an existing one new keys) and print/write their profile."""
-    settings = load_settings()
+    settings = checked_settings()
     db = Database(settings.db_url)
     migrate(db.engine)
     with db.session() as s:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,8 +104,3 @@ class Settings(SharedSettings):
 def load_settings() -> Settings:
     """Settings from the environment, and from RAI_SECRETS_FILE for what the environment leaves unset."""
     return Settings.load()
-
-
-@lru_cache
-def get_settings() -> Settings:
-    return load_settings()

@@ -35,15 +35,6 @@ from .logs import PAGE_ENTRIES, LogStore
 log = logging.getLogger("raiserver")
 
 
-class StreamLimit(Exception):
-    """Over a cap on concurrent streams: 429 (this user) or 503 (this server), with Retry-After."""
-
-    def __init__(self, status: int, message: str, retry_after: int = 5):
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
-
-
 @dataclass(frozen=True)
 class Shared:
     """New batches of one job, with their SSE data, and the whole SSE event, encoded once for
@@ -111,21 +102,15 @@ class LogHub:
 
     # -- caps ------------------------------------------------------------------------------------
     def admit(self, user_id: int, staff: bool) -> None:
+        """Count a new stream, or refuse it: 503 (this server is full) or 429 (this user), Retry-After 5 s."""
         if self.open_streams >= self.per_process:
-            raise StreamLimit(503, f"this server is at its limit of {self.per_process} open log streams; retry shortly")
+            raise Busy(f"this server is at its limit of {self.per_process} open log streams; retry shortly", 5)
         cap = self.per_staff if staff else self.per_student
         if self.streams[user_id] >= cap:
-            raise StreamLimit(429, f"you have {self.streams[user_id]} log streams open (the limit is {cap}); "
-                                   "close some (other terminals or browser tabs) and retry")
+            raise OverQuota(f"you have {self.streams[user_id]} log streams open (the limit is {cap}); "
+                            "close some (other terminals or browser tabs) and retry", 5)
         self.streams[user_id] += 1
         self.open_streams += 1
-
-    def admit_or_refuse(self, user_id: int, staff: bool) -> None:
-        """``admit``, with a cap answered as HTTP 429/503 and Retry-After."""
-        try:
-            self.admit(user_id, staff)
-        except StreamLimit as exc:
-            raise (OverQuota if exc.status == 429 else Busy)(str(exc), exc.retry_after) from None
 
     def release(self, user_id: int) -> None:
         self.streams[user_id] -= 1

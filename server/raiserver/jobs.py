@@ -271,8 +271,7 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
     if update.phases:
         job.phases = [*(job.phases or []), *(p.model_dump(mode="json") for p in update.phases[:1000])]
     if update.state is JobState.running:  # progress: waiting in the batch system, or started there
-        if update.waiting != job.waiting:
-            job.waiting = update.waiting[:500] if update.waiting else None
+        job.waiting = update.waiting[:500] if update.waiting else None
         db.commit()
     elif update.state is JobState.queued:  # the worker lost the job's environment (a batch node failed)
         requeue_lost(db, svc, job, update.message or f"{job.worker} lost the job")

@@ -186,7 +186,7 @@ async def queue_events(request: Request) -> EventSourceResponse:
     p = await run_in_threadpool(who)
     uid, staff, tag = p.user.id, p.is_staff, request.session.get("key")
     hub = request.app.state.hub
-    hub.admit_or_refuse(uid, staff)
+    hub.admit(uid, staff)
     feed: QueueFeed = request.app.state.queue_feed
     feed.watching[uid] += 1
 

@@ -1,6 +1,6 @@
 """The FastAPI dependencies route handlers declare, as annotated types (``db: SessionDep``,
 ``p: CurrentUser``): who is calling, with which rights, the request's database session and the
-app's services. One place, so a handler's signature says what it needs and nothing else."""
+app's services (``services``). One place, so a handler's signature says what it needs and nothing else."""
 
 from __future__ import annotations
 
@@ -27,4 +27,3 @@ SessionDep = Annotated[Session, Depends(get_db)]
 CurrentUser = Annotated[Principal, Depends(current_user)]
 StaffUser = Annotated[Principal, Depends(require_staff)]
 InstructorUser = Annotated[Principal, Depends(require_instructor)]
-ServicesDep = Annotated[Services, Depends(services)]

@@ -169,7 +169,7 @@ async def log(
     job = await run_in_threadpool(snapshot)
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
     hub = request.app.state.hub
-    hub.admit_or_refuse(p.user.id, p.is_staff)
+    hub.admit(p.user.id, p.is_staff)
     return EventSourceResponse(log_events(svc, hub, job, start, snapshot, p.user.id, follow), ping=15, send_timeout=30)
 
 
