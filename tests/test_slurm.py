@@ -105,7 +105,8 @@ def test_memory_kill_is_explained(svc, tmp_path):
 
 
 def test_a_job_waiting_in_slurm_shows_the_reason(svc, cluster, tmp_path):
-    blocker = cluster.run("sbatch", "--parsable", "--exclusive", "--output=/dev/null", "--wrap", "sleep 300").strip()
+    # not "sleep 300": test_paths looks for that command host-wide, and Slurm may reap this one late
+    blocker = cluster.run("sbatch", "--parsable", "--exclusive", "--output=/dev/null", "--wrap", "sleep 290").strip()
     try:
         proj = make_project(tmp_path / "p", ["echo ran after the blocker"])
         res = svc.client("submit", "-p", str(proj), "--detach")
