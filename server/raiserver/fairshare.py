@@ -37,7 +37,7 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
     """The queue's waiting (not yet released) jobs in the order they will be released."""
     waiting = db.scalars(
         select(Job).options(joinedload(Job.owner))
-        .where(Job.queue == queue, Job.state == JobState.queued.value, Job.dispatched_at.is_(None))
+        .where(Job.queue == queue, Job.state == JobState.queued, Job.dispatched_at.is_(None))
         .order_by(Job.created_at, Job.id)
     ).all()
     if not waiting:
@@ -75,15 +75,15 @@ def free_slots(db: Session, queue: str, dead_after: float) -> int:
     busy = db.scalar(
         select(func.count()).select_from(Job).where(
             Job.queue == queue,
-            or_(Job.state == JobState.running.value,
-                (Job.state == JobState.queued.value) & Job.dispatched_at.is_not(None)),
+            or_(Job.state == JobState.running,
+                (Job.state == JobState.queued) & Job.dispatched_at.is_not(None)),
         )
     )
     return max(slots - int(busy or 0), 0)
 
 
 def queues_with_work(db: Session) -> list[str]:
-    return list(db.scalars(select(Job.queue).where(Job.state == JobState.queued.value).distinct()))
+    return list(db.scalars(select(Job.queue).where(Job.state == JobState.queued).distinct()))
 
 
 def release_stale(db: Session) -> int:
@@ -91,7 +91,7 @@ def release_stale(db: Session) -> int:
     under a new attempt number, so the lost message, should it reappear, is refused."""
     cutoff = utcnow() - STALE_DISPATCH
     stale = db.scalars(
-        select(Job).where(Job.state == JobState.queued.value, Job.dispatched_at.is_not(None), Job.dispatched_at < cutoff)
+        select(Job).where(Job.state == JobState.queued, Job.dispatched_at.is_not(None), Job.dispatched_at < cutoff)
     ).all()
     for job in stale:
         job.attempt += 1

@@ -53,7 +53,7 @@ def phases_of(job: Job) -> list[Phase]:
         phases.append(Phase(name="released", at=job.dispatched_at, detail=job.queue))
     phases += [Phase.model_validate(p) for p in job.phases or []]
     if job.finished_at:
-        phases.append(Phase(name="finished", at=job.finished_at, detail=job.state))
+        phases.append(Phase(name="finished", at=job.finished_at, detail=job.state.value))
     return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
 
 
@@ -69,7 +69,7 @@ class QueueView:
 
     def position(self, job: Job) -> int | None:
         """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
-        if job.state != JobState.queued.value:
+        if job.state != JobState.queued:
             return None
         if job.dispatched_at is not None:
             return 1
@@ -100,12 +100,10 @@ class QueueView:
         return mean / max(live_slots(self.db, queue, self.settings.worker_dead_after), 1)
 
 
-def shown_state(job: Job) -> JobState:
+def shown_state(state: JobState, waiting: bool) -> JobState:
     """What users see: a job a worker handed to Slurm that Slurm has not started yet is queued
     (the database keeps it running: it is claimed, and cancelling it must reach that worker)."""
-    if job.state == JobState.running.value and job.waiting:
-        return JobState.queued
-    return JobState(job.state)
+    return JobState.queued if state is JobState.running and waiting else state
 
 
 def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
@@ -115,7 +113,7 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         owner=job.owner.username,
         queue=job.queue,
         kind=job.kind,
-        state=shown_state(job),
+        state=shown_state(job.state, bool(job.waiting)),
         waiting=job.waiting,
         image=job.image,
         created_at=job.created_at,
@@ -144,7 +142,7 @@ def create_job(
         owner_id=owner.id,
         queue=queue,
         kind=kind,
-        state=JobState.queued.value,
+        state=JobState.queued,
         image=spec.image,
         spec_yaml=spec_text,
         archive_sha256=sha256,
@@ -174,18 +172,17 @@ def finish_job(
     announce: bool = True,
 ) -> None:
     """Terminal transition: store the log and results, commit, then tell live readers."""
-    if JobState(job.state).finished:
+    if job.state.finished:
         return
     if announce and message and state is not JobState.succeeded:
         svc.logs.system(job.id, message)
-    job.state = state.value
+    job.state = state
     job.waiting = None
     job.finished_at = utcnow()
     job.exit_code = exit_code
     job.failed_command = failed_command
     job.message = message
     svc.logs.archive(job.id)
-    job.log_stored = True
     job.results = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id))).model_dump()
     job.has_build = svc.storage.build_path(job.id).exists()
     if job.worker:
@@ -198,9 +195,9 @@ def finish_job(
 
 
 def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
-    if JobState(job.state).finished:
+    if job.state.finished:
         return
-    if job.state == JobState.queued.value:
+    if job.state == JobState.queued:
         if by.id != job.owner_id:
             audit(db, by.username, "job.cancel", job.id, owner=job.owner.username)
         finish_job(db, svc, job, JobState.cancelled, message=f"Cancelled by {by.username} before it started")
@@ -224,15 +221,15 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     job = db.get(Job, job_id, with_for_update=True)
     if job is None:
         raise NotFound("no such job")
-    if JobState(job.state).finished:
-        raise Conflict(f"job already {job.state}")
+    if job.state.finished:
+        raise Conflict(f"job already {job.state.value}")
     if claim.attempt != job.attempt:
         raise Conflict(f"stale delivery: attempt {claim.attempt}, job is on attempt {job.attempt}")
-    if job.state == JobState.running.value:
+    if job.state == JobState.running:
         if job.worker != claim.worker and _worker_alive(db, svc, job.worker):
             raise Conflict(f"job is running on {job.worker}")
         svc.logs.system(job.id, f"Restarting on {claim.worker} (the previous run on {job.worker} was lost)")
-    job.state = JobState.running.value
+    job.state = JobState.running
     job.waiting = None
     job.worker = claim.worker
     job.started_at = job.started_at or utcnow()
@@ -266,8 +263,8 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
     job = db.get(Job, job_id, with_for_update=True)
     if job is None:
         raise NotFound("no such job")
-    if update.attempt != job.attempt or JobState(job.state).finished:
-        raise Conflict(f"job {job.id} is {job.state} on attempt {job.attempt}; this update is stale")
+    if update.attempt != job.attempt or job.state.finished:
+        raise Conflict(f"job {job.id} is {job.state.value} on attempt {job.attempt}; this update is stale")
     if update.phases:
         job.phases = [*(job.phases or []), *(p.model_dump(mode="json") for p in update.phases[:1000])]
     if update.state is JobState.running:  # progress: waiting in the batch system, or started there
@@ -292,7 +289,7 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
         finish_job(db, svc, job, JobState.error, message=f"{reason}; gave up after {job.attempt} attempts")
         return
     job.attempt += 1
-    job.state = JobState.queued.value
+    job.state = JobState.queued
     job.waiting = None
     job.worker = None
     job.dispatched_at = None
@@ -302,7 +299,7 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
 
 def reap(db: Session, svc: Services) -> int:
     """Requeue running jobs whose worker stopped sending heartbeats. Returns how many."""
-    running = db.scalars(select(Job).where(Job.state == JobState.running.value)).all()
+    running = db.scalars(select(Job).where(Job.state == JobState.running)).all()
     n = 0
     for job in running:
         w = db.get(Worker, job.worker) if job.worker else None

@@ -42,7 +42,7 @@ BOARDS = ("ranked", "unverified")
 
 def valid(job: Job, settings: Settings, board: str = "ranked") -> bool:
     r = job.results or {}
-    if job.state != JobState.succeeded.value or r.get("op_time_total") is None:
+    if job.state != JobState.succeeded or r.get("op_time_total") is None:
         return False
     if (job.kind in settings.ranked_kind_set) != (board == "ranked"):
         return False
@@ -54,7 +54,7 @@ def valid(job: Job, settings: Settings, board: str = "ranked") -> bool:
 
 def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tuple[str, Job, set[str]]]:
     jobs = db.scalars(
-        select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded.value)
+        select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded)
     ).all()
     best: dict[str, Job] = {}
     members: dict[str, set[str]] = {}

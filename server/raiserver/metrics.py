@@ -102,10 +102,10 @@ class Collector:
             jobs = GaugeMetricFamily("rai_jobs", "Jobs by state", labels=["state"])
             by_state = dict(db.execute(select(Job.state, func.count()).group_by(Job.state)).all())
             for state in JobState:
-                jobs.add_metric([state.value], by_state.get(state.value, 0))
+                jobs.add_metric([state.value], by_state.get(state, 0))
             yield jobs
             depth = GaugeMetricFamily("rai_queue_depth", "Jobs waiting, per queue", labels=["queue"])
-            for queue, n in db.execute(select(Job.queue, func.count()).where(Job.state == JobState.queued.value).group_by(Job.queue)):
+            for queue, n in db.execute(select(Job.queue, func.count()).where(Job.state == JobState.queued).group_by(Job.queue)):
                 depth.add_metric([queue], n)
             yield depth
             rows = db.execute(select(Job.created_at, Job.started_at, Job.finished_at).where(Job.started_at.is_not(None))).all()

@@ -24,7 +24,7 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
     if settings.staff_exempt and user.role in STAFF:
         return
     active = db.scalars(
-        select(Job.id).where(Job.owner_id == user.id, Job.state.in_([JobState.queued.value, JobState.running.value]))
+        select(Job.id).where(Job.owner_id == user.id, Job.state.in_([JobState.queued, JobState.running]))
         .order_by(Job.created_at)
     ).all()
     if len(active) >= settings.max_active_jobs:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Enum, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from raiprotocol.models import JobState
 
 from .db import Base, UTCDateTime, utcnow
 
@@ -36,7 +38,9 @@ class Job(Base):
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
     queue: Mapped[str] = mapped_column(String(64), index=True)
     kind: Mapped[str] = mapped_column(String(32), default="dev")
-    state: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    # stored as the state's name in a VARCHAR(16), as before (no database enum type to migrate)
+    state: Mapped[JobState] = mapped_column(Enum(JobState, native_enum=False, length=16, create_constraint=False),
+                                            index=True, default=JobState.queued)
     image: Mapped[str] = mapped_column(String(256))
     spec_yaml: Mapped[str] = mapped_column(Text)
     archive_sha256: Mapped[str] = mapped_column(String(64))
@@ -52,7 +56,6 @@ class Job(Base):
     message: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     has_build: Mapped[bool] = mapped_column(Boolean, default=False)
-    log_stored: Mapped[bool] = mapped_column(Boolean, default=False)
     results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     gpu_name: Mapped[str | None] = mapped_column(String(128))
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)

@@ -109,7 +109,7 @@ def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
     """Every waiting and running job, as staff see it (``owner_id`` to tell whose it is)."""
     jobs = db.scalars(
         select(Job).options(joinedload(Job.owner))
-        .where(Job.state.in_([JobState.queued.value, JobState.running.value])).order_by(Job.created_at)
+        .where(Job.state.in_([JobState.queued, JobState.running])).order_by(Job.created_at)
     ).all()
     now = utcnow()
     rows: dict[str, list[dict]] = {"queued": [], "running": []}

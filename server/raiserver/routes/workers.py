@@ -7,7 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 
-from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobState, JobUpdate, QueueImages, WorkerOut
+from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate, QueueImages, WorkerOut
 from raiprotocol.spec import normalize_image
 
 from ..auth import require_worker
@@ -66,7 +66,7 @@ def claim(job_id: str, body: Claim, request: Request, db: SessionDep) -> ClaimGr
 @router.post("/worker/jobs/{job_id}/state", dependencies=[Depends(require_worker)])
 def state(job_id: str, body: JobUpdate, request: Request, db: SessionDep) -> dict:
     job = update_job(db, services(request), job_id, body)
-    return {"state": job.state}
+    return {"state": job.state.value}
 
 
 @router.get("/worker/jobs/{job_id}/archive", dependencies=[Depends(require_worker)])
@@ -100,7 +100,7 @@ async def upload_build(job_id: str, request: Request, attempt: int = Query(...))
             job = db.get(Job, job_id)
             if job is None:
                 raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
-            if job.attempt != attempt or JobState(job.state).finished:
+            if job.attempt != attempt or job.state.finished:
                 raise HTTPException(status.HTTP_409_CONFLICT, "stale attempt")
 
     await run_in_threadpool(_check)
