@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
@@ -12,27 +11,18 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
-from raiprotocol import logwire
-from raiprotocol.logwire import END, Batch
 from raiprotocol.models import JobList, JobOut, JobState, QueueSummary, UserOut
 
 from ..auth import Principal
 from ..errors import DomainError
-from ..feed import LogHub, Shared
 from ..fleet import live_workers
-from ..jobs import QueueView, Services, cancel_job, job_out
-from ..logs import PAGE_ENTRIES
+from ..jobs import QueueView, cancel_job, job_out, shown_state
+from ..logstream import log_events, plain_text
 from ..submissions import accept_submission
 from ..tables import Job, User
 from .deps import CurrentUser, SessionDep, services
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
-
-
-def sse_json(model, **kw) -> str:
-    """JSON with every non-ASCII character escaped: an SSE data field is split at any Unicode line
-    break (U+2028, NEL…), which job output may well contain."""
-    return json.dumps(model.model_dump(mode="json", **kw))
 
 
 def can_see(p: Principal, job: Job) -> bool:
@@ -107,22 +97,22 @@ def queue_summary(request: Request, p: CurrentUser, db: SessionDep) -> list[Queu
     """Every queue: jobs waiting and running, live workers and slots serving it, and the caller's
     own jobs in it with their positions."""
     dead_after = services(request).settings.worker_dead_after
-    counts: dict[str, dict[str, int]] = {}
+    counts: dict[str, dict[JobState, int]] = {}
     held = Job.waiting.is_not(None)  # claimed, but still waiting in Slurm: shown as waiting
     for queue, state, waits, n in db.execute(select(Job.queue, Job.state, held, func.count()).where(
-            Job.state.in_([JobState.queued.value, JobState.running.value])).group_by(Job.queue, Job.state, held)):
-        shown = JobState.queued.value if waits else state
+            Job.state.in_([JobState.queued, JobState.running])).group_by(Job.queue, Job.state, held)):
+        shown = shown_state(state, waits)
         counts.setdefault(queue, {})[shown] = counts.get(queue, {}).get(shown, 0) + n
     live = live_workers(db, dead_after)
     served = {q for w in live for q in (w.queues or [])}
     view = QueueView(db, services(request).settings)
     mine = db.scalars(select(Job).where(Job.owner_id == p.user.id,
-                                        Job.state.in_([JobState.queued.value, JobState.running.value])).order_by(Job.created_at)).all()
+                                        Job.state.in_([JobState.queued, JobState.running])).order_by(Job.created_at)).all()
     out = []
     for queue in sorted(served | set(counts) | {j.queue for j in mine}):
         c = counts.get(queue, {})
         serving = [w for w in live if queue in (w.queues or [])]
-        out.append(QueueSummary(queue=queue, waiting=c.get(JobState.queued.value, 0), running=c.get(JobState.running.value, 0),
+        out.append(QueueSummary(queue=queue, waiting=c.get(JobState.queued, 0), running=c.get(JobState.running, 0),
                                 slots=sum(w.slots for w in serving), workers=len(serving),
                                 mine=[job_out(db, j, view) for j in mine if j.queue == queue]))
     return out
@@ -146,7 +136,7 @@ def build_folder(job_id: str, request: Request, p: CurrentUser, db: SessionDep) 
     job = visible_job(db, p, job_id)
     path = services(request).storage.build_path(job.id)
     if not job.has_build or not path.exists():
-        detail = "the job has not finished yet" if not JobState(job.state).finished else "this job left no build folder"
+        detail = "the job has not finished yet" if not job.state.finished else "this job left no build folder"
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail)
     return FileResponse(path, media_type="application/gzip", filename=f"build-{job.id}.tar.gz")
 
@@ -180,103 +170,5 @@ async def log_text(job_id: str, request: Request, p: CurrentUser) -> StreamingRe
     job = await run_in_threadpool(job_snapshot(request, p, job_id))
     if not job.state.finished:
         raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has not finished; follow it with 'raiclient logs {job_id} --follow'")
-
-    async def text() -> AsyncIterator[bytes]:
-        offset = 0
-        while offset >= 0:
-            batches, offset = await run_in_threadpool(svc.logs.stored_page, job_id, offset, 0)
-            yield "".join(("".join(f"✱ {t}\n" for t in b.lines()) if b.s == "sys" else b.x + "\n") for b in batches).encode()
-
-    return StreamingResponse(text(), media_type="text/plain; charset=utf-8",
+    return StreamingResponse(plain_text(svc, job_id), media_type="text/plain; charset=utf-8",
                              headers={"Content-Disposition": f'attachment; filename="log-{job_id}.txt"'})
-
-
-def lines_event(batches: list[Batch]) -> dict:
-    return {"event": "lines", "id": str(batches[-1].last), "data": logwire.dumps(batches)}
-
-
-async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator[dict]:
-    """The stored log after line ``after``, a page at a time from disk: bounded memory however
-    long the log, nothing more read once the client is gone, and the reading and encoding done
-    off the event loop (the server keeps answering everyone else meanwhile)."""
-    def page(offset: int) -> tuple[dict | None, int]:
-        batches, offset = svc.logs.stored_page(job_id, offset, after, max_bytes=256 * 1024)
-        return (lines_event(batches) if batches else None), offset
-
-    offset = 0
-    while offset >= 0:
-        event, offset = await run_in_threadpool(page, offset)
-        if event:
-            yield event
-
-
-def merged_event(items: list[Shared], sent: int) -> tuple[dict | bytes | None, int]:
-    """One SSE event for every batch that arrived since the last one, re-using the data encoded
-    once for all watchers; only a batch that overlaps what this reader already has is cut."""
-    if len(items) == 1 and items[0].batches[0].n > sent:  # the usual case: the shared event as is
-        return items[0].frame, items[0].batches[-1].last
-    parts: list[str] = []
-    last = sent
-    for shared in items:
-        if shared.batches[-1].last <= last:
-            continue
-        if shared.batches[0].n > last:
-            parts.append(shared.data[1:-1])
-        else:
-            fresh = [b for b in (x.after(last) for x in shared.batches) if b is not None]
-            parts.append(logwire.dumps(fresh)[1:-1])
-        last = shared.batches[-1].last
-    if not parts:
-        return None, sent
-    return {"event": "lines", "id": str(last), "data": "[" + ",".join(parts) + "]"}, last
-
-
-async def log_events(svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot, user_id: int,
-                     follow: bool = True) -> AsyncIterator[dict]:
-    w = None
-    try:
-        if job.state.finished:
-            async for event in stored_events(svc, job.id, sent):
-                yield event
-            yield {"event": "end", "data": sse_json(job)}
-            return
-        w = await hub.watch(job.id)
-        if job.state is JobState.queued:
-            yield {"event": "status", "data": sse_json(job, include={"state", "position", "eta_seconds", "worker"})}
-        top = hub.position(job.id)
-        while True:  # what was written before this watcher joined
-            page = await svc.logs.apage(job.id, sent)
-            lines = [b for b in page if b.s != END]
-            if lines:
-                yield lines_event(lines)
-                sent = lines[-1].last
-            if len(lines) != len(page):
-                yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
-                return
-            if len(page) < PAGE_ENTRIES or sent >= top:
-                break
-        if not follow:
-            yield {"event": "caught_up", "data": sse_json(job, include={"state", "position", "eta_seconds", "worker"})}
-            return
-        while True:
-            items = await w.next()
-            event, sent = merged_event([payload for kind, payload in items if kind == "lines"], sent)
-            if event:
-                yield event
-            for kind, payload in items:
-                if kind == "status":
-                    yield {"event": "status", "data": sse_json(payload, include={"state", "position", "eta_seconds", "worker"})}
-                elif kind == "end":
-                    yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
-                    return
-                elif kind == "finished":  # no end marker came (Redis lost it): finish from storage
-                    async for event in stored_events(svc, job.id, sent):
-                        yield event
-                    yield {"event": "end", "data": sse_json(payload)}
-                    return
-                elif kind == "cut":  # too slow a reader: it reconnects with Last-Event-ID
-                    return
-    finally:
-        if w is not None:
-            hub.unwatch(w)
-        hub.release(user_id)
