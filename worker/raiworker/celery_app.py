@@ -20,6 +20,7 @@ from raiprotocol.keys import TASK_NAME
 from raiprotocol.models import Heartbeat
 
 from . import __version__
+from .errors import ServerUnreachable
 from .images import Puller, held_images
 from .metrics import serve
 from .runner import run_job, running_dir
@@ -63,7 +64,7 @@ def run_job_task(self, job_id: str, attempt: int) -> str:
     try:
         rt = runtime()
         return run_job(rt.settings, rt.gpus, job_id, attempt)
-    except ConnectionError as exc:  # server unreachable before the claim: try again later
+    except ServerUnreachable as exc:  # server unreachable before the claim: try again later
         raise self.retry(exc=exc, countdown=10)
 
 

@@ -35,7 +35,8 @@ def run(
     for stale in (settings.work_dir / "running").glob("*"):
         stale.unlink()
     if settings.executor == "docker":
-        from .executors.docker import ExecutorUnavailable, docker_client, reap_containers
+        from .errors import ExecutorUnavailable
+        from .executors.docker import docker_client, reap_containers
 
         try:
             client = docker_client()

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from raiprotocol.models import GpuInfo
 
+from .errors import NoGpu
+
 
 def discover(spec: str) -> list[GpuInfo]:
     """``auto``: ask nvidia-smi; ``none``: no GPUs; ``0,1``: these ids (details from nvidia-smi if any)."""
@@ -47,7 +49,7 @@ def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 360
         yield []
         return
     if count > len(gpus):
-        raise RuntimeError(f"the job asks for {count} GPU(s); this worker has {len(gpus)}")
+        raise NoGpu(f"the job asks for {count} GPU(s); this worker has {len(gpus)}")
     lock_dir.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + wait
     while True:
@@ -66,7 +68,7 @@ def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 360
         for _, fd in held:
             os.close(fd)
         if time.monotonic() > deadline:
-            raise RuntimeError("timed out waiting for a free GPU")
+            raise NoGpu("timed out waiting for a free GPU")
         time.sleep(0.2)
     try:
         yield [str(i) for i, _ in held]

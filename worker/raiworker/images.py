@@ -21,6 +21,7 @@ import docker
 from raiprotocol.models import PullRequest
 from raiprotocol.spec import normalize_image
 
+from .errors import ImageLoadFailed
 from .server import ServerClient
 
 log = logging.getLogger("raiworker")
@@ -129,4 +130,4 @@ class Puller:
             tar.unlink(missing_ok=True)
         names = {normalize_image(t) for image in loaded for t in image.tags}
         if req.image not in names:
-            raise RuntimeError(f"the archive loaded {', '.join(sorted(names)) or 'no named image'}, not {req.image}")
+            raise ImageLoadFailed(f"the archive loaded {', '.join(sorted(names)) or 'no named image'}, not {req.image}")

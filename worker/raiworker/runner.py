@@ -20,11 +20,12 @@ from raiprotocol.keys import cancel_key
 from raiprotocol.models import GpuInfo, JobState, JobUpdate, Phase
 
 from .config import WorkerSettings
+from .errors import Refused, ServerUnreachable, WorkerError
 from .executors import JobContext, Outcome, execute, make_executor
 from .gpus import hold_gpus, host_share
 from .logsink import LogSink
 from .metrics import job_done
-from .server import Refused, ServerClient
+from .server import ServerClient
 from .unpack import unpack
 
 log = logging.getLogger("raiworker")
@@ -71,7 +72,10 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
             log.warning("job %s refused mid-run: %s", job_id, exc)
             return "skipped"
         except Exception as exc:  # infrastructure trouble: the student's code did not fail
-            log.exception("job %s: worker error", job_id)
+            if isinstance(exc, WorkerError):  # a known cause: its message says it all
+                log.warning("job %s: %s", job_id, exc)
+            else:
+                log.exception("job %s: worker error", job_id)
             outcome = Outcome(JobState.error, message=f"worker {settings.worker_name} error: {exc}")
             try:
                 sink.system(outcome.message)
@@ -153,7 +157,7 @@ def _report_waiting(server: ServerClient, job_id: str, attempt: int, words: str 
     """A progress note, not a state change: if the server is away the job goes on regardless."""
     try:
         server.update(job_id, JobUpdate(attempt=attempt, state=JobState.running, waiting=words), retry_for=10.0)
-    except ConnectionError as exc:
+    except ServerUnreachable as exc:
         log.warning("job %s: waiting reason not reported: %s", job_id, exc)
 
 

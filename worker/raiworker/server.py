@@ -13,10 +13,7 @@ import httpx
 from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate
 
 from .config import WorkerSettings
-
-
-class Refused(Exception):
-    """The server said no for good (stale attempt, finished job): drop the task."""
+from .errors import Refused, ServerUnreachable
 
 
 class ServerClient:
@@ -48,7 +45,7 @@ class ServerClient:
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise ConnectionError(f"server {self.settings.server_url} unreachable for {retry_for:.0f} s ({method} {url})")
+                raise ServerUnreachable(f"server {self.settings.server_url} unreachable for {retry_for:.0f} s ({method} {url})")
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from raiprotocol.archive import ArchiveError, extract_archive
 
+from .errors import UnpackFailed
+
 
 def unpack(archive: Path, dest: Path, user: str) -> None:
     """``extract_archive`` as ``user`` ("uid:gid") when running as root; ArchiveError as it says."""
@@ -53,4 +55,4 @@ def unpack(archive: Path, dest: Path, user: str) -> None:
     if code == 3:
         raise ArchiveError(message)
     if code != 0:
-        raise RuntimeError(f"unpacking the project failed ({message or f'exit {code}'})")
+        raise UnpackFailed(f"unpacking the project failed ({message or f'exit {code}'})")

@@ -22,6 +22,7 @@ from docker.types import DeviceRequest, Mount, Ulimit
 from raiprotocol.archive import safe_extract
 from raiprotocol.models import LogStream
 
+from ..errors import ExecutorUnavailable
 from ..logsink import LogSink
 from ..terminal import IN_CONTAINER, no_terminal_note, pty_helper, terminal_env
 from .base import Executor, JobContext
@@ -35,10 +36,6 @@ KILL_JOB = (
     "for pass in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; "
     '[ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null; done; done; true'
 )
-
-
-class ExecutorUnavailable(RuntimeError):
-    pass
 
 
 def docker_client() -> docker.DockerClient:

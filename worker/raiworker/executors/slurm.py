@@ -27,6 +27,7 @@ from pathlib import Path
 
 from raiprotocol.models import JobState
 
+from ..errors import SlurmError
 from ..logsink import LogSink
 from ..terminal import pty_helper, terminal_env
 from .base import Executor, JobContext, Outcome
@@ -52,10 +53,6 @@ while :; do
   n=$((n + 1))
 done
 """
-
-
-class SlurmError(RuntimeError):
-    """sbatch or squeue failed: the cluster, not the student's code."""
 
 
 def _run(args: list[str], timeout: float = 60) -> str:
