@@ -1,0 +1,105 @@
+"""A job's life on the server: a claim makes it running once, a stale or second claim is refused,
+the worker's final update ends it (and a cancel wins over the failure it caused), a lost run goes
+back in the queue a bounded number of times. The database holds each state before anyone is told."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from raiprotocol.logwire import END
+from raiprotocol.models import Claim, JobState, JobUpdate
+from raiserver.errors import Conflict, NotFound
+from raiserver.jobs import cancel_job, claim_job, reap, update_job
+
+from .conftest import add_job, add_user, add_worker
+
+
+def log_of(services, job_id: str) -> list[tuple[str, str]]:
+    return [(b.s, b.x) for page in services.logs.pages(job_id) for b in page]
+
+
+def end_marker(services, job_id: str) -> str | None:
+    from raiprotocol.keys import stream_key
+    from raiprotocol.logwire import decode_entry
+
+    ends = [b.x for b in (decode_entry(i, f) for i, f in services.logs.redis.xrange(stream_key(job_id))) if b.s == END]
+    return ends[-1] if ends else None
+
+
+def test_claim_then_finish(db, services):
+    job = add_job(db, add_user(db, "alice"))
+    add_worker(db, "w1")
+    grant = claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    assert (grant.commands, grant.attempt) == (["echo hi"], 1)
+    assert job.state is JobState.running and job.worker == "w1"
+    assert [p["name"] for p in job.phases] == ["claimed"]
+    with pytest.raises(Conflict, match="stale delivery"):
+        claim_job(db, services, job.id, Claim(worker="w1", attempt=2))
+    with pytest.raises(Conflict, match="running on w1"):  # w1 is alive: nobody else may take it
+        claim_job(db, services, job.id, Claim(worker="w2", attempt=1))
+
+    services.logs.system(job.id, "Op Time: 1.5 ms")
+    update_job(db, services, job.id, JobUpdate(attempt=1, state=JobState.succeeded, exit_code=0))
+    assert job.state is JobState.succeeded and job.finished_at is not None
+    assert end_marker(services, job.id) == "succeeded"  # readers are told after the commit
+    assert services.storage.log_path(job.id).exists()
+    with pytest.raises(Conflict, match="is succeeded on attempt 1"):
+        update_job(db, services, job.id, JobUpdate(attempt=1, state=JobState.failed, exit_code=1))
+    with pytest.raises(Conflict, match="already succeeded"):
+        claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    with pytest.raises(NotFound):
+        claim_job(db, services, "nope", Claim(worker="w1", attempt=1))
+
+
+def test_a_cancel_wins_over_the_failure_it_caused(db, services):
+    alice = add_user(db, "alice")
+    job = add_job(db, alice)
+    add_worker(db, "w1")
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    cancel_job(db, services, job, alice)
+    assert job.state is JobState.running and job.cancel_requested  # the worker stops it
+    assert ("sys", "Cancel requested by alice; stopping the container") in log_of(services, job.id)
+    update_job(db, services, job.id, JobUpdate(attempt=1, state=JobState.failed, exit_code=137, message="killed"))
+    assert job.state is JobState.cancelled
+
+
+def test_a_queued_job_is_cancelled_at_once(db, services):
+    alice = add_user(db, "alice")
+    job = add_job(db, alice)
+    cancel_job(db, services, job, alice)
+    assert job.state is JobState.cancelled and job.message == "Cancelled by alice before it started"
+    assert end_marker(services, job.id) == "cancelled"
+
+
+def test_a_lost_run_is_requeued_then_given_up(db, services):
+    job = add_job(db, add_user(db, "alice"))
+    w1 = add_worker(db, "w1")
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    assert reap(db, services) == 0  # its worker is alive (a claim counts as a sign of life)
+    w1.last_seen -= timedelta(seconds=46)  # then it stops answering
+    db.commit()
+    assert reap(db, services) == 1
+    assert (job.state, job.attempt, job.worker) == (JobState.queued, 2, None)
+    assert any("goes back in the queue (attempt 2 of 2)" in x for _, x in log_of(services, job.id))
+    with pytest.raises(Conflict, match="stale delivery"):  # the old delivery cannot run it twice
+        claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=2))
+    w1.last_seen -= timedelta(seconds=46)
+    db.commit()
+    reap(db, services)
+    assert job.state is JobState.error and "gave up after 2 attempts" in job.message
+
+
+def test_waiting_in_slurm_is_shown_queued_and_a_node_failure_requeues(db, services):
+    from raiserver.jobs import QueueView, job_out
+
+    job = add_job(db, add_user(db, "alice"))
+    add_worker(db, "w1")
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    update_job(db, services, job.id, JobUpdate(attempt=1, state=JobState.running, waiting="Queued in Slurm: Resources"))
+    out = job_out(db, job, QueueView(db, services.settings))
+    assert (job.state, out.state, out.waiting) == (JobState.running, JobState.queued, "Queued in Slurm: Resources")
+    update_job(db, services, job.id, JobUpdate(attempt=1, state=JobState.queued, message="Slurm: NODE_FAIL"))
+    assert (job.state, job.attempt, job.waiting) == (JobState.queued, 2, None)
