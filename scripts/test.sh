@@ -18,5 +18,6 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
 fi
 
 .venv/bin/ruff check protocol client server worker tests bench
+.venv/bin/mypy protocol/raiprotocol client/raiclient server/raiserver worker/raiworker  # config: mypy.ini
 export RAI_REQUIRE_DOCKER=1 RAI_REQUIRE_POSTGRES=1 RAI_REQUIRE_BROWSER=1 RAI_REQUIRE_SLURM=1
 exec .venv/bin/python -m pytest "$@"

@@ -17,7 +17,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from .spec import SPEC_FILENAME
 
@@ -220,6 +220,7 @@ def safe_extract(tar: tarfile.TarFile, dest: Path, max_bytes: int | None = None)
                 os.makedirs(parent, mode=0o755, exist_ok=True)
                 os.symlink(member.linkname, target)
             elif member.isreg() or member.islnk():
+                src: IO[bytes] | None
                 if member.islnk():
                     source = os.path.join(base, posixpath.normpath(member.linkname))
                     if not _inside(dest_real, source) or os.path.islink(source) or not os.path.isfile(source):

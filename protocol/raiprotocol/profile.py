@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -32,7 +33,7 @@ class Profile:
     email: str | None = None
     team: str | None = None
 
-    def with_(self, **changes: str | None) -> Profile:
+    def with_(self, **changes: Any) -> Profile:
         return replace(self, **changes)
 
     @classmethod

@@ -156,7 +156,7 @@ def _reject_aliases(text: str, filename: str) -> None:
     try:
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                line = event.start_mark.line + 1
+                line = event.start_mark.line + 1 if event.start_mark else 1
                 raise SpecError([f"{filename}:{line}: YAML anchors and aliases are not allowed"])
     except yaml.YAMLError as exc:
         raise SpecError([_yaml_error(exc, filename, text)]) from None

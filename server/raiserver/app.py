@@ -119,7 +119,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
-        services.kick = lambda: loop.call_soon_threadsafe(wake.set)
+
+        def kick() -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        services.kick = kick
         tasks = [asyncio.create_task(_reaper(app)), asyncio.create_task(_dispatcher(app, wake)),
                  asyncio.create_task(metrics.flush_loop(app))]
         yield

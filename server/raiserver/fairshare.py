@@ -11,7 +11,7 @@ order gives queue positions, so what a student is told is what will happen.
 from __future__ import annotations
 
 import heapq
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, joinedload
@@ -51,7 +51,7 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
     for job in waiting:
         per_owner.setdefault(job.owner_id, []).append(job)
     # heap of each owner's next job: (priority, last service, that job's submission time, tiebreak)
-    heap = []
+    heap: list[tuple[int, tuple[int, float], datetime, str, int, int]] = []
     for owner, jobs in per_owner.items():
         served = last.get(owner)
         heapq.heappush(heap, (_priority(jobs[0], staff_priority, priority_kinds or set()),

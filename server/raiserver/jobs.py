@@ -94,9 +94,10 @@ class QueueView:
                                                           Job.started_at.is_not(None))
             .order_by(Job.finished_at.desc()).limit(20)
         ).all()
-        if not recent:
+        spans = [(f - s).total_seconds() for s, f in recent if s is not None and f is not None]
+        if not spans:
             return None
-        mean = sum((f - s).total_seconds() for s, f in recent) / len(recent)
+        mean = sum(spans) / len(spans)
         return mean / max(live_slots(self.db, queue, self.settings.worker_dead_after), 1)
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
@@ -40,36 +42,53 @@ def pseudonym(key: str, secret: str) -> str:
 BOARDS = ("ranked", "unverified")
 
 
-def valid(job: Job, settings: Settings, board: str = "ranked") -> bool:
+@dataclass(frozen=True)
+class Run:
+    """A job that makes a board: its results and end, which ``job`` only holds as optional columns."""
+
+    job: Job
+    results: dict[str, Any]
+    finished: datetime
+
+    @property
+    def op_time(self) -> float:
+        return float(self.results["op_time_total"])
+
+
+def board_run(job: Job, settings: Settings, board: str = "ranked") -> Run | None:
+    """The job as a run of this board, or None if it does not make it."""
     r = job.results or {}
-    if job.state != JobState.succeeded or r.get("op_time_total") is None:
-        return False
+    if job.state != JobState.succeeded or r.get("op_time_total") is None or job.finished_at is None:
+        return None
     if (job.kind in settings.ranked_kind_set) != (board == "ranked"):
-        return False
+        return None
     if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
-        return False  # a final submission after the deadline is kept, not ranked
+        return None  # a final submission after the deadline is kept, not ranked
     corr = r.get("correctness") or {}
-    return bool(corr) and min(corr.values()) >= settings.correctness_threshold
+    if not corr or min(corr.values()) < settings.correctness_threshold:
+        return None
+    return Run(job, r, job.finished_at)
 
 
-def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tuple[str, Job, set[str]]]:
+def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tuple[str, Run, set[str]]]:
     jobs = db.scalars(
         select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded)
     ).all()
-    best: dict[str, Job] = {}
+    best: dict[str, Run] = {}
     members: dict[str, set[str]] = {}
     last = settings.leaderboard_policy == "last"
     for job in jobs:
-        if not valid(job, settings, board):
+        run = board_run(job, settings, board)
+        if run is None:
             continue
         key = team_key(job)
         members.setdefault(key, set()).add(job.owner.username)
         cur = best.get(key)
-        t, ct = job.results["op_time_total"], (cur.results["op_time_total"] if cur else None)
-        if cur is None or (job.finished_at > cur.finished_at if last else (t < ct or (t == ct and job.finished_at < cur.finished_at))):
-            best[key] = job
-    ranked = sorted(best.items(), key=lambda kv: (kv[1].results["op_time_total"], kv[1].finished_at))
-    return [(key, job, members[key]) for key, job in ranked]
+        if cur is None or (run.finished > cur.finished if last else
+                           (run.op_time, run.finished) < (cur.op_time, cur.finished)):
+            best[key] = run
+    ranked = sorted(best.items(), key=lambda kv: (kv[1].op_time, kv[1].finished))
+    return [(key, run, members[key]) for key, run in ranked]
 
 
 def hidden(settings: Settings, viewer: Principal) -> bool:
@@ -83,21 +102,22 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
     mine_key = f"team:{viewer.user.team}" if viewer.user.team else f"user:{viewer.user.username}"
     only_mine = hidden(settings, viewer)
     out = []
-    for i, (key, job, names) in enumerate(best_runs(db, settings, board)[:limit], start=1):
+    for i, (key, run, names) in enumerate(best_runs(db, settings, board)[:limit], start=1):
+        job, results = run.job, run.results
         mine = key == mine_key
         if only_mine and not mine:
             continue
         real = key.split(":", 1)[1]
-        corr = job.results["correctness"]
+        corr = results["correctness"]
         out.append(Entry(
             rank=i,
             name=real if (viewer.is_staff or mine) else pseudonym(key, settings.pseudonym_secret),
-            op_time=job.results["op_time_total"],
-            op_times=job.results["op_times"],
-            spread=job.results.get("op_time_spread"),
-            runs=len(job.results.get("op_time_runs") or []) or 1,
+            op_time=run.op_time,
+            op_times=results["op_times"],
+            spread=results.get("op_time_spread"),
+            runs=len(results.get("op_time_runs") or []) or 1,
             correctness=min(corr.values()),
-            when=job.finished_at,
+            when=run.finished,
             gpu=job.gpu_name,
             kind=job.kind,
             verified=job.kind in settings.verified_kinds,

@@ -105,9 +105,9 @@ async def log_events(svc: Services, hub: LogHub, job: JobOut, sent: int, snapsho
             return
         while True:
             items = await w.next()
-            event, sent = merged_event([payload for kind, payload in items if kind == "lines"], sent)
-            if event:
-                yield event
+            merged, sent = merged_event([payload for kind, payload in items if kind == "lines"], sent)
+            if merged:
+                yield merged
             for kind, payload in items:
                 if kind == "status":
                     yield {"event": "status", "data": sse_json(payload, include=STATUS_FIELDS)}

@@ -43,7 +43,7 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
             select(Job.started_at, Job.finished_at).where(
                 Job.owner_id == user.id, Job.gpu_count > 0, Job.started_at > now - timedelta(days=1))
         ).all()
-        used = sum(((f or now) - s).total_seconds() for s, f in day) / 60
+        used = sum(((f or now) - s).total_seconds() for s, f in day if s is not None) / 60
         if used >= settings.gpu_minutes_per_day:
             raise OverQuota(f"You used {used:.0f} of your {settings.gpu_minutes_per_day:g} GPU minutes in the last 24 hours; "
                            "try again later", 3600)

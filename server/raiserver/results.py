@@ -130,7 +130,7 @@ def parse_log(lines: Iterable[LogLine | Line]) -> JobResultSummary:
         timed = [t for t in timed if t.op_times]
         best = timed[0]
         if len(timed) > 1:  # the median run stands for the job; the spread says how noisy it was
-            totals = [t.op_time_total for t in timed]
+            totals = [round(sum(t.op_times), 9) for t in timed]  # each run's op_time_total
             median = statistics.median_low(totals)
             best = timed[totals.index(median)]
             summary.op_time_runs = totals

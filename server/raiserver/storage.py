@@ -14,6 +14,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from .errors import TooLarge
+
+
+def human_size(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n < 1024**2 else f"{n / 1024**2:.1f} MiB"
+
 
 class Storage:
     def __init__(self, root: Path):
@@ -26,8 +32,9 @@ class Storage:
         os.close(fd)
         return Path(name)
 
-    async def receive(self, chunks: AsyncIterator[bytes], limit: int) -> tuple[Path, str, int]:
-        """Stream a request body to a temp file, hashing as it goes; stop past ``limit`` bytes."""
+    async def receive(self, chunks: AsyncIterator[bytes], limit: int, what: str) -> tuple[Path, str, int]:
+        """Stream a request body to a temp file, hashing as it goes; refuse it (TooLarge) past
+        ``limit`` bytes, leaving nothing behind."""
         path = self.tempfile(".part")
         digest = hashlib.sha256()
         size = 0
@@ -36,7 +43,7 @@ class Storage:
                 async for chunk in chunks:
                     size += len(chunk)
                     if size > limit:
-                        raise OverflowError(size)
+                        raise TooLarge(f"{what} is over the limit of {human_size(limit)}")
                     digest.update(chunk)
                     fh.write(chunk)
         except BaseException:

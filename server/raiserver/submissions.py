@@ -23,14 +23,11 @@ from .errors import BadArchive, Invalid, TooLarge
 from .fleet import check_gpus, check_image, check_image_held, check_queue
 from .jobs import QueueView, Services, create_job, job_out
 from .quotas import check_quotas
+from .storage import human_size
 from .tables import User
 
 KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-
-def human_size(n: int) -> str:
-    return f"{n / 1024:.1f} KiB" if n < 1024**2 else f"{n / 1024**2:.1f} MiB"
 
 
 async def accept_submission(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int,
@@ -47,13 +44,10 @@ async def accept_submission(svc: Services, database: Database, body: AsyncIterat
     def _precheck() -> None:  # before reading a byte of the upload: bad Wi-Fi, big projects
         with database.session() as db:
             check_queue(db, queue, svc.settings.default_queue)
-            check_quotas(db, db.get(User, user_id), svc.settings)
+            check_quotas(db, db.get_one(User, user_id), svc.settings)
 
     await run_in_threadpool(_precheck)
-    try:
-        tmp, sha, size = await svc.storage.receive(body, limit)
-    except OverflowError:
-        raise TooLarge(f"archive is over the limit of {human_size(limit)}") from None
+    tmp, sha, size = await svc.storage.receive(body, limit, "the archive")
 
     def _accept() -> JobOut:
         """Everything that reads the student's bytes runs here, off the event loop."""
@@ -76,7 +70,7 @@ async def accept_submission(svc: Services, database: Database, body: AsyncIterat
             # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent
             # uploads of one student are checked against the quota one after the other.
             db.execute(update(User).where(User.id == user_id).values(id=User.id))
-            owner = db.get(User, user_id)
+            owner = db.get_one(User, user_id)
             check_quotas(db, owner, svc.settings)
             check_gpus(db, queue, spec, svc.settings.worker_dead_after)
             check_image_held(db, queue, spec.image, svc.settings.worker_dead_after)

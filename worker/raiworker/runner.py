@@ -76,9 +76,10 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
                 log.warning("job %s: %s", job_id, exc)
             else:
                 log.exception("job %s: worker error", job_id)
-            outcome = Outcome(JobState.error, message=f"worker {settings.worker_name} error: {exc}")
+            message = f"worker {settings.worker_name} error: {exc}"
+            outcome = Outcome(JobState.error, message=message)
             try:
-                sink.system(outcome.message)
+                sink.system(message)
             except redis.RedisError:
                 pass
         finally:

@@ -58,7 +58,7 @@ class ServerClient:
         return self._download(f"/api/v1/worker/images/{sha256}", dest, "image archive", httpx.Timeout(30.0, read=600.0))
 
     def _download(self, url: str, dest: Path, what: str, timeout: httpx.Timeout | None = None) -> Path:
-        with self.http.stream("GET", url, **({"timeout": timeout} if timeout else {})) as resp:
+        with self.http.stream("GET", url, timeout=timeout or httpx.USE_CLIENT_DEFAULT) as resp:
             if resp.status_code != 200:
                 resp.read()
                 raise Refused(f"{what} not available: HTTP {resp.status_code} {resp.text[:200]}")

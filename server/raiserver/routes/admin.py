@@ -76,7 +76,7 @@ def import_roster(*, csv_text: str = Body(..., media_type="text/csv"), p: Instru
         listed.add(username)
         user = db.scalar(select(User).where(User.username == username))
         if user is None:
-            user, secret = create_user(db, username, **{"role": "student", **fields})
+            user, secret = create_user(db, username, **{"role": "student", **fields})  # type: ignore[arg-type]
             result.created.append(_issued(user, secret))
             continue
         changed = {k: v for k, v in fields.items() if getattr(user, k) != v}
@@ -157,10 +157,8 @@ def pull_image(body: PullBody, request: Request, p: InstructorUser,
 async def load_image(request: Request, p: InstructorUser) -> list[PullRequest]:
     """Body: a `docker save` tar. Every worker downloads it from here and loads it (no registry needed)."""
     svc = request.app.state.services
-    try:
-        tmp, sha, _ = await svc.storage.receive(request.stream(), svc.settings.max_image_bytes)
-    except OverflowError:
-        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "image archive over RAI_MAX_IMAGE_BYTES") from None
+    tmp, sha, _ = await svc.storage.receive(request.stream(), svc.settings.max_image_bytes,
+                                            "the image archive (RAI_MAX_IMAGE_BYTES)")
 
     def _keep() -> list[PullRequest]:
         try:

@@ -104,10 +104,7 @@ async def upload_build(job_id: str, request: Request, attempt: int = Query(...))
                 raise HTTPException(status.HTTP_409_CONFLICT, "stale attempt")
 
     await run_in_threadpool(_check)
-    try:
-        tmp, _, size = await svc.storage.receive(request.stream(), svc.settings.max_build_bytes)
-    except OverflowError:
-        raise HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, "build folder too large") from None
+    tmp, _, size = await svc.storage.receive(request.stream(), svc.settings.max_build_bytes, "the build folder")
     svc.storage.keep_build(tmp, job_id)
 
     def _note() -> None:

@@ -14,6 +14,7 @@ import struct
 import tarfile
 import threading
 import time
+from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -64,7 +65,7 @@ class DockerExecutor(Executor):
 
     def __init__(self, client: docker.DockerClient | None = None):
         self.client = client or docker_client()
-        self.container = None
+        self.container: Any = None  # the job's docker Container once started (the Docker SDK is untyped)
         self.user = "1000:1000"
         self.wrap: list[str] = []  # the pty helper inside the container, when there is one
 
@@ -301,7 +302,7 @@ class _Frames:
     def feed(self, data: bytes) -> None:
         """Consecutive frames of one stream go to the sink as one chunk (one batch in Redis)."""
         self.buf += data
-        run_stream, run = None, []
+        run_stream, run = -1, list[bytes]()
         pos = 0
         while len(self.buf) - pos >= 8:
             stream, size = self.buf[pos], struct.unpack(">I", self.buf[pos + 4:pos + 8])[0]

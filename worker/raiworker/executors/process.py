@@ -83,6 +83,7 @@ class ProcessExecutor(Executor):
             [str(self.helper), *argv] if self.helper else argv, cwd=ctx.build_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._limits(ctx),
         )
+        assert self.proc.stdout is not None and self.proc.stderr is not None  # both are pipes
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ, LogStream.out)
         sel.register(self.proc.stderr, selectors.EVENT_READ, LogStream.err)
@@ -91,13 +92,13 @@ class ProcessExecutor(Executor):
             ready = sel.select(timeout=0.5)
             if not ready and self.proc.poll() is not None:
                 break  # the command ended; a background child still holds its output open
-            for key, _ in ready:
-                data = os.read(key.fileobj.fileno(), 65536)
+            for selected, _ in ready:
+                data = os.read(selected.fd, 65536)
                 if not data:
-                    sel.unregister(key.fileobj)
+                    sel.unregister(selected.fileobj)
                     open_streams -= 1
                 else:
-                    sink.feed(key.data, data)
+                    sink.feed(selected.data, data)
         sel.close()
         code = self.proc.wait()  # the helper reports a command killed by signal N as 128+N
         self._kill_group()  # orphans and background children die with the command

@@ -126,6 +126,7 @@ class SlurmExecutor(Executor):
 
     def _sbatch_args(self, ctx: JobContext, script: Path) -> list[str]:
         s = ctx.settings
+        assert self.ctl is not None, "start() makes the control folder first"
         minutes = max(1, -(-(ctx.wall_seconds + s.slurm_grace_seconds) // 60))
         args = ["sbatch", "--parsable", f"--job-name=rai-{ctx.job_id}", f"--time={minutes}",
                 f"--mem={ctx.memory_mb}M", f"--cpus-per-task={max(1, int(s.cpus))}",
