@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,16 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from raiserver import launch
+from raiserver.launch import Part, free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 BUSYBOX = "rai/busybox:latest"
 REQUIRE_DOCKER = os.environ.get("RAI_REQUIRE_DOCKER") == "1"
 PG_BASE = os.environ.get("RAI_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
@@ -135,8 +131,9 @@ class Service:
     env: dict[str, str]
     profile: Path
     token: str
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    procs: dict[str, Part] = field(default_factory=dict)
     logs: Path = Path()
+    port: int = 0
 
     def client(self, *args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
         e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -159,23 +156,16 @@ class Service:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
 
     def add_user(self, name: str, role: str = "student", team: str | None = None) -> Path:
-        path = self.data / f"{name}.profile"
-        args = [sys.executable, "-m", "raiserver.cli", "add-user", name, "--role", role, "--server-url", self.url, "--profile", str(path)]
-        if team:
-            args += ["--team", team]
-        subprocess.run(args, env=self.env, check=True, capture_output=True)
-        return path
+        return launch.add_user(self.env, name, role, self.url, self.data / f"{name}.profile", team)
 
-    def start_worker(self, name: str = "w1", **extra: str) -> subprocess.Popen:
-        env = {**self.env, "RAI_WORKER_NAME": name, "RAI_WORK_DIR": str(self.data / f"work-{name}"), **extra}
-        log = (self.logs / f"worker-{name}.log").open("ab")
-        proc = subprocess.Popen([sys.executable, "-m", "raiworker.cli"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.procs[f"worker-{name}"] = proc
-        with self.worker_http() as _:
-            pass
-        wait_for(lambda: self._worker_seen(name), timeout=40, what=f"worker {name} heartbeat")
-        return proc
+    def start_server(self) -> None:
+        self.procs["server"] = launch.start_server(self.env, "127.0.0.1", self.port, self.logs / "server.log", timeout=40)
+
+    def start_worker(self, name: str = "w1", **extra: str) -> Part:
+        part = launch.start_worker({**self.env, **extra}, name, self.data / f"work-{name}", self.logs / f"worker-{name}.log")
+        self.procs[f"worker-{name}"] = part
+        launch.wait_until(lambda: self._worker_seen(name), part, f"worker {name}", timeout=40)
+        return part
 
     def _worker_seen(self, name: str) -> bool:
         with self.http() as h:
@@ -183,14 +173,9 @@ class Service:
             return r.status_code == 200 and any(w["name"] == name and w["alive"] for w in r.json())
 
     def stop(self, key: str, sig: int = signal.SIGTERM) -> None:
-        proc = self.procs.pop(key, None)
-        if proc and proc.poll() is None:
-            os.killpg(proc.pid, sig)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        part = self.procs.pop(key, None)
+        if part is not None:
+            part.stop(sig)
 
     def shutdown(self) -> None:
         for key in list(self.procs):
@@ -202,7 +187,7 @@ _redis_db = 0
 
 def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, slots: int = 4,
                   worker: bool = True, extra_env: dict | None = None) -> Service:
-    port = free_port()
+    port = launch.free_port()
     token = uuid.uuid4().hex
     global _redis_db
     _redis_db = _redis_db % 15 + 1  # one Redis database per service: no worker ever sees another's queue
@@ -224,31 +209,12 @@ def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, 
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
     svc = Service(url=f"http://127.0.0.1:{port}", data=tmp / "data", env=env, profile=tmp / "data" / "admin.profile",
-                  token=token, logs=logs)
-    subprocess.run([sys.executable, "-m", "raiserver.cli", "add-user", "admin", "--role", "admin", "--server-url", svc.url,
-                    "--profile", str(svc.profile)], env=env, check=True, capture_output=True)
-    svc.start_server = lambda: _start_server(svc, port)  # type: ignore[attr-defined]
-    _start_server(svc, port)
+                  token=token, logs=logs, port=port)
+    svc.add_user("admin", "admin")
+    svc.start_server()
     if worker:
         svc.start_worker("w1")
     return svc
-
-
-def _start_server(svc: Service, port: int) -> None:
-    log = (svc.logs / "server.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", "127.0.0.1", "--port", str(port)],
-                            env=svc.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    svc.procs["server"] = proc
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {(svc.logs / 'server.log').read_text()[-2000:]}")
-        try:
-            return httpx.get(f"{svc.url}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(up, timeout=40, what="server")
 
 
 @pytest.fixture(scope="module")

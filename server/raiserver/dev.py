@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import httpx
 import typer
 from rich.console import Console
 from rich.text import Text
@@ -28,15 +27,10 @@ from rich.text import Text
 from raiprotocol.profile import read_profile_file
 
 from .hardening import write_secrets_file
+from .launch import Part, add_user, free_port, start_server, start_worker
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run rai on this machine for trying and developing.")
 console = Console(highlight=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def redis_binary() -> str:
@@ -66,33 +60,13 @@ def docker_ready() -> tuple[bool, str]:
     return True, "Docker engine found"
 
 
-def wait_http(url: str, proc: subprocess.Popen | None, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is None or proc.poll() is not None:
-            raise SystemExit(f"raid: the {what} exited with {proc and proc.returncode}; see its log above")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"raid: the {what} did not answer at {url} within {timeout:.0f} s")
-
-
 def ensure_admin(env: dict[str, str], data: Path, server_url: str) -> Path:
     path = data / "admin.rai_profile"
     if path.exists():
         prof = read_profile_file(path)
         if prof.server == server_url:
             return path
-    out = subprocess.run(
-        [sys.executable, "-m", "raiserver.cli", "add-user", "admin", "--role", "admin", "--server-url", server_url, "--profile", str(path)],
-        env=env, capture_output=True, text=True,
-    )
-    if out.returncode != 0:
-        raise SystemExit(f"raid: could not create the admin user:\n{out.stderr}")
-    return path
+    return add_user(env, "admin", "admin", server_url, path)
 
 
 @app.command()
@@ -134,12 +108,6 @@ def dev(
     logs.mkdir(exist_ok=True)
     parts: list[Part] = []
 
-    def spawn(args: list[str], name: str) -> Part:
-        part = Part(name, args, env, logs / f"{name}.log")
-        part.start()
-        parts.append(part)
-        return part
-
     def stop(*_: object) -> None:
         for part in reversed(parts):
             part.stop()
@@ -152,13 +120,12 @@ def dev(
     try:
         redis_dir = data / "redis"
         redis_dir.mkdir(exist_ok=True)
-        spawn([redis_binary(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-               "--requirepass", password, "--dir", str(redis_dir)], "redis")
-        server = spawn([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", host, "--port", str(port),
-                        "--workers", str(workers)], "server")
-        wait_http(f"{server_url}/healthz", server.proc, "server")
+        parts.append(Part("redis", [redis_binary(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+                                    "--appendonly", "yes", "--requirepass", password, "--dir", str(redis_dir)],
+                          env, logs / "redis.log").start())
+        parts.append(start_server(env, host, port, logs / "server.log", processes=workers))
         profile_path = ensure_admin(env, data, server_url)
-        spawn([sys.executable, "-m", "raiworker.cli"], "worker")
+        parts.append(start_worker(env, env["RAI_WORKER_NAME"], data / "worker", logs / "worker.log"))
         console.print(f"[bold cyan]✱[/] rai is up: server {server_url} (API docs {server_url}/docs), data in {data}")
         console.print(f"[bold cyan]✱[/] worker: {executor} executor ({reason}); logs in {logs}")
         home_profile = Path.home() / ".rai_profile"
@@ -187,52 +154,10 @@ def dev(
                     console.print(Text(f"✱ {message}", "yellow"))
     except KeyboardInterrupt:
         console.print("[bold cyan]✱[/] stopping")
+    except RuntimeError as exc:  # a part did not come up: its log says why
+        raise SystemExit(f"raid: {exc}") from None
     finally:
         stop()
-
-
-class Part:
-    """One supervised process of `raid dev` (Redis, the server, the worker)."""
-
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path):
-        self.name, self.args, self.env, self.log = name, args, env, log
-        self.proc: subprocess.Popen | None = None
-        self.started = 0.0
-        self.delay = 1.0
-        self.restart_at: float | None = None
-
-    def start(self) -> None:
-        fh = self.log.open("ab")
-        self.proc = subprocess.Popen(self.args, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-        self.started = time.monotonic()
-
-    def check(self) -> str | None:
-        """Restart the part if it stopped; returns what to tell the user, if anything."""
-        now = time.monotonic()
-        if self.restart_at is not None:
-            if now < self.restart_at:
-                return None
-            self.restart_at = None
-            self.start()
-            return f"{self.name} started again (log: {self.log})"
-        if self.proc is None or self.proc.poll() is None:
-            if now - self.started > 60:
-                self.delay = 1.0  # up a minute: the next crash restarts quickly again
-            return None
-        code = self.proc.returncode
-        self.restart_at = now + self.delay
-        message = f"{self.name} stopped (exit {code}); starting it again in {self.delay:.0f} s; its log: {self.log}"
-        self.delay = min(self.delay * 2, 30.0)
-        return message
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 @app.callback()
