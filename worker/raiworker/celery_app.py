@@ -139,3 +139,11 @@ def _start_heartbeat(**_) -> None:
 def _stop_heartbeat(**_) -> None:
     if _heartbeat is not None:
         _heartbeat.stop.set()
+    s = runtime().settings
+    if s.executor == "docker" and s.spare_containers:  # the pool has stopped: its spares have no next job
+        try:
+            from .executors.docker import docker_client, reap_containers
+
+            reap_containers(docker_client(), s.worker_name, spares_only=True)
+        except Exception as exc:  # noqa: BLE001 - the next start removes them
+            log.warning("spare containers not removed: %s", exc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 
 import typer
 
@@ -34,6 +35,7 @@ def run(
     (settings.work_dir / "running").mkdir(exist_ok=True)
     for stale in (settings.work_dir / "running").glob("*"):
         stale.unlink()
+    shutil.rmtree(settings.work_dir / "slots", ignore_errors=True)  # the pool processes' folders of an earlier run
     if settings.executor == "docker":
         from .errors import ExecutorUnavailable
         from .executors.docker import docker_client, reap_containers

@@ -43,6 +43,7 @@ class WorkerSettings(SharedSettings):
     # "KEY=VALUE,KEY2=VALUE2": set by the operator for every job (dataset paths, …)
     job_env: Annotated[dict[str, str], NoDecode, BeforeValidator(_pairs)] = {}
     read_only_root: bool = True
+    spare_containers: bool = True  # start each slot's next container when a job ends (Docker executor)
     pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start
     columns: int = 120  # the jobs' terminal width (COLUMNS, and the pty's size)
     # Slurm (executor=slurm): the batch job each rai job becomes; work_dir must be on a shared file system

@@ -10,7 +10,7 @@ def make_executor(settings: WorkerSettings) -> Executor:
     if settings.executor == "docker":
         from .docker import DockerExecutor
 
-        return DockerExecutor()
+        return DockerExecutor(spares=settings.spare_containers)
     if settings.executor == "slurm":
         from .slurm import SlurmExecutor
 

@@ -3,17 +3,26 @@
 The container has no network, drops every capability, cannot gain privileges, runs as a non-root
 user, and sees the project read-only at /src and a writable /build. It is labelled with the job
 id so a restarted worker can remove anything a crash left behind.
+
+Starting a container is most of a short job's overhead, so once a job ends its slot (the worker
+process that ran it) starts the next container ahead of time, for the same image, GPUs and
+memory limit: a fresh container per job, made after the previous one was killed, never reused.
+Its /src is the slot's own folder, empty until the next job's files are moved in. A job that
+needs anything else gets a container of its own as before, and the spare one is removed.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import shutil
 import socket
 import struct
 import tarfile
 import threading
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -29,6 +38,7 @@ from ..terminal import IN_CONTAINER, no_terminal_note, pty_helper, terminal_env
 from .base import Executor, JobContext
 
 LABEL = "rai.job"
+SPARE = "spare"  # the rai.job label of a container started ahead of time, before it has a job
 KEEPALIVE = ["/bin/sh", "-c", "exec sleep 2147483647"]
 # Kill every process of the job but init and the keepalive (init's first child), from inside, as the
 # job's user: the container and its /build tmpfs survive for collection. A few passes catch forks.
@@ -48,10 +58,12 @@ def docker_client() -> docker.DockerClient:
         raise ExecutorUnavailable(f"no Docker engine answers ({exc.__class__.__name__}); start dockerd or set RAI_EXECUTOR=process") from None
 
 
-def reap_containers(client: docker.DockerClient, worker: str) -> int:
-    """Remove containers a previous run of this worker left (crash, kill -9)."""
+def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool = False) -> int:
+    """Remove containers a previous run of this worker left (crash, kill -9), or at its end the
+    spare containers its slots had started ahead of time."""
     n = 0
-    for c in client.containers.list(all=True, filters={"label": [f"rai.worker={worker}"]}):
+    labels = [f"rai.worker={worker}", *([f"{LABEL}={SPARE}"] if spares_only else [])]
+    for c in client.containers.list(all=True, filters={"label": labels}):
         try:
             c.remove(force=True)
             n += 1
@@ -60,28 +72,124 @@ def reap_containers(client: docker.DockerClient, worker: str) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class _Spare:
+    """A container started ahead of time for this slot's next job, and what it was made for."""
+
+    key: tuple[str, tuple[str, ...], int]  # image, GPU ids, memory limit
+    container: Any
+    src: Path  # the slot's folder, bound read-only at /src
+
+
+class _Slot:
+    """This process's spare container (a Celery pool process runs one job at a time)."""
+
+    def __init__(self) -> None:
+        self.spare: _Spare | None = None
+        self.making: threading.Thread | None = None
+
+    def take(self, key: tuple[str, tuple[str, ...], int]) -> _Spare | None:
+        """The spare if it was made for this job and still runs; any other is removed."""
+        if self.making is not None:
+            self.making.join(60)
+            self.making = None
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        try:
+            spare.container.reload()
+            if spare.key == key and spare.container.status == "running":
+                return spare
+        except DockerException:
+            pass
+        _remove_later(spare.container)
+        return None
+
+    def prepare(self, make: Any) -> None:
+        def run() -> None:
+            try:
+                self.spare = make()
+            except Exception:  # noqa: BLE001 - no spare: the next job starts its own container
+                self.spare = None
+
+        self.making = threading.Thread(target=run, name="spare-container", daemon=True)
+        self.making.start()
+
+
+_slot = _Slot()
+
+
+def _remove_later(container: Any) -> None:
+    def remove() -> None:
+        try:
+            container.remove(force=True)
+        except DockerException:
+            pass
+
+    threading.Thread(target=remove, name=f"remove-{container.short_id}", daemon=True).start()
+
+
+def _move_entries(src: Path, dest: Path) -> bool:
+    """Move the project's top-level entries (renames: links are moved, never followed); on
+    failure (another file system) put them back and say so."""
+    moved: list[str] = []
+    try:
+        for entry in src.iterdir():
+            entry.rename(dest / entry.name)
+            moved.append(entry.name)
+        return True
+    except OSError:
+        for name in moved:
+            (dest / name).rename(src / name)
+        return False
+
+
+def slot_dir(work_dir: Path) -> Path:
+    """This process's folder, bound at /src of its spare containers (removed at worker start)."""
+    return work_dir / "slots" / str(os.getpid())
+
+
 class DockerExecutor(Executor):
     name = "docker"
 
-    def __init__(self, client: docker.DockerClient | None = None):
+    def __init__(self, client: docker.DockerClient | None = None, spares: bool = True):
         self.client = client or docker_client()
         self.container: Any = None  # the job's docker Container once started (the Docker SDK is untyped)
         self.user = "1000:1000"
         self.wrap: list[str] = []  # the pty helper inside the container, when there is one
+        self.spares = spares
+        self.slot_src: Path | None = None  # the job's files were moved here (a spare container)
+        self.key: tuple[str, tuple[str, ...], int] | None = None
+        self.ctx: JobContext | None = None
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
+        self.ctx, self.key = ctx, (ctx.image, tuple(ctx.gpu_ids), ctx.memory_mb)
+        helper = pty_helper(s.work_dir, s.pty_helper)
+        if helper is None:
+            sink.system(no_terminal_note())
+        else:
+            self.wrap = [IN_CONTAINER]
+        self.user = s.container_user
+        gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
+        spare = _slot.take(self.key) if self.spares else None
+        if spare is not None and _move_entries(ctx.src_dir, spare.src):  # the slot's folder was empty: this job's files only
+            self.container, self.slot_src = spare.container, spare.src
+            return f"Worker {s.worker_name} started the container ahead of time (image {ctx.image}{gpu})"
+        if spare is not None:
+            _remove_later(spare.container)
         try:
             self.client.images.get(ctx.image)
         except ImageNotFound:
             raise ExecutorUnavailable(f"image {ctx.image} is not on worker {s.worker_name}; the operator must load it") from None
-        helper = pty_helper(s.work_dir, s.pty_helper)
-        mounts = [Mount("/src", str(ctx.src_dir), type="bind", read_only=True)]
-        if helper is None:
-            sink.system(no_terminal_note())
-        else:
+        self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper)
+        return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
+
+    def _create(self, ctx: JobContext, src: Path, job: str, helper: Path | None) -> Any:
+        s = ctx.settings
+        mounts = [Mount("/src", str(src), type="bind", read_only=True)]
+        if helper is not None:
             mounts.append(Mount(IN_CONTAINER, str(helper), type="bind", read_only=True))
-            self.wrap = [IN_CONTAINER]
         mem = f"{ctx.memory_mb}m"
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
@@ -105,23 +213,31 @@ class DockerExecutor(Executor):
                 "/build": f"rw,exec,nosuid,nodev,size={s.build_mb}m,uid={uid},gid={gid},mode=0755",
             },
             read_only=s.read_only_root,
-            labels={LABEL: ctx.job_id, "rai.worker": s.worker_name},
-            environment={**s.job_env, **terminal_env(s.columns), "RAI_JOB_ID": ctx.job_id, "HOME": "/build"},
-            name=f"rai-{ctx.job_id}-{s.worker_name}".lower()[:120],
+            labels={LABEL: job, "rai.worker": s.worker_name},
+            environment={**s.job_env, **terminal_env(s.columns), "HOME": "/build"},  # RAI_JOB_ID: with each exec
+            name=f"rai-{job}-{s.worker_name}".lower()[:120] if job != SPARE else None,
         )
         if ctx.gpu_ids:
             kwargs["device_requests"] = [DeviceRequest(device_ids=ctx.gpu_ids, capabilities=[["gpu"]])]
-        self.container = self.client.containers.run(ctx.image, **kwargs)
-        self.user = s.container_user
-        gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
-        return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
+        return self.client.containers.run(ctx.image, **kwargs)
+
+    def _make_spare(self, ctx: JobContext, key: tuple[str, tuple[str, ...], int]) -> _Spare:
+        src = slot_dir(ctx.settings.work_dir) / "src"
+        src.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:  # as unpack() leaves a job's /src: the job's user owns it
+            uid, _, gid = ctx.settings.container_user.partition(":")
+            os.chown(src, int(uid), int(gid or uid))
+        helper = pty_helper(ctx.settings.work_dir, ctx.settings.pty_helper)
+        return _Spare(key, self._create(ctx, src, SPARE, helper), src)
 
     def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
         """Exec the command and relay its output frames as they come. The command ends when its
         own process does, even if a background child it left behind still holds the output open."""
         api = self.client.api
         try:
-            exec_id = api.exec_create(self.container.id, [*self.wrap, "/bin/sh", "-c", command], workdir="/build", user=self.user)["Id"]
+            job_id = self.ctx.job_id if self.ctx else ""
+            exec_id = api.exec_create(self.container.id, [*self.wrap, "/bin/sh", "-c", command], workdir="/build", user=self.user,
+                                      environment={"RAI_JOB_ID": job_id})["Id"]
             conn = api.exec_start(exec_id, socket=True)
         except (APIError, NotFound):
             return 137  # the container is gone (killed under us)
@@ -258,14 +374,18 @@ class DockerExecutor(Executor):
             container.kill()
         except DockerException:
             pass
-
-        def remove() -> None:
-            try:
-                container.remove(force=True)
-            except DockerException:
-                pass
-
-        threading.Thread(target=remove, name=f"remove-{container.short_id}", daemon=True).start()
+        _remove_later(container)
+        if self.slot_src is not None:  # the job's files leave the slot's folder before the next container sees it
+            for entry in self.slot_src.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+            if any(self.slot_src.iterdir()):
+                return  # could not empty it: no spare (the next job starts its own container)
+        if self.spares and self.ctx is not None and self.key is not None:
+            ctx, key = self.ctx, self.key
+            _slot.prepare(lambda: self._make_spare(ctx, key))
 
 
 class _IterReader(io.RawIOBase):

@@ -1,0 +1,55 @@
+"""A slot starts its next container when a job ends, so the next job does not wait for one: a
+fresh container per job (never the previous job's), seeing only its own project, with its own
+job id; a job needing another container (here: another memory limit) gets its own, and the spare
+one is removed. Real Docker engine, one slot."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_project, start_service, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def spares(engine) -> list:
+    return engine.containers.list(filters={"label": ["rai.worker=w1", "rai.job=spare"]})
+
+
+def submit(svc, proj) -> tuple[str, str]:
+    res = svc.client("submit", "-p", str(proj))
+    assert res.returncode == 0, res.stdout + res.stderr
+    job_id = next(line.split()[2] for line in res.stdout.splitlines() if " queued on " in line)
+    return job_id, res.stdout
+
+
+def test_the_next_job_takes_a_fresh_container_started_ahead(tmp_path, redis_url, docker_engine):
+    svc = start_service(tmp_path, redis_url, None, "docker", slots=1)
+    try:
+        show = "ls -A /src; cat /src/*.txt; echo id=$RAI_JOB_ID; echo host=$(hostname); id -u"
+        a, out_a = submit(svc, make_project(tmp_path / "a", [show], files={"a.txt": "secret of A"}))
+        assert "Worker w1 started the container (image" in out_a and "secret of A" in out_a
+        host_a = next(line for line in out_a.splitlines() if line.startswith("host="))
+        spare = wait_for(lambda: spares(docker_engine), what="a spare container after the first job")
+        assert len(spare) == 1
+
+        b, out_b = submit(svc, make_project(tmp_path / "b", [show], files={"b.txt": "B's own"}))
+        assert "Worker w1 started the container ahead of time (image" in out_b
+        assert "secret of A" not in out_b and "a.txt" not in out_b and "B's own" in out_b
+        assert f"id={b}" in out_b and "1000" in out_b.splitlines()
+        host_b = next(line for line in out_b.splitlines() if line.startswith("host="))
+        assert host_b != host_a and host_b == f"host={spare[0].id[:12]}"
+        # B's container is gone, and another one waits: never the same container twice
+        wait_for(lambda: [c for c in spares(docker_engine) if c.id != spare[0].id], what="the next spare")
+        ids = {c.id for c in docker_engine.containers.list(all=True, filters={"label": "rai.worker=w1"})}
+        assert spare[0].id not in ids
+        with svc.http() as h:
+            phases = [p["name"] for p in h.get(f"/api/v1/jobs/{b}").json()["phases"]]
+        assert "container started" in phases
+
+        c, out_c = submit(svc, make_project(tmp_path / "c", ["echo small"], extra="resources:\n  limits:\n    memory_mb: 96\n"))
+        assert "Worker w1 started the container (image" in out_c and "ahead of time" not in out_c
+    finally:
+        svc.shutdown()
+    # the worker's end removes its spare
+    assert spares(docker_engine) == []
