@@ -144,6 +144,16 @@ def _move_entries(src: Path, dest: Path) -> bool:
         return False
 
 
+def _empty(folder: Path) -> bool:
+    """Remove everything in the folder (links are removed, never followed); True if it is empty."""
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    return not any(folder.iterdir())
+
+
 def slot_dir(work_dir: Path) -> Path:
     """This process's folder, bound at /src of its spare containers (removed at worker start)."""
     return work_dir / "slots" / str(os.getpid())
@@ -224,6 +234,8 @@ class DockerExecutor(Executor):
     def _make_spare(self, ctx: JobContext, key: tuple[str, tuple[str, ...], int]) -> _Spare:
         src = slot_dir(ctx.settings.work_dir) / "src"
         src.mkdir(parents=True, exist_ok=True)
+        if not _empty(src):  # never show a job anything of an earlier one
+            raise ExecutorUnavailable(f"{src} could not be emptied; no spare container")
         if os.geteuid() == 0:  # as unpack() leaves a job's /src: the job's user owns it
             uid, _, gid = ctx.settings.container_user.partition(":")
             os.chown(src, int(uid), int(gid or uid))
@@ -375,14 +387,8 @@ class DockerExecutor(Executor):
         except DockerException:
             pass
         _remove_later(container)
-        if self.slot_src is not None:  # the job's files leave the slot's folder before the next container sees it
-            for entry in self.slot_src.iterdir():
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry, ignore_errors=True)
-                else:
-                    entry.unlink(missing_ok=True)
-            if any(self.slot_src.iterdir()):
-                return  # could not empty it: no spare (the next job starts its own container)
+        if self.slot_src is not None:  # the job's files leave the slot's folder at once
+            _empty(self.slot_src)
         if self.spares and self.ctx is not None and self.key is not None:
             ctx, key = self.ctx, self.key
             _slot.prepare(lambda: self._make_spare(ctx, key))
