@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
@@ -97,22 +98,20 @@ def queue_summary(request: Request, p: CurrentUser, db: SessionDep) -> list[Queu
     """Every queue: jobs waiting and running, live workers and slots serving it, and the caller's
     own jobs in it with their positions."""
     dead_after = services(request).settings.worker_dead_after
-    counts: dict[str, dict[JobState, int]] = {}
+    counts: Counter[tuple[str, JobState]] = Counter()
     held = Job.waiting.is_not(None)  # claimed, but still waiting in Slurm: shown as waiting
     for queue, state, waits, n in db.execute(select(Job.queue, Job.state, held, func.count()).where(
             Job.state.in_([JobState.queued, JobState.running])).group_by(Job.queue, Job.state, held)):
-        shown = shown_state(state, waits)
-        counts.setdefault(queue, {})[shown] = counts.get(queue, {}).get(shown, 0) + n
+        counts[queue, shown_state(state, waits)] += n
     live = live_workers(db, dead_after)
     served = {q for w in live for q in (w.queues or [])}
     view = QueueView(db, services(request).settings)
     mine = db.scalars(select(Job).where(Job.owner_id == p.user.id,
                                         Job.state.in_([JobState.queued, JobState.running])).order_by(Job.created_at)).all()
     out = []
-    for queue in sorted(served | set(counts) | {j.queue for j in mine}):
-        c = counts.get(queue, {})
+    for queue in sorted(served | {q for q, _ in counts} | {j.queue for j in mine}):
         serving = [w for w in live if queue in (w.queues or [])]
-        out.append(QueueSummary(queue=queue, waiting=c.get(JobState.queued, 0), running=c.get(JobState.running, 0),
+        out.append(QueueSummary(queue=queue, waiting=counts[queue, JobState.queued], running=counts[queue, JobState.running],
                                 slots=sum(w.slots for w in serving), workers=len(serving),
                                 mine=[job_out(db, j, view) for j in mine if j.queue == queue]))
     return out

@@ -21,6 +21,7 @@ import struct
 import tarfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,11 +73,19 @@ def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool 
     return n
 
 
+SpareKey = tuple[str, tuple[str, ...], int]  # image, GPU ids, memory limit
+
+
+def spare_key(ctx: JobContext) -> SpareKey:
+    """What a container is made for: a spare serves only a job that needs the same."""
+    return ctx.image, tuple(ctx.gpu_ids), ctx.memory_mb
+
+
 @dataclass(frozen=True)
 class _Spare:
     """A container started ahead of time for this slot's next job, and what it was made for."""
 
-    key: tuple[str, tuple[str, ...], int]  # image, GPU ids, memory limit
+    key: SpareKey
     container: Any
     src: Path  # the slot's folder, bound read-only at /src
 
@@ -88,7 +97,7 @@ class _Slot:
         self.spare: _Spare | None = None
         self.making: threading.Thread | None = None
 
-    def take(self, key: tuple[str, tuple[str, ...], int]) -> _Spare | None:
+    def take(self, key: SpareKey) -> _Spare | None:
         """The spare if it was made for this job and still runs; any other is removed."""
         if self.making is not None:
             self.making.join(60)
@@ -105,7 +114,7 @@ class _Slot:
         _remove_later(spare.container)
         return None
 
-    def prepare(self, make: Any) -> None:
+    def prepare(self, make: Callable[[], _Spare]) -> None:
         def run() -> None:
             try:
                 self.spare = make()
@@ -169,20 +178,20 @@ class DockerExecutor(Executor):
         self.wrap: list[str] = []  # the pty helper inside the container, when there is one
         self.spares = spares
         self.slot_src: Path | None = None  # the job's files were moved here (a spare container)
-        self.key: tuple[str, tuple[str, ...], int] | None = None
-        self.ctx: JobContext | None = None
+        self.helper: Path | None = None
+        self.ctx: JobContext | None = None  # the job started: its slot's next container is made like it
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
-        self.ctx, self.key = ctx, (ctx.image, tuple(ctx.gpu_ids), ctx.memory_mb)
-        helper = pty_helper(s.work_dir, s.pty_helper)
+        self.ctx = ctx
+        self.helper = helper = pty_helper(s.work_dir, s.pty_helper)
         if helper is None:
             sink.system(no_terminal_note())
         else:
             self.wrap = [IN_CONTAINER]
         self.user = s.container_user
         gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
-        spare = _slot.take(self.key) if self.spares else None
+        spare = _slot.take(spare_key(ctx)) if self.spares else None
         if spare is not None and _move_entries(ctx.src_dir, spare.src):  # the slot's folder was empty: this job's files only
             self.container, self.slot_src = spare.container, spare.src
             return f"Worker {s.worker_name} started the container ahead of time (image {ctx.image}{gpu})"
@@ -231,7 +240,7 @@ class DockerExecutor(Executor):
             kwargs["device_requests"] = [DeviceRequest(device_ids=ctx.gpu_ids, capabilities=[["gpu"]])]
         return self.client.containers.run(ctx.image, **kwargs)
 
-    def _make_spare(self, ctx: JobContext, key: tuple[str, tuple[str, ...], int]) -> _Spare:
+    def _make_spare(self, ctx: JobContext, helper: Path | None) -> _Spare:
         src = slot_dir(ctx.settings.work_dir) / "src"
         src.mkdir(parents=True, exist_ok=True)
         if not _empty(src):  # never show a job anything of an earlier one
@@ -239,17 +248,15 @@ class DockerExecutor(Executor):
         if os.geteuid() == 0:  # as unpack() leaves a job's /src: the job's user owns it
             uid, _, gid = ctx.settings.container_user.partition(":")
             os.chown(src, int(uid), int(gid or uid))
-        helper = pty_helper(ctx.settings.work_dir, ctx.settings.pty_helper)
-        return _Spare(key, self._create(ctx, src, SPARE, helper), src)
+        return _Spare(spare_key(ctx), self._create(ctx, src, SPARE, helper), src)
 
     def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
         """Exec the command and relay its output frames as they come. The command ends when its
         own process does, even if a background child it left behind still holds the output open."""
         api = self.client.api
         try:
-            job_id = self.ctx.job_id if self.ctx else ""
             exec_id = api.exec_create(self.container.id, [*self.wrap, "/bin/sh", "-c", command], workdir="/build", user=self.user,
-                                      environment={"RAI_JOB_ID": job_id})["Id"]
+                                      environment={"RAI_JOB_ID": ctx.job_id})["Id"]
             conn = api.exec_start(exec_id, socket=True)
         except (APIError, NotFound):
             return 137  # the container is gone (killed under us)
@@ -389,9 +396,9 @@ class DockerExecutor(Executor):
         _remove_later(container)
         if self.slot_src is not None:  # the job's files leave the slot's folder at once
             _empty(self.slot_src)
-        if self.spares and self.ctx is not None and self.key is not None:
-            ctx, key = self.ctx, self.key
-            _slot.prepare(lambda: self._make_spare(ctx, key))
+        if self.spares and self.ctx is not None:
+            ctx, helper = self.ctx, self.helper
+            _slot.prepare(lambda: self._make_spare(ctx, helper))
 
 
 class _IterReader(io.RawIOBase):
@@ -428,7 +435,8 @@ class _Frames:
     def feed(self, data: bytes) -> None:
         """Consecutive frames of one stream go to the sink as one chunk (one batch in Redis)."""
         self.buf += data
-        run_stream, run = -1, list[bytes]()
+        run_stream = -1  # no frame yet
+        run: list[bytes] = []
         pos = 0
         while len(self.buf) - pos >= 8:
             stream, size = self.buf[pos], struct.unpack(">I", self.buf[pos + 4:pos + 8])[0]
