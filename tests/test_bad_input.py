@@ -39,17 +39,23 @@ GOOD = b"rai:\n  image: rai/busybox:latest\ncommands:\n  build:\n    - echo hi\n
         ("rai:\n  image: x\ncommands:\n  build: []\n", "rai_build.yml:4: commands.build must not be empty"),
     ],
 )
-def test_client_refuses_before_upload_and_server_says_the_same(docker_service, tmp_path, text, message):
+def test_a_bad_build_file_is_one_line_and_no_job_and_a_big_project_is_refused_before_upload(docker_service, tmp_path, text, message):
     proj = tmp_path / "p"
     proj.mkdir()
     if text is not None:
         (proj / "rai_build.yml").write_text(text)
     with docker_service.http() as h:
         before = len(h.get("/api/v1/jobs", params={"limit": 500}).json()["jobs"])
+    # a small project goes up at once and the server, which checks anyway, answers the same line
     res = docker_service.client("submit", "-p", str(proj))
     assert res.returncode == 2
     assert message in res.stderr and "Traceback" not in res.stderr
-    assert "Uploading" not in res.stdout and "Checking your credentials" not in res.stdout
+    assert "Uploading" not in res.stdout and "queued on" not in res.stdout
+    # a big one is checked here first: the client refuses without reaching any server
+    (proj / "weights.bin").write_bytes(__import__("os").urandom(300_000))
+    res = docker_service.client("submit", "-p", str(proj), env={"RAI_SERVER": f"http://127.0.0.1:{free_port()}"})
+    assert res.returncode == 2
+    assert message in res.stderr and "cannot reach" not in res.stderr and "Traceback" not in res.stderr
     with docker_service.http() as h:
         assert len(h.get("/api/v1/jobs", params={"limit": 500}).json()["jobs"]) == before
         if text is not None:  # a raw request that bypasses the client gets the same text

@@ -1,5 +1,5 @@
-"""The client answers --help and version without its heavy libraries, and its short help is the
-full command line's."""
+"""The client answers --help and version, and runs a submit, without its heavy libraries; its
+short help and submit options are the full command line's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ HEAVY = ("typer", "rich", "httpx", "pydantic", "click")
 
 def _modules_after(args: list[str], env: dict | None = None) -> tuple[str, set[str]]:
     code = ("import sys\nfrom raiclient.entry import main\n"
-            f"main(['raiclient', *{args!r}])\n"
+            f"try:\n    main(['raiclient', *{args!r}])\nexcept SystemExit as e:\n    print('EXIT', e.code)\n"
             "print('MODULES', ' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -59,6 +59,31 @@ def test_short_help_lists_exactly_the_commands_of_the_full_cli():
     group = get_command(app)
     full = {name: (cmd.help or "").strip().split("\n")[0] for name, cmd in group.commands.items()}
     assert full == entry.COMMANDS
+
+
+def test_a_whole_submit_imports_no_heavy_library(tmp_path, process_service):
+    from conftest import make_project
+
+    rai = process_service
+    proj = make_project(tmp_path / "p", ["echo Op Time: 0.25"])
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_PROFILE": str(rai.profile)}
+    text, mods = _modules_after(["submit", "-p", str(proj), "--kind=dev"], env)
+    assert "✱ Job succeeded" in text and "EXIT 0" in text, text
+    assert "Results\n  Op Time  0.25 s\n" in text, text
+    assert not mods & set(HEAVY), mods & set(HEAVY)
+
+
+def test_submit_options_read_at_the_start_are_the_full_commands():
+    from typer.main import get_command
+
+    from raiclient import cli, entry
+
+    command = get_command(cli.app).commands["submit"]  # type: ignore[attr-defined]
+    declared = {opt: (p.name, not p.is_flag) for p in command.params for opt in p.opts if p.name != "help"}
+    assert declared == entry.SUBMIT_OPTIONS
+    assert entry.submit_args(["-p", "x", "--kind=m1", "-d"]) == entry.SubmitArgs(path="x", kind="m1", detach=True)
+    for odd in (["--help"], ["-p"], ["-p", "--kind"], ["--detach=yes"], ["extra"], ["-dp", "x"]):
+        assert entry.submit_args(odd) is None, odd  # the full command line explains these
 
 
 def test_other_commands_still_reach_the_full_cli(tmp_path):

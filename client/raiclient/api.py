@@ -17,7 +17,6 @@ from raiprotocol import logwire
 from raiprotocol.models import (
     AuditRow,
     Entry,
-    ExitCode,
     IssuedKeys,
     JobList,
     JobOut,
@@ -32,6 +31,7 @@ from raiprotocol.models import (
 from raiprotocol.profile import Profile
 
 from . import __version__
+from .errors import ApiError, broke_off, no_answer, refusal, unreachable
 
 CHUNK = 256 * 1024
 
@@ -43,24 +43,6 @@ def file_chunks(path: Path, progress: Callable[[int], None] | None = None) -> It
             yield chunk
             if progress:
                 progress(len(chunk))
-
-
-class ApiError(Exception):
-    def __init__(self, message: str, code: int = ExitCode.CLIENT_ERROR, status: int | None = None):
-        super().__init__(message)
-        self.code = code
-        self.status = status
-
-
-def _detail(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text.strip()[:300] or resp.reason_phrase
-    detail = body.get("detail") if isinstance(body, dict) else None
-    if isinstance(detail, list):  # FastAPI's own validation errors
-        return "; ".join(f"{'.'.join(map(str, d.get('loc', [])))}: {d.get('msg')}" for d in detail)
-    return str(detail or body)
 
 
 class Api:
@@ -83,32 +65,19 @@ class Api:
         try:
             resp = self.client.request(method, url, **kw)
         except httpx.ConnectError:
-            raise ApiError(f"cannot reach the rai server at {self.server} (is it running? check RAI_SERVER or your profile)") from None
+            raise unreachable(self.server) from None
         except httpx.TimeoutException:
-            raise ApiError(f"the rai server at {self.server} did not answer in time; try again") from None
+            raise no_answer(self.server) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
-            raise ApiError(f"the connection to {self.server} broke off (the server may have restarted); try again") from None
+            raise broke_off(self.server) from None
         except httpx.HTTPError as exc:
             raise ApiError(f"talking to {self.server} failed: {exc}") from None
         self._check(resp)
         return resp
 
     def _check(self, resp: httpx.Response) -> None:
-        if resp.is_success:
-            return
-        status = resp.status_code
-        if status == 401:
-            raise ApiError(
-                f"the server rejected your credentials ({_detail(resp)}); run 'raiclient login' or ask your instructor for a new profile",
-                status=status,
-            )
-        if status == 429:
-            after = resp.headers.get("Retry-After")
-            suffix = f" (retry in {after} s)" if after and after not in _detail(resp) else ""
-            raise ApiError(_detail(resp) + suffix, status=status)
-        if status >= 500:
-            raise ApiError(f"the server had an internal error (HTTP {status}); try again, and tell your TA if it persists", status=status)
-        raise ApiError(_detail(resp), status=status)
+        if not resp.is_success:
+            raise refusal(resp.status_code, resp.content, resp.reason_phrase, resp.headers.get("Retry-After"))
 
     # -- calls -----------------------------------------------------------------------------------
     def me(self) -> UserOut:

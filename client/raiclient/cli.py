@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -10,68 +9,17 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from raiprotocol.models import ExitCode, JobOut, JobState
+from raiprotocol.models import JobState
 from raiprotocol.profile import Profile, ProfileError, load_profile, write_profile
+from raiprotocol.states import ExitCode, exit_code_for
 
 from . import __version__, entry
-from .api import Api, ApiError
-from .console import SERVER_OPT, connected, err, fail, open_api, out, say
-from .output import LogPrinter
-
-# Archives up to this size go up without a credentials check first: a bad key then costs the
-# student nothing, and a good one saves a round trip. Bigger ones are checked before uploading.
-PRECHECK_BYTES = 256 * 1024
+from .api import Api
+from .console import SERVER_OPT, connected, fail, open_api, out
+from .errors import ApiError
+from .output import LogPrinter, detached_line, finish, kib, print_results, queued_line, say, warn
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=entry.SUMMARY)
-
-def exit_code_for(job: JobOut) -> int:
-    if job.state is JobState.succeeded:
-        return ExitCode.OK
-    if job.state is JobState.failed:
-        return job.exit_code if job.exit_code not in (None, 0) else 1
-    return {
-        JobState.timed_out: ExitCode.TIMED_OUT,
-        JobState.cancelled: ExitCode.CANCELLED,
-    }.get(job.state, ExitCode.INFRA_ERROR)
-
-
-def _kib(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    return f"{n / 1024:,.0f} KiB" if n < 10 * 1024**2 else f"{n / 1024**2:,.1f} MiB"
-
-
-def _print_results(job: JobOut) -> None:
-    r = job.results
-    if r is None or not (r.op_times or r.correctness or r.elapsed_seconds is not None):
-        return
-    table = Table(title="Results", show_header=False, box=None, padding=(0, 2))
-    if r.op_times:
-        table.add_row("Op Time", " + ".join(f"{t:g}" for t in r.op_times) + (f" = {r.op_time_total:g} s" if len(r.op_times) > 1 else " s"))
-    if r.op_time_runs:
-        table.add_row("Timing runs", f"{len(r.op_time_runs)} (median shown, spread {r.op_time_spread:g} s)")
-    for model, value in r.correctness.items():
-        table.add_row("Correctness", Text(f"{value:g} (model {model})"))
-    if r.elapsed_seconds is not None:
-        table.add_row("Elapsed", f"{r.elapsed_seconds:g} s")
-    if r.max_rss_kb is not None:
-        table.add_row("Peak memory", f"{r.max_rss_kb / 1024:,.0f} MiB")
-    out.print(table)
-
-
-def _finish(api: Api, job: JobOut) -> int:
-    _print_results(job)
-    if job.has_build:
-        say(f"Build folder: {api.server}/api/v1/jobs/{job.id}/build.tar.gz  (raiclient download {job.id})")
-    took = f" in {job.duration:.1f} s" if job.duration is not None else ""
-    if job.state is JobState.succeeded:
-        say("Job ", ("succeeded", "green"), took)
-    elif job.state is JobState.failed:
-        what = f": '{job.failed_command}' exited with {job.exit_code}" if job.failed_command else ""
-        say("Job ", ("failed", "red"), took + what)
-    else:
-        say("Job ", (job.state.value.replace("_", " "), "red"), took + (f": {job.message}" if job.message else ""))
-    return exit_code_for(job)
 
 
 def follow_job(api: Api, job_id: str, after: int = 0) -> int:
@@ -86,17 +34,16 @@ def follow_job(api: Api, job_id: str, after: int = 0) -> int:
                 pos = payload.get("position")
                 if payload.get("state") == "queued" and pos and pos != last_position:
                     last_position = pos
-                    eta = payload.get("eta_seconds")
-                    say(f"Waiting in queue: position {pos}" + (f", about {eta:.0f} s" if eta else ""))
+                    say(queued_line(payload))
             elif kind == "reconnecting":
                 line, pause = payload
                 printer.flush()
-                err.print(Text(f"✱ connection lost; reconnecting in {pause:.1f} s (resuming after line {line})…", "yellow"))
+                warn(f"connection lost; reconnecting in {pause:.1f} s (resuming after line {line})…")
             elif kind == "end":
-                return _finish(api, payload)
+                return finish(payload.model_dump(mode="json"), api.server)
     except KeyboardInterrupt:
         printer.flush()
-        say(f"Detached; the job goes on. Reattach: raiclient logs {job_id} --follow   Cancel: raiclient cancel {job_id}")
+        say(detached_line(job_id))
         return ExitCode.DETACHED
     except ApiError as exc:
         fail(str(exc), exc.code)
@@ -113,54 +60,9 @@ def submit(
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Upload a project folder and run its rai_build.yml on a GPU worker."""
-    from raiprotocol.spec import SpecError, load_spec, missing_for_kind
+    from .submit import run
 
-    from .pack import pack_project
-
-    if not path.is_dir():
-        fail(f"{path} is not a folder")
-    try:
-        spec = load_spec(path)
-    except SpecError as exc:
-        for message in exc.messages:
-            err.print(Text.assemble(("✱ error: ", "bold red"), message))
-        raise typer.Exit(ExitCode.CLIENT_ERROR)
-    missing = missing_for_kind(kind, {p.name for p in path.iterdir() if p.is_file()})
-    if missing:
-        fail(f"a '{kind}' submission must include {', '.join(missing)} (not found in {path})")
-    api = open_api(server)
-    try:
-        say(f"Submitting as {api.profile.username or api.profile.access_key[:8]} @ {api.server}")
-        packed = pack_project(path)
-        try:
-            say(f"Packing project ({packed.files} files, {_kib(packed.bytes)}" + (", .raiignore applied)" if packed.ignore_applied else ")"))
-            if packed.bytes > PRECHECK_BYTES:
-                api.me()  # a bad key fails here, not after minutes of uploading
-            if out.is_terminal:
-                from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-                with Progress(
-                    TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=out,
-                ) as bar:
-                    task = bar.add_task("upload", total=packed.bytes)
-                    job = api.submit(packed.path, queue, kind, progress=lambda n: bar.advance(task, n))
-            else:  # a log file or a pipe gets one line, not a bar redrawn
-                started = time.monotonic()
-                job = api.submit(packed.path, queue, kind)
-                rate = packed.bytes / max(time.monotonic() - started, 1e-3) / 1024**2
-                say(f"Uploaded {_kib(packed.bytes)}" + (f" ({rate:.1f} MB/s)" if packed.bytes >= 1024**2 else ""))
-        finally:
-            packed.path.unlink(missing_ok=True)
-        position = f" (position {job.position})" if job.position else ""
-        say(f"Job {job.id} queued on '{job.queue}'{position}  [image {spec.image}]")
-        if detach:
-            say(f"Detached. Follow: raiclient logs {job.id} --follow   Status: raiclient status {job.id}")
-            raise typer.Exit(ExitCode.OK)
-        raise typer.Exit(follow_job(api, job.id))
-    except ApiError as exc:
-        fail(str(exc), exc.code)
-    finally:
-        api.close()
+    raise typer.Exit(run(path, queue, kind, detach, server))
 
 
 @app.command()
@@ -201,8 +103,8 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
         for ph in job.phases:
             timeline.add_row(f"{(ph.at - t0).total_seconds():8.3f}", Text(ph.name), Text(ph.detail or ""))
         out.print(timeline)
-    _print_results(job)
-    raise typer.Exit(exit_code_for(job) if job.state.finished else ExitCode.OK)
+    print_results(job.results.model_dump() if job.results else None)
+    raise typer.Exit(exit_code_for(job.state, job.exit_code) if job.state.finished else ExitCode.OK)
 
 
 @app.command()
@@ -276,7 +178,7 @@ def download(
         fail(str(exc), exc.code)
     finally:
         api.close()
-    say(f"Saved {dest} ({_kib(size)})")
+    say(f"Saved {dest} ({kib(size)})")
 
 
 @app.command()

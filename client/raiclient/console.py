@@ -1,5 +1,6 @@
-"""What every ``raiclient`` command shares: the consoles, the ``--server`` option, the client's
-own lines and errors, and an API session whose failures end the command with one sentence."""
+"""What every ``raiclient`` command shares: the consoles for tables, the ``--server`` option, the
+client's own lines and errors (``output.say``), and an API session whose failures end the command
+with one sentence."""
 
 from __future__ import annotations
 
@@ -8,26 +9,23 @@ from contextlib import contextmanager
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
-from raiprotocol.models import ExitCode
 from raiprotocol.profile import ProfileError, load_profile
+from raiprotocol.states import ExitCode
 
-from .api import Api, ApiError
+from .api import Api
+from .errors import ApiError
+from .output import error, say
+
+__all__ = ["SERVER_OPT", "connected", "err", "fail", "open_api", "out", "say"]
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 SERVER_OPT = typer.Option(None, "--server", envvar="RAI_SERVER", help="rai server URL (default: from your profile)")
 
 
-def say(*parts: str | tuple[str, str]) -> None:
-    """One of the client's own lines. Parts are plain text (never markup: job ids, commands and
-    messages come from users) or (text, style)."""
-    out.print(Text.assemble(("✱ ", "bold cyan"), *parts))
-
-
 def fail(message: str, code: int = ExitCode.CLIENT_ERROR) -> None:
-    err.print(Text.assemble(("✱ error: ", "bold red"), message))
+    error(message)
     raise typer.Exit(code)
 
 

@@ -1,14 +1,16 @@
-"""The ``raiclient`` command's entry point: answers ``--help`` and ``version`` before importing typer,
-rich, httpx or pydantic (a third of a second on a student's laptop), and hands everything else to
-the full command line in ``cli.py``.
+"""The ``raiclient`` command's entry point: answers ``--help`` and ``version``, and runs ``submit``,
+before importing typer, rich, httpx or pydantic (a third of a second on a student's laptop); it
+hands everything else to the full command line in ``cli.py``.
 
-``COMMANDS`` is the top-level help; a test keeps it equal to the commands ``cli.py`` registers.
+``COMMANDS`` is the top-level help and ``SUBMIT_OPTIONS`` the submit options read here; tests keep
+them equal to what ``cli.py`` registers.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any, NamedTuple
 
 from . import __version__
 
@@ -27,6 +29,46 @@ COMMANDS: dict[str, str] = {
     "version": "Print the client's version (and the server's, when a profile names one that answers).",
     "admin": "Course management (instructors and admins).",
 }
+
+
+# submit's options as ``cli.submit`` declares them: name → (destination, takes a value)
+SUBMIT_OPTIONS: dict[str, tuple[str, bool]] = {
+    "-p": ("path", True), "--path": ("path", True), "-q": ("queue", True), "--queue": ("queue", True),
+    "--kind": ("kind", True), "-d": ("detach", False), "--detach": ("detach", False), "--server": ("server", True),
+}
+
+
+class SubmitArgs(NamedTuple):
+    path: str = "."
+    queue: str | None = None
+    kind: str = "dev"
+    detach: bool = False
+    server: str | None = None
+
+
+def submit_args(args: list[str]) -> SubmitArgs | None:
+    """``submit``'s options when every one is plain (``-p DIR``, ``--kind=m1``…), else None: help,
+    mistakes and the unusual go to the full command line, which explains them."""
+    found: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name not in SUBMIT_OPTIONS:
+            return None
+        dest, takes = SUBMIT_OPTIONS[name]
+        if not takes:
+            if eq:
+                return None
+            found[dest] = True
+        elif eq:
+            found[dest] = value
+        elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+            found[dest] = args[i + 1]
+            i += 1
+        else:
+            return None
+        i += 1
+    return SubmitArgs(**found)
 
 
 def help_text() -> str:
@@ -81,6 +123,14 @@ def main(argv: list[str] | None = None) -> None:
         if line:
             print(line)
         return
+    if args[:1] == ["submit"]:
+        options = submit_args(args[1:])
+        if options is not None:
+            from pathlib import Path
+
+            from .submit import run
+
+            raise SystemExit(run(Path(options.path), options.queue, options.kind, options.detach, options.server))
     from .cli import main as full
 
     full()

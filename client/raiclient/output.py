@@ -1,4 +1,5 @@
-"""Printing a job's output on the student's (or TA's) terminal: fast, in order, and harmless.
+"""Printing on the student's (or TA's) terminal: the job's output and the client's own lines,
+fast, in order, and harmless; with the standard library only (the submit path imports no rich).
 
 Job output is the program's, not ours: it is written with plain buffered writes (a batch at a
 time, flushed at the end of each batch, so it is live and a 2-million-line log is not 2 million
@@ -8,11 +9,15 @@ OSC, a cursor move, a title change or a bell from a job cannot drive the reader'
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from typing import TextIO
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, TextIO
 
 from raiprotocol.logwire import Batch
+from raiprotocol.states import JobState, exit_code_for
 
 SGR = re.compile(r"\x1b\[[0-9;:]*m")
 CONTROLS = re.compile(
@@ -66,3 +71,106 @@ class LogPrinter:
     def flush(self) -> None:
         if self._last is not None:
             self._last.flush()
+
+
+# -- the client's own lines ---------------------------------------------------------------------
+
+STYLES = {"bold cyan": "1;36", "bold red": "1;31", "bold": "1", "green": "32", "red": "31", "yellow": "33"}
+Part = str | tuple[str, str]
+
+
+def _coloured(stream: TextIO) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def styled(parts: tuple[Part, ...], stream: TextIO) -> str:
+    """Parts joined, each cleaned (ids, commands and messages come from users, never as markup),
+    coloured only on a terminal."""
+    colour = _coloured(stream)
+    text = []
+    for part in parts:
+        words, style = (part, "") if isinstance(part, str) else part
+        words = clean(words)
+        text.append(f"\x1b[{STYLES[style]}m{words}\x1b[0m" if colour and style in STYLES and words else words)
+    return "".join(text)
+
+
+def say(*parts: Part) -> None:
+    """One of the client's own lines on stdout: parts are plain text or (text, style)."""
+    sys.stdout.write(styled((("✱ ", "bold cyan"), *parts), sys.stdout) + "\n")
+    sys.stdout.flush()
+
+
+def warn(text: str, style: str = "yellow") -> None:
+    """A note on stderr (a lost connection, …)."""
+    sys.stderr.write(styled(((f"✱ {text}", style),), sys.stderr) + "\n")
+    sys.stderr.flush()
+
+
+def error(message: str) -> None:
+    sys.stderr.write(styled((("✱ error: ", "bold red"), message), sys.stderr) + "\n")
+    sys.stderr.flush()
+
+
+def kib(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    return f"{n / 1024:,.0f} KiB" if n < 10 * 1024**2 else f"{n / 1024**2:,.1f} MiB"
+
+
+# -- a job's end, from its wire form (a JobOut as JSON) ---------------------------------------------
+
+def queued_line(status: Mapping[str, Any]) -> str:
+    eta = status.get("eta_seconds")
+    return f"Waiting in queue: position {status.get('position')}" + (f", about {eta:.0f} s" if eta else "")
+
+
+def detached_line(job_id: str) -> str:
+    return f"Detached; the job goes on. Reattach: raiclient logs {job_id} --follow   Cancel: raiclient cancel {job_id}"
+
+
+def print_results(results: Mapping[str, Any] | None) -> None:
+    """The parsed results (Op Time, Correctness, …) as a small two-column table."""
+    r = results or {}
+    rows: list[tuple[str, str]] = []
+    op_times = r.get("op_times") or []
+    if op_times:
+        total = r.get("op_time_total")
+        rows.append(("Op Time", " + ".join(f"{t:g}" for t in op_times) + (f" = {total:g} s" if len(op_times) > 1 and total is not None else " s")))
+    if r.get("op_time_runs"):
+        rows.append(("Timing runs", f"{len(r['op_time_runs'])} (median shown, spread {r.get('op_time_spread') or 0:g} s)"))
+    for model, value in (r.get("correctness") or {}).items():
+        rows.append(("Correctness", f"{value:g} (model {model})"))
+    if r.get("elapsed_seconds") is not None:
+        rows.append(("Elapsed", f"{r['elapsed_seconds']:g} s"))
+    if r.get("max_rss_kb") is not None:
+        rows.append(("Peak memory", f"{r['max_rss_kb'] / 1024:,.0f} MiB"))
+    if not rows:
+        return
+    width = max(len(name) for name, _ in rows) + 2
+    sys.stdout.write("Results\n" + "".join(f"  {name.ljust(width)}{clean(value)}\n" for name, value in rows))
+    sys.stdout.flush()
+
+
+def _duration(job: Mapping[str, Any]) -> float | None:
+    if job.get("started_at") and job.get("finished_at"):
+        return (datetime.fromisoformat(job["finished_at"]) - datetime.fromisoformat(job["started_at"])).total_seconds()
+    return None
+
+
+def finish(job: Mapping[str, Any], server: str) -> int:
+    """The job's results and how it ended; returns the client's exit status."""
+    print_results(job.get("results"))
+    if job.get("has_build"):
+        say(f"Build folder: {server}/api/v1/jobs/{job['id']}/build.tar.gz  (raiclient download {job['id']})")
+    state = JobState(job["state"])
+    duration = _duration(job)
+    took = f" in {duration:.1f} s" if duration is not None else ""
+    if state is JobState.succeeded:
+        say("Job ", ("succeeded", "green"), took)
+    elif state is JobState.failed:
+        what = f": '{job['failed_command']}' exited with {job.get('exit_code')}" if job.get("failed_command") else ""
+        say("Job ", ("failed", "red"), took + what)
+    else:
+        say("Job ", (state.value.replace("_", " "), "red"), took + (f": {job['message']}" if job.get("message") else ""))
+    return exit_code_for(state, job.get("exit_code"))

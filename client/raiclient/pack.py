@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pathspec
-
 IGNORE_FILENAME = ".raiignore"
-ALWAYS_IGNORED = [".git/", ".hg/", ".svn/"]
+VCS_DIRS = (".git", ".hg", ".svn")
+ALWAYS_IGNORED = [f"{d}/" for d in VCS_DIRS]
 
 
 @dataclass(frozen=True)
@@ -23,19 +23,22 @@ class PackedProject:
     ignore_applied: bool
 
 
-def _ignore_spec(project: Path) -> tuple[pathspec.PathSpec, bool]:
-    lines = list(ALWAYS_IGNORED)
+def _ignored(project: Path) -> tuple[Callable[[str], bool], bool]:
+    """Whether a path (folders end in /) is left out, and whether a .raiignore said so. Without a
+    .raiignore only version-control folders are, and pathspec is not even imported (submit's start)."""
     ignore_file = project / IGNORE_FILENAME
-    applied = ignore_file.is_file()
-    if applied:
-        lines += ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
-    return pathspec.GitIgnoreSpec.from_lines(lines), applied
+    if not ignore_file.is_file():
+        return (lambda rel: rel.endswith("/") and rel[:-1].rsplit("/", 1)[-1] in VCS_DIRS), False
+    import pathspec
+
+    lines = ALWAYS_IGNORED + ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
+    return pathspec.GitIgnoreSpec.from_lines(lines).match_file, True
 
 
 def pack_project(project: Path, dest_dir: Path | None = None) -> PackedProject:
     """Tar+gzip a project folder, honouring ``.raiignore`` (gitignore syntax)."""
     project = project.resolve()
-    spec, applied = _ignore_spec(project)
+    ignored, applied = _ignored(project)
     fd, name = tempfile.mkstemp(prefix="rai-upload-", suffix=".tar.gz", dir=dest_dir)
     os.close(fd)
     files = 0
@@ -45,7 +48,7 @@ def pack_project(project: Path, dest_dir: Path | None = None) -> PackedProject:
             kept_dirs = []
             for d in sorted(dirs):
                 rel = (rel_root / d).as_posix()
-                if not spec.match_file(rel + "/"):
+                if not ignored(rel + "/"):
                     kept_dirs.append(d)
             dirs[:] = kept_dirs
             for d in kept_dirs:
@@ -55,7 +58,7 @@ def pack_project(project: Path, dest_dir: Path | None = None) -> PackedProject:
                     files += 1
             for f in sorted(filenames):
                 rel = (rel_root / f).as_posix()
-                if spec.match_file(rel):
+                if ignored(rel):
                     continue
                 tar.add(Path(root) / f, arcname=rel, recursive=False)
                 files += 1

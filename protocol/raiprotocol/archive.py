@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
 
-from .spec import SPEC_FILENAME
+from .project import SPEC_FILENAME
 
 
 class ArchiveError(ValueError):

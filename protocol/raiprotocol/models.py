@@ -3,34 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from enum import Enum, IntEnum
+from enum import Enum
 
 from pydantic import BaseModel, Field
 
-
-class JobState(str, Enum):
-    queued = "queued"
-    running = "running"
-    succeeded = "succeeded"
-    failed = "failed"
-    timed_out = "timed_out"
-    cancelled = "cancelled"
-    error = "error"
-
-    @property
-    def finished(self) -> bool:
-        return self not in (JobState.queued, JobState.running)
-
-
-class ExitCode(IntEnum):
-    """The client's exit status; a failed job exits with its failing command's own code."""
-
-    OK = 0
-    CLIENT_ERROR = 2  # bad build file, unreachable server, rejected credentials
-    TIMED_OUT = 124
-    INFRA_ERROR = 125
-    DETACHED = 130  # Ctrl-C: the job goes on
-    CANCELLED = 143
+from .states import ExitCode as ExitCode  # re-exported: one import for the wire's vocabulary
+from .states import JobState as JobState
 
 
 class LogStream(str, Enum):

@@ -12,18 +12,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-SPEC_FILENAME = "rai_build.yml"
+from .project import SPEC_FILENAME
+
 MAX_SPEC_BYTES = 64 * 1024
 MAX_COMMANDS = 1000
 MAX_COMMAND_CHARS = 8192
-
-
-# Files a submission kind must contain (the server's configuration has the final word).
-KIND_REQUIRED_FILES = {"final": ["report.pdf"]}
-
-
-def missing_for_kind(kind: str, present: set[str] | frozenset[str], required: dict[str, list[str]] | None = None) -> list[str]:
-    return [f for f in (required or KIND_REQUIRED_FILES).get(kind, []) if f not in present]
 
 
 def normalize_image(name: str) -> str:

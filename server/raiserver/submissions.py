@@ -16,7 +16,8 @@ from sqlalchemy import update
 
 from raiprotocol.archive import ArchiveError, ArchiveLimits, inspect_archive
 from raiprotocol.models import JobOut
-from raiprotocol.spec import SPEC_FILENAME, SpecError, missing_for_kind, parse_spec
+from raiprotocol.project import SPEC_FILENAME, missing_for_kind
+from raiprotocol.spec import SpecError, parse_spec
 
 from .db import Database
 from .errors import BadArchive, Invalid, TooLarge
