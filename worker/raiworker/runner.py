@@ -1,4 +1,5 @@
-"""One job, start to end, on this worker: claim → fetch → unpack → run → build folder → report.
+"""One job, start to end, on this worker: claim → fetch → unpack → run → build folder → report →
+tidy (what nobody waits for: removing the container, starting the next one ahead of time).
 
 Whatever happens inside, the job's end is reported to the server (retried through a server
 restart) and the container and temporary folders are removed.
@@ -21,7 +22,7 @@ from raiprotocol.models import GpuInfo, JobState, JobUpdate, Phase
 
 from .config import WorkerSettings
 from .errors import Refused, ServerUnreachable, WorkerError
-from .executors import JobContext, Outcome, execute, make_executor
+from .executors import Executor, JobContext, Outcome, execute, make_executor
 from .gpus import hold_gpus, host_share
 from .logsink import LogSink
 from .metrics import job_done
@@ -64,8 +65,10 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
         build_uploaded = False
         phases: list[Phase] = []
+        executor: Executor | None = None
         try:
-            outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases)
+            executor = make_executor(settings)
+            outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases, executor)
             if outcome.state is not JobState.queued:  # queued: lost where it ran, it runs again
                 build_uploaded = _ship_build(server, job_id, attempt, workdir / "build", sink)
         except Refused as exc:
@@ -97,6 +100,11 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         except Refused as exc:
             log.warning("final state of %s refused: %s", job_id, exc)
         job_done(outcome.state.value, time.monotonic() - claimed_at)
+        if executor is not None:
+            try:
+                executor.tidy()
+            except Exception:  # noqa: BLE001 - the job is over; a restarted worker removes leftovers
+                log.exception("job %s: tidying up after it failed", job_id)
         return outcome.state.value
     finally:
         server.close()
@@ -104,7 +112,7 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
 
 
 def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis,
-         sink: LogSink, grant, workdir: Path, phases: list[Phase]) -> Outcome:
+         sink: LogSink, grant, workdir: Path, phases: list[Phase], executor: Executor) -> Outcome:
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "src").mkdir(parents=True)
     (workdir / "build").mkdir()
@@ -115,7 +123,6 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
         return Outcome(JobState.error, message=f"the project archive could not be unpacked: {exc}")
     archive.unlink()
     (workdir / "build").chmod(0o777)
-    executor = make_executor(settings)
     cancel, done = threading.Event(), threading.Event()
     watcher = threading.Thread(target=_watch_cancel, args=(r, grant.job_id, cancel, done), daemon=True)
     watcher.start()

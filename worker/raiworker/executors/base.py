@@ -78,7 +78,11 @@ class Executor(ABC):
 
     @abstractmethod
     def cleanup(self) -> None:
-        """Remove what start() made, whatever happened."""
+        """Stop what start() made, whatever happened, before the job's end is reported."""
+
+    def tidy(self) -> None:
+        """After the job's end is reported: work nobody waits for (removing what is left,
+        preparing the next job)."""
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         """A reason for a command that died of a signal (e.g. out of memory), if known."""

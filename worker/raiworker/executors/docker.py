@@ -4,8 +4,8 @@ The container has no network, drops every capability, cannot gain privileges, ru
 user, and sees the project read-only at /src and a writable /build. It is labelled with the job
 id so a restarted worker can remove anything a crash left behind.
 
-Starting a container is most of a short job's overhead, so once a job ends its slot (the worker
-process that ran it) starts the next container ahead of time, for the same image, GPUs and
+Starting a container is most of a short job's overhead, so once a job's end is reported its slot
+(the worker process that ran it) starts the next container ahead of time, for the same image, GPUs and
 memory limit: a fresh container per job, made after the previous one was killed, never reused.
 Its /src is the slot's own folder, empty until the next job's files are moved in. A job that
 needs anything else gets a container of its own as before, and the spare one is removed.
@@ -47,6 +47,18 @@ KILL_JOB = (
     "keep=$(cut -d' ' -f1 /proc/1/task/1/children 2>/dev/null); "
     "for pass in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; "
     '[ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null; done; done; true'
+)
+# At the job's end, one exec (each costs ~50 ms): kill the job's processes as above, prove none is
+# left (one not yet reaped is a zombie, state Z after the last ') ' of its stat line, and runs
+# nothing), then stream /build as a tar. Exit status LEFT_OVER says a process survived: the
+# container is then killed before the job's end is reported; otherwise it is removed afterwards,
+# when nobody waits for it.
+LEFT_OVER = 99
+COLLECT = (
+    KILL_JOB.removesuffix("; true") + "; left=0; for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    '[ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && read -r st < "$d/stat" 2>/dev/null && '
+    'case "${st##*) }" in Z*) ;; *) left=1 ;; esac; done; '
+    f'tar -C /build -cf - .; t=$?; [ "$left" = 1 ] && exit {LEFT_OVER}; exit $t'
 )
 
 
@@ -180,6 +192,8 @@ class DockerExecutor(Executor):
         self.slot_src: Path | None = None  # the job's files were moved here (a spare container)
         self.helper: Path | None = None
         self.ctx: JobContext | None = None  # the job started: its slot's next container is made like it
+        self.contained = False  # collect_build saw every process of the job gone
+        self.leftover: Any = None  # the job's container, for tidy() to remove
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
@@ -368,34 +382,47 @@ class DockerExecutor(Executor):
             pass
 
     def collect_build(self, ctx: JobContext) -> None:
-        """Copy /build (a tmpfs: it dies with the container, and `docker cp` cannot read it) out
-        through the image's own tar into the host folder with ``safe_extract``: the job controls
-        that stream, so nothing in it may write outside the folder (links out of the tree,
-        entries through links, devices and the like are left behind)."""
+        """Stop the job's processes and copy /build (a tmpfs: it dies with the container, and
+        `docker cp` cannot read it) out through the image's own tar into the host folder with
+        ``safe_extract``: the job controls that stream, so nothing in it may write outside the
+        folder (links out of the tree, entries through links, devices and the like are left behind)."""
         if self.container is None:
             return
         api = self.client.api
         try:
-            exec_id = api.exec_create(self.container.id, ["tar", "-C", "/build", "-cf", "-", "."], user=self.user)["Id"]
+            exec_id = api.exec_create(self.container.id, ["/bin/sh", "-c", COLLECT], user=self.user)["Id"]
             chunks = (out for out, _ in api.exec_start(exec_id, stream=True, demux=True) if out)
-            with tarfile.open(fileobj=_IterReader(chunks), mode="r|") as tar:
-                safe_extract(tar, ctx.build_dir, max_bytes=ctx.settings.build_mb * 1024**2)
+            try:
+                with tarfile.open(fileobj=_IterReader(chunks), mode="r|") as tar:
+                    safe_extract(tar, ctx.build_dir, max_bytes=ctx.settings.build_mb * 1024**2)
+            finally:
+                for _ in chunks:  # the exec's end, so its exit status is known
+                    pass
+            self.contained = api.exec_inspect(exec_id).get("ExitCode") not in (None, LEFT_OVER)
         except (DockerException, tarfile.TarError):
             return
 
     def cleanup(self) -> None:
-        """Kill now (nothing of the job may outlive it on the GPU), remove in the background so
-        the job's end is reported without waiting; a restarted worker removes any leftover."""
+        """Nothing of the job may outlive it on the GPU: unless collect_build proved every process
+        of the job gone, kill the container now. Removing it waits for tidy()."""
         container, self.container = self.container, None
         if container is None:
             return
-        try:
-            container.kill()
-        except DockerException:
-            pass
-        _remove_later(container)
+        if not self.contained:
+            try:
+                container.kill()
+            except DockerException:
+                pass
+        self.leftover = container
         if self.slot_src is not None:  # the job's files leave the slot's folder at once
             _empty(self.slot_src)
+
+    def tidy(self) -> None:
+        """After the job's end is reported: remove its container, start the next one ahead of time."""
+        container, self.leftover = self.leftover, None
+        if container is None:
+            return
+        _remove_later(container)
         if self.spares and self.ctx is not None:
             ctx, helper = self.ctx, self.helper
             _slot.prepare(lambda: self._make_spare(ctx, helper))
