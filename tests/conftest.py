@@ -141,8 +141,8 @@ class Service:
         return subprocess.run([sys.executable, "-m", "raiclient", *args], cwd=cwd, env=e, capture_output=True,
                               text=True, timeout=timeout)
 
-    def popen_client(self, *args: str) -> subprocess.Popen:
-        e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1"}
+    def popen_client(self, *args: str, env: dict | None = None) -> subprocess.Popen:
+        e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1", **(env or {})}
         return subprocess.Popen([sys.executable, "-m", "raiclient", *args], env=e, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
 

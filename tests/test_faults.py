@@ -56,6 +56,22 @@ def test_server_restart_mid_job_loses_no_line(tmp_path, redis_url, docker_engine
         svc.shutdown()
 
 
+def test_a_server_gone_for_good_ends_the_submit_with_one_line(tmp_path, redis_url):
+    svc = start_service(tmp_path, redis_url, None, "process", slots=1)
+    try:
+        proj = make_project(tmp_path / "p", ["sh -c 'echo started; sleep 60'"])
+        proc = svc.popen_client("submit", "-p", str(proj), env={"RAI_RECONNECT_SECONDS": "2"})
+        assert proc.stdout is not None
+        while "started" not in (line := proc.stdout.readline()):
+            assert line, "the client ended before the job's first line"
+        svc.stop("server")
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, out + err
+        assert "lost the connection" in err and "raiclient logs" in err and "Traceback" not in err, err
+    finally:
+        svc.shutdown()
+
+
 def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(tmp_path):
     """`raid dev` supervises: a worker killed with SIGKILL is started again, with a message; each
     instance's worker has its own name, so two on one host never reap each other's containers."""

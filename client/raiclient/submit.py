@@ -213,12 +213,16 @@ def follow(conn: Http, profile: Profile, job_id: str) -> int:
         say(detached_line(job_id))
         return ExitCode.DETACHED
     # the stream broke before the end: the full client reconnects from the last line printed
+    from typer import Exit
+
     from .api import Api
     from .cli import follow_job
 
     api = Api(profile)
     try:
         return follow_job(api, job_id, after=last)
+    except Exit as exc:  # its failures end a typer command; here they are this function's answer
+        return exc.exit_code
     finally:
         api.close()
 
