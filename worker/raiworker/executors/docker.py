@@ -55,9 +55,10 @@ KILL_JOB = (
 # when nobody waits for it.
 LEFT_OVER = 99
 COLLECT = (
-    KILL_JOB.removesuffix("; true") + "; left=0; for d in /proc/[0-9]*; do p=${d#/proc/}; "
-    '[ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && read -r st < "$d/stat" 2>/dev/null && '
-    'case "${st##*) }" in Z*) ;; *) left=1 ;; esac; done; '
+    KILL_JOB.removesuffix("; true") + "; left=1; n=0; while [ $left = 1 ] && [ $n -lt 40 ]; do left=0; "
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && '
+    'read -r st < "$d/stat" 2>/dev/null && case "${st##*) }" in Z*) ;; *) left=1; kill -9 "$p" 2>/dev/null ;; esac; done; '
+    '[ $left = 1 ] && sleep 0.05; n=$((n+1)); done; '  # SIGKILL lands when the process next runs: wait up to 2 s
     f'tar -C /build -cf - .; t=$?; [ "$left" = 1 ] && exit {LEFT_OVER}; exit $t'
 )
 
@@ -138,6 +139,16 @@ class _Slot:
 
 
 _slot = _Slot()
+
+
+def _exit_code(api: Any, exec_id: str) -> int | None:
+    """An exec's exit status; Docker may record it a moment after its output ends."""
+    for _ in range(50):
+        info = api.exec_inspect(exec_id)
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            return info["ExitCode"]
+        time.sleep(0.02)
+    return None
 
 
 def _remove_later(container: Any) -> None:
@@ -398,7 +409,7 @@ class DockerExecutor(Executor):
             finally:
                 for _ in chunks:  # the exec's end, so its exit status is known
                     pass
-            self.contained = api.exec_inspect(exec_id).get("ExitCode") not in (None, LEFT_OVER)
+            self.contained = _exit_code(api, exec_id) not in (None, LEFT_OVER)
         except (DockerException, tarfile.TarError):
             return
 
