@@ -6,7 +6,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +36,11 @@ from .errors import ApiError, broke_off, no_answer, refusal, unreachable
 CHUNK = 256 * 1024
 
 
-def file_chunks(path: Path, progress: Callable[[int], None] | None = None) -> Iterator[bytes]:
-    """An upload body read as it is sent (projects and image archives can be large)."""
+def file_chunks(path: Path) -> Iterator[bytes]:
+    """An upload body read as it is sent (image archives can be large)."""
     with path.open("rb") as fh:
         while chunk := fh.read(CHUNK):
             yield chunk
-            if progress:
-                progress(len(chunk))
 
 
 class Api:
@@ -82,27 +80,6 @@ class Api:
     # -- calls -----------------------------------------------------------------------------------
     def me(self) -> UserOut:
         return UserOut.model_validate(self._request("GET", "/api/v1/me").json())
-
-    def submit(
-        self,
-        archive: Path,
-        queue: str | None,
-        kind: str,
-        progress: Callable[[int], None] | None = None,
-    ) -> JobOut:
-        size = archive.stat().st_size
-        params = {"kind": kind}
-        if queue:
-            params["queue"] = queue
-        resp = self._request(
-            "POST",
-            "/api/v1/jobs",
-            params=params,
-            content=file_chunks(archive, progress),
-            headers={"Content-Type": "application/gzip", "Content-Length": str(size)},
-            timeout=httpx.Timeout(300.0, connect=30.0),
-        )
-        return JobOut.model_validate(resp.json())
 
     def queues(self) -> list[QueueSummary]:
         return [QueueSummary.model_validate(q) for q in self._request("GET", "/api/v1/queue").json()]
