@@ -12,8 +12,12 @@ command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  log=$(mktemp)
+  # quiet unless it fails (debconf's notes about apt-utils and the like are not for the user)
+  if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+    cat "$log" >&2; rm -f "$log"; echo "setup: installing ${need[*]} failed" >&2; exit 1
+  fi
+  rm -f "$log"
 fi
 
 # The Docker engine: no default bridge and no iptables (job containers use no network at all).
@@ -32,7 +36,10 @@ fi
 stamp=.venv/.rai-installed
 if [ ! -f "$stamp" ] || [ -n "$(find protocol/pyproject.toml client/pyproject.toml server/pyproject.toml worker/pyproject.toml requirements-dev.txt -newer "$stamp" 2>/dev/null)" ]; then
   echo "setup: installing Python packages into .venv"
-  .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e ./protocol -e ./client -e ./server -e ./worker -r requirements-dev.txt
+  log=.venv/pip-install.log  # pip's and setuptools' warnings go here; shown only if the install fails
+  if ! { .venv/bin/pip install -q --upgrade pip &&
+         .venv/bin/pip install -q -e ./protocol -e ./client -e ./server -e ./worker -r requirements-dev.txt; } >"$log" 2>&1; then
+    cat "$log" >&2; echo "setup: installing the Python packages failed (log: $log)" >&2; exit 1
+  fi
   touch "$stamp"
 fi

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 
 import pytest
@@ -132,3 +133,28 @@ def test_unreachable_server_and_wrong_credentials_are_one_line(docker_service, t
     assert "the server rejected your credentials" in res.stderr and "Traceback" not in res.stderr
     res = docker_service.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(tmp_path / "missing")})
     assert res.returncode == 2 and "no credentials" in res.stderr
+
+
+@pytest.mark.parametrize("filler, words", [("random", "MiB packed (the limit is 200.0 MiB)"),
+                                           ("zeros", "(files of zeros or filler?) (the limit is 200x)")])
+def test_a_too_big_project_is_refused_at_once_naming_its_largest_files(docker_service, tmp_path, filler, words):
+    """Issue 26: a 300 MB file was packed for 7 s before a refusal that named no file and did not
+    mention .raiignore; a zero-filled file was called 'a compression bomb?'."""
+    import time
+
+    proj = make_project(tmp_path / "p", ["true"])
+    with (proj / "dataset.bin").open("wb") as fh:
+        if filler == "random":
+            for _ in range(250):
+                fh.write(os.urandom(1024**2))
+        else:
+            fh.truncate(250 * 1024**2)
+    start = time.monotonic()
+    res = docker_service.client("submit", "-p", str(proj))
+    took = time.monotonic() - start
+    assert res.returncode != 0 and words in res.stderr, res.stderr
+    assert "dataset.bin" in res.stderr and ".raiignore" in res.stderr and "bomb" not in res.stderr, res.stderr
+    assert "Packing project" not in res.stdout and took < 5, (took, res.stdout)  # refused before packing
+    (proj / ".raiignore").write_text("dataset.bin\n")  # the advice works
+    res = docker_service.client("submit", "-p", str(proj))
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -89,3 +89,13 @@ def test_submit_options_read_at_the_start_are_the_full_commands():
 def test_other_commands_still_reach_the_full_cli(tmp_path):
     res = subprocess.run([sys.executable, "-m", "raiclient", "submit", "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and "--path" in res.stdout
+
+
+@pytest.mark.parametrize("command", [["submit"], ["logs"], ["admin", "roster"], ["delete"]])
+def test_help_shows_no_value_after_a_flag(command):
+    """Issue 26: `--detach -d <bool>` suggested that the flag takes a value."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "raiclient", *command, "--help"], capture_output=True, text=True, timeout=60).stdout
+    assert "Usage:" in out and "<bool>" not in out, out

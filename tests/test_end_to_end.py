@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import os
 import signal
+import sys
 import tarfile
 import time
 
@@ -252,3 +254,70 @@ def test_prometheus_metrics_from_loopback(docker_service, tmp_path):
     assert value(r'rai_uploads_refused_total\{cause="bad_archive"\}') >= 1
     assert value("rai_sse_watchers") >= 0
     assert value(r'rai_log_lines_total\{what="sent"\}') >= 1
+
+
+def test_a_closed_pipe_ends_submit_quietly_with_the_jobs_status(docker_service, tmp_path):
+    """Issue 26: `raiclient submit -p … | head -2` ended with a BrokenPipeError traceback and exit 1."""
+    import subprocess
+
+    for commands, status in ((["sh -c 'for k in $(seq 1 500); do echo line $k; done'"], 0), (["sh -c 'seq 1 500; exit 3'"], 3)):
+        proj = make_project(tmp_path / f"p{status}", commands)
+        env = {**os.environ, "RAI_PROFILE": str(docker_service.profile), "RAI_SERVER": docker_service.url}
+        res = subprocess.run(["bash", "-c", f"{sys.executable} -m raiclient submit -p {proj} | head -2; echo status=${{PIPESTATUS[0]}}"],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
+        assert res.stdout.strip().endswith(f"status={status}"), res.stdout + res.stderr
+
+
+def test_cancelling_a_finished_job_says_nothing_was_cancelled(docker_service, tmp_path):
+    """Issue 26: `raiclient cancel` on a finished job printed its state and exited 0."""
+    res = docker_service.client("submit", "-p", str(make_project(tmp_path / "p", ["echo done"])))
+    jid = job_id_from(res.stdout)
+    res = docker_service.client("cancel", jid)
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert f"job {jid} already succeeded at" in res.stderr and "nothing was cancelled" in res.stderr, res.stderr
+
+
+def test_a_server_address_without_scheme_works(docker_service):
+    """Issue 26: RAI_SERVER=127.0.0.1:8000 gave 'cannot reach the rai server' although it ran."""
+    res = docker_service.client("history", env={"RAI_SERVER": docker_service.url.removeprefix("http://")})
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_history_shows_whole_ids_and_any_unique_start_of_one_works(docker_service, tmp_path):
+    """Issue 26: in an 80-column terminal `raiclient history` cut ids, and the cut ids were refused."""
+    dana = docker_service.add_user("dana")
+    env = {"RAI_PROFILE": str(dana), "COLUMNS": "80"}
+    ids = []
+    for i in range(2):
+        res = docker_service.client("submit", "-p", str(make_project(tmp_path / f"p{i}", [f"echo run-{i}"])), env=env)
+        ids.append(job_id_from(res.stdout))
+    out = docker_service.client("history", env=env).stdout
+    assert all(jid in out for jid in ids), out
+    assert max(map(len, out.splitlines())) <= 80, out
+    res = docker_service.client("status", ids[1][:12].lower(), env=env)
+    assert res.returncode == 0 and ids[1] in res.stdout, res.stdout + res.stderr
+    assert "run-1" in docker_service.client("logs", ids[1][:12], env=env).stdout
+    common = next(n for n in range(26) if ids[0][n] != ids[1][n])  # ULIDs of one second share their start
+    if common >= 6:
+        res = docker_service.client("status", ids[0][:common], env=env)
+        assert res.returncode != 0 and "is the start of several jobs" in res.stderr and "give more characters" in res.stderr
+    res = docker_service.client("status", ids[0][:4], env=env)
+    assert res.returncode != 0 and "give at least 6 characters" in res.stderr
+
+
+def test_login_without_a_terminal_names_the_flags_and_a_wrong_key_is_said_plainly(docker_service, tmp_path):
+    """Issue 26: without a terminal `raiclient login` printed 'Server: Aborted.'; a failed login told
+    you to run `raiclient login`."""
+    import subprocess
+
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    env.pop("RAI_PROFILE", None)
+    env.pop("RAI_SERVER", None)
+    res = subprocess.run([sys.executable, "-m", "raiclient", "login"], env=env, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "give --server, --access-key, --secret-key" in res.stderr and "Aborted" not in res.stderr, res.stderr
+    res = subprocess.run([sys.executable, "-m", "raiclient", "login", "--server", docker_service.url.removeprefix("http://"),
+                          "--access-key", "nobody", "--secret-key", "wrong"], env=env, stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "did not accept these keys" in res.stderr and "run 'raiclient login'" not in res.stderr, res.stderr

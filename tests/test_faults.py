@@ -116,3 +116,213 @@ def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(
     finally:
         os.killpg(raid.pid, signal.SIGTERM)
         raid.wait(30)
+
+
+def test_a_worker_killed_and_restarted_under_the_same_name_requeues_its_job_at_once(tmp_path, redis_url, docker_engine):
+    """Issue 28: kill -9 of the worker (main process and pool child) mid-output, restarted within a
+    second under the same name: the job stayed `running` for minutes, the client silent, the job
+    behind it waiting. Now the restarted worker reports the lost run, the job runs again at once,
+    the client says so and follows the new attempt, and the next job runs."""
+    svc = start_service(tmp_path, redis_url, None, "docker", slots=1, extra_env={"RAI_WORKER_DEAD_AFTER": "600"})
+    try:
+        proj = make_project(tmp_path / "p", ["sh -c 'for k in $(seq 1 40); do echo line $k; sleep 0.1; done'"])
+        behind = make_project(tmp_path / "b", ["echo behind-ran"])
+        proc = svc.popen_client("submit", "-p", str(proj))
+        assert proc.stdout is not None
+        while "line 20" not in (line := proc.stdout.readline()):
+            assert line, "the client ended before line 20"
+        waiting = svc.popen_client("submit", "-p", str(behind))
+        killed_at = time.monotonic()
+        svc.stop("worker-w1", signal.SIGKILL)  # main process, pool child and all: the dead-after is 10 minutes
+        svc.start_worker("w1")
+        out, err = proc.communicate(timeout=120)
+        recovered_in = time.monotonic() - killed_at
+        assert proc.returncode == 0, out + err
+        assert "Worker w1 restarted: the run it held was lost; the job goes back in the queue (attempt 2 of 3)" in out, out
+        assert out.count("line 40") == 1 and "Job succeeded" in out and "Traceback" not in err
+        assert recovered_in < 60, f"the job took {recovered_in:.0f} s to end after the kill"
+        out2, err2 = waiting.communicate(timeout=60)
+        assert waiting.returncode == 0 and "behind-ran" in out2, out2 + err2
+    finally:
+        svc.shutdown()
+
+
+def test_a_killed_pool_process_leaves_no_container_running_beside_the_rerun(tmp_path, redis_url, docker_engine):
+    """Issue 28: kill -9 of the ForkPoolWorker mid-job: the job re-ran at once, but the first run's
+    container went on running its command, unseen; four piled up. Now it is stopped first."""
+    svc = start_service(tmp_path, redis_url, None, "docker", slots=1, extra_env={"RAI_WORKER_DEAD_AFTER": "600"})
+    try:
+        proj = make_project(tmp_path / "p", ["sh -c 'echo started; sleep 6; echo finished'"])
+        proc = svc.popen_client("submit", "-p", str(proj))
+        assert proc.stdout is not None
+        while "started" not in (line := proc.stdout.readline()):
+            assert line, "the client ended before the job started"
+        main = svc.procs["worker-w1"].pid
+        pool = [int(p) for p in open(f"/proc/{main}/task/{main}/children").read().split()]  # one slot: one pool process
+        os.kill(pool[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        assert "Stopped the container of an earlier run of this job" in out and out.splitlines().count("finished") == 1, out
+
+        def job_containers() -> list:  # spares aside: any container still running a command of this job
+            return [c for c in docker_engine.containers.list(filters={"label": "rai.worker=w1"}) if c.name.startswith("rai-")]
+
+        wait_for(lambda: job_containers() == [], timeout=20, what="no job container left running")
+    finally:
+        svc.shutdown()
+
+
+def _raid(tmp_path, port: int, data: str = "d", *extra: str):
+    import subprocess
+    import sys
+    import threading
+
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "raiserver.dev", "dev", "--data-dir", str(tmp_path / data), "--port", str(port),
+                             "--executor", "process", "--gpus", "none", *extra], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out: list[str] = []
+    threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True).start()
+    return proc, out
+
+
+def _live_parts(folder) -> dict[int, str]:
+    """The parts `raid dev` recorded for this data folder that still run: pid -> name."""
+    import json
+
+    parts = {}
+    for line in (folder / "raid.parts").read_text().splitlines():
+        entry = json.loads(line)
+        if os.path.exists(f"/proc/{entry['pid']}"):
+            parts[entry["pid"]] = entry["name"]
+    return parts
+
+
+def test_raid_dev_stops_gracefully_and_cleans_up_after_a_kill(tmp_path):
+    """Issue 28: SIGTERM of `raid dev` killed the running job (it re-ran from its first line);
+    SIGKILL left Redis, server and worker running, and the next start crash-looped beside them."""
+    from conftest import free_port
+
+    port = free_port()
+    raid, out = _raid(tmp_path, port)
+    try:
+        wait_for(lambda: any("web view:" in line for line in out), timeout=90, what="raid dev up")
+        svc_env = {**os.environ, "HOME": str(tmp_path), "RAI_PROFILE": str(tmp_path / "d" / "admin.rai_profile")}
+        proj = make_project(tmp_path / "p", ["sh -c 'echo begin; sleep 4; echo end-of-job'"])
+        import subprocess
+        import sys
+
+        sub = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(proj), "--detach"], env=svc_env,
+                             capture_output=True, text=True, timeout=60)
+        jid = next(line.split()[2] for line in sub.stdout.splitlines() if " queued on " in line)
+        time.sleep(2)  # the job runs
+        raid.send_signal(signal.SIGTERM)
+        raid.wait(60)
+        assert any("running jobs get up to 60 s to finish" in line for line in out), out
+        assert not any("abandoned" in line for line in out), out
+        # a second raid on the same folder while it runs is refused; a taken port is named
+        raid, out = _raid(tmp_path, port)
+        wait_for(lambda: any("web view:" in line for line in out), timeout=90, what="raid dev up again")
+        # issue 26: a re-run names the home profile it wrote, and the next command is whole, on one line
+        assert any("is this admin's profile" in line for line in out), out
+        nxt = next(line for line in out if "web view:" in line)
+        assert "RAI_PROFILE=" not in nxt and nxt.rstrip().endswith("submit -p examples/hello"), nxt
+        log = subprocess.run([sys.executable, "-m", "raiclient", "logs", jid], env=svc_env, capture_output=True, text=True, timeout=60)
+        assert log.stdout.count("end-of-job") == 2 and "lost" not in log.stdout, log.stdout  # the command line and its output
+        second, out2 = _raid(tmp_path, free_port())
+        assert second.wait(60) != 0 and any("another `raid dev`" in line for line in out2), out2
+        third, out3 = _raid(tmp_path, port, "other")
+        assert third.wait(60) != 0 and any(f"port {port} on 127.0.0.1 is already in use" in line for line in out3), out3
+        # SIGKILL: its parts live on until the next start stops them
+        os.kill(raid.pid, signal.SIGKILL)
+        raid.wait(10)
+        orphans = _live_parts(tmp_path / "d")
+        assert sorted(orphans.values()) == ["redis", "server", "worker"], orphans
+        raid, out = _raid(tmp_path, port)
+        wait_for(lambda: any("web view:" in line for line in out), timeout=90, what="raid dev up after the kill")
+        assert sum("left running by an earlier raid dev" in line for line in out) == 3, out
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in orphans)
+        assert sorted(_live_parts(tmp_path / "d").values()) == ["redis", "server", "worker"]
+    finally:
+        if raid.poll() is None:
+            raid.send_signal(signal.SIGTERM)
+            raid.wait(60)
+
+
+def test_failing_storage_is_named_and_a_build_folder_waits_for_it(tmp_path, redis_url, docker_engine):
+    """Issue 28: with the storage folder unwritable an upload got 'internal error (HTTP 500)', and a
+    job's build upload gave up as 'server unreachable' although the server answered throughout."""
+    import shutil
+
+    svc = start_service(tmp_path, redis_url, None, "docker", slots=1)
+    storage = svc.data / "storage"
+
+    def break_folder(name: str) -> None:  # a file where the folder was: every write in it fails (root ignores modes)
+        shutil.move(storage / name, storage / f"{name}.away")
+        (storage / name).write_text("not a folder")
+
+    def mend_folder(name: str) -> None:
+        (storage / name).unlink()
+        shutil.move(storage / f"{name}.away", storage / name)
+
+    try:
+        proj = make_project(tmp_path / "p", ["sh -c 'echo kept > /build/out.txt; sleep 2'"])
+        break_folder("tmp")
+        res = svc.client("submit", "-p", str(proj))
+        mend_folder("tmp")
+        assert res.returncode != 0 and "the server's storage is failing" in res.stderr and "try again in 30 s" in res.stderr, \
+            res.stdout + res.stderr
+        proc = svc.popen_client("submit", "-p", str(proj))
+        time.sleep(1.5)
+        break_folder("builds")  # the job ends while the build folder cannot be stored
+        time.sleep(8)
+        mend_folder("builds")
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        assert "The server cannot store the build folder yet: the server's storage is failing" in out, out
+        assert "Job succeeded" in out
+    finally:
+        svc.shutdown()
+
+
+def test_queue_shows_a_slot_whose_worker_stopped_answering(tmp_path, redis_url, docker_engine):
+    """Issue 28: `raiclient queue` showed a dead worker's job as running normally until it was declared dead."""
+    svc = start_service(tmp_path, redis_url, None, "docker", slots=1, extra_env={"RAI_WORKER_DEAD_AFTER": "600"})
+    try:
+        proj = make_project(tmp_path / "p", ["sleep 30"])
+        res = svc.client("submit", "-p", str(proj), "--detach")
+        jid = next(line.split()[2] for line in res.stdout.splitlines() if " queued on " in line)
+        with svc.http() as h:
+            wait_for(lambda: h.get(f"/api/v1/jobs/{jid}").json()["state"] == "running", what="the job running")
+        assert "stopped answering" not in svc.client("queue").stdout
+        svc.stop("worker-w1", signal.SIGKILL)
+        wait_for(lambda: "1 running job(s) on a worker that stopped answering" in svc.client("queue").stdout,
+                 timeout=20, interval=1, what="the silent worker's slot shown")
+    finally:
+        svc.shutdown()
+
+
+def test_raid_dev_started_with_ampersand_stops_on_sigint(tmp_path):
+    """Issue 26: started with & from a script (SIGINT arrives ignored), `kill -INT` did nothing."""
+    import subprocess
+    import sys
+
+    from conftest import free_port
+
+    port = free_port()
+    script = (f"{sys.executable} -m raiserver.dev dev --data-dir {tmp_path / 'd'} --port {port} --executor process "
+              f"--gpus none > {tmp_path / 'raid.out'} 2>&1 & echo $!; wait")
+    shell = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, env={**os.environ, "HOME": str(tmp_path)},
+                             start_new_session=True)
+    pid = int(shell.stdout.readline())
+    try:
+        out_file = tmp_path / "raid.out"
+        wait_for(lambda: out_file.exists() and "web view:" in out_file.read_text(), timeout=90, what="raid dev up")
+        os.kill(pid, signal.SIGINT)
+        shell.wait(60)
+        out = (tmp_path / "raid.out").read_text()
+        assert "stopping" in out, out
+        assert not _live_parts(tmp_path / "d"), "its parts stopped with it"
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)

@@ -5,6 +5,7 @@ and staff can have every worker load or pull an image."""
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_an_image_no_worker_holds_is_refused_at_submit_with_the_list(docker_serv
     proj = make_project(tmp_path / "p", ["true"], image="rai/not-here:1.0")
     res = docker_service.client("submit", "-p", str(proj))
     assert res.returncode != 0
-    assert "image 'rai/not-here:1.0' is not on any worker of queue 'gpu'" in res.stderr
+    assert "asks for what no worker of queue 'gpu' offers: image 'rai/not-here:1.0' (the workers have" in res.stderr
     assert BUSYBOX in res.stderr and "raiclient images" in res.stderr
     with docker_service.http() as h:
         assert all(j["image"] != "rai/not-here:1.0" for j in h.get("/api/v1/jobs").json()["jobs"])  # nothing queued
@@ -78,3 +79,27 @@ def test_a_student_cannot_ask_for_pulls(docker_service):
 
 def test_workers_without_containers_run_any_image(process_service):
     wait_for(lambda: "any" in images_of(process_service), timeout=20, what="process worker listed")
+
+
+def test_an_image_the_course_did_not_publish_is_neither_offered_nor_run(docker_service, docker_engine, tmp_path):
+    """Issue 22: with RAI_ALLOWED_IMAGES empty, a staff-only image built on the worker host was offered
+    to students and its files read. Only labelled (rai.course), named or rai-pulled images are."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("secret-answers.txt")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"42 42\n"))
+    docker_engine.api.import_image_from_data(buf.getvalue(), repository="staff/answers", tag="1")  # no course label
+    try:
+        time.sleep(2.5)  # heartbeats come every second: the worker has seen the new image by now
+        assert "staff/answers:1" not in images_of(docker_service)
+        assert BUSYBOX in images_of(docker_service)  # the course's own image is offered
+        proj = make_project(tmp_path / "p", ["cat /secret-answers.txt"], image="staff/answers:1")
+        res = docker_service.client("submit", "-p", str(proj))
+        assert res.returncode != 0 and "42 42" not in res.stdout, res.stdout + res.stderr
+        assert "staff/answers:1" in res.stdout + res.stderr
+    finally:
+        docker_engine.images.remove("staff/answers:1", force=True)

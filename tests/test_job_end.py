@@ -85,3 +85,61 @@ def test_a_process_the_job_cannot_kill_gets_the_container_killed_before_the_end(
     ex.cleanup()
     container.reload()
     assert container.status != "running"
+
+
+# -- the copy of /build is bounded like the commands (issue 22: it held a slot for hours) ------------
+
+@pytest.fixture
+def tight(started, tmp_path):
+    ex, ctx, sink, container = started
+    ctx.settings = ctx.settings.model_copy(update={"build_mb": 16, "build_files": 1000, "collect_seconds": 20})
+    return ex, ctx, sink, container
+
+
+def test_a_sparse_terabyte_in_build_is_cut_at_the_limit_in_seconds(tight):
+    import time
+
+    ex, ctx, sink, _ = tight
+    assert ex.run_command(ctx, "sh -c 'echo small > /build/a; truncate -s 1024G /build/huge'", sink) == 0
+    start = time.monotonic()
+    cut = ex.collect_build(ctx)
+    assert time.monotonic() - start < 15
+    assert cut is not None and cut.state.value == "failed" and "the build folder was cut" in cut.message, cut
+    ex.cleanup()
+
+
+def test_300k_small_files_are_cut_at_the_file_limit(tight):
+    ex, ctx, sink, _ = tight
+    assert ex.run_command(ctx, "sh -c 'cd /build && seq 1 30000 | xargs touch'", sink) == 0
+    cut = ex.collect_build(ctx)
+    assert cut is not None and "more than 1000 files and folders" in cut.message, cut
+    assert len(list(ctx.build_dir.iterdir())) <= 1000
+    ex.cleanup()
+
+
+def test_cancel_stops_the_copy(tight):
+    import threading
+    import time
+
+    ex, ctx, sink, _ = tight
+    ctx.settings = ctx.settings.model_copy(update={"build_mb": 1024 * 1024, "collect_seconds": 600})
+    assert ex.run_command(ctx, "sh -c 'truncate -s 1024G /build/huge'", sink) == 0
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    start = time.monotonic()
+    cut = ex.collect_build(ctx, cancel)
+    assert time.monotonic() - start < 10
+    assert cut is not None and cut.state.value == "cancelled", cut
+    ex.cleanup()
+
+
+def test_a_copy_cut_by_a_killed_container_is_an_error_not_a_success(started):
+    """Issue 28: `docker kill` while /build was copied out ended 5 of 5 runs succeeded, the folder cut."""
+    import threading
+
+    ex, ctx, sink, container = started
+    assert ex.run_command(ctx, "sh -c 'head -c 150000000 /dev/urandom > /build/big'", sink) == 0
+    threading.Timer(0.3, container.kill).start()
+    cut = ex.collect_build(ctx)
+    assert cut is not None and cut.state.value == "error" and "could not be copied completely" in cut.message, cut
+    ex.cleanup()

@@ -59,3 +59,26 @@ def test_final_after_the_deadline_is_kept_but_does_not_rank(tmp_path, redis_url)
         assert [e["kind"] for e in unverified] == ["dev"]
     finally:
         svc.shutdown()
+
+
+def test_a_kind_the_course_did_not_define_is_refused_naming_those_it_has(tmp_path, redis_url):
+    """Issue 26: `--kind m9` was accepted silently and stored."""
+    svc = start_service(tmp_path / "svc", redis_url, None, "process", slots=1, worker=False)
+    try:
+        res = svc.client("submit", "-p", str(make_project(tmp_path / "p", ["true"])), "--kind", "m9")
+        assert res.returncode != 0
+        assert "this course has no submission kind 'm9'; it has: dev, final, m1, m2, m3" in res.stderr, res.stderr
+    finally:
+        svc.shutdown()
+
+
+def test_ranking_says_why_unverified_runs_do_not_rank(tmp_path, redis_url):
+    """Issue 26: `raiclient ranking` said 'No valid run yet' while the web showed unverified runs."""
+    svc = start_service(tmp_path / "svc", redis_url, None, "process", slots=1)
+    try:
+        assert svc.client("submit", "-p", str(make_project(tmp_path / "p", TIMED))).returncode == 0
+        out = svc.client("ranking").stdout
+        assert "No run ranks yet. Only verified runs rank" in out and "--kind final" in out, out
+        assert "1 run(s) of other kinds are on the unverified board" in out, out
+    finally:
+        svc.shutdown()

@@ -132,3 +132,19 @@ def test_a_whole_job_and_exact_resume_on_this_redis(any_redis, tmp_path):
             assert read_log(h, jid, last_event_id=17) == lines[17:]
     finally:
         svc.shutdown()
+
+
+def test_logs_resume_after_a_given_line(docker_service, tmp_path):
+    """Issue 28: after the client was killed, `raiclient logs JOB --follow` replayed from line 1."""
+    from conftest import make_project, read_log
+
+    proj = make_project(tmp_path / "p", ["sh -c 'for k in $(seq 1 10); do echo n$k; done'"])
+    res = docker_service.client("submit", "-p", str(proj))
+    jid = next(line.split()[2] for line in res.stdout.splitlines() if " queued on " in line)
+    with docker_service.http() as h:
+        n5 = next(line["n"] for line in read_log(h, jid) if line["text"] == "n5")
+    for args in (["logs", jid, "--after", str(n5)], ["logs", jid, "--follow", "--after", str(n5)]):
+        out = docker_service.client(*args).stdout
+        printed = [line for line in out.splitlines() if line.startswith("n")]
+        assert printed == [f"n{k}" for k in range(6, 11)], (args, out)
+        assert "Running:" not in out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from raiprotocol.profile import read_profile_file
@@ -97,7 +99,16 @@ def test_gpu_request_no_worker_can_serve_is_refused(svc, tmp_path):
     proj = make_project(tmp_path / "p", ["true"], extra="resources:\n  gpu:\n    count: 4\n")
     res = svc.client("submit", "-p", str(proj))
     assert res.returncode == 2
-    assert "rai_build.yml asks for 4 GPU(s); no worker on queue 'gpu' has that (w1: 0 × no GPU)" in res.stderr
+    assert "rai_build.yml asks for what no worker of queue 'gpu' offers: 4 GPUs (w1 has no GPU)" in res.stderr
+
+
+def test_every_unmet_requirement_is_named_at_once(svc, tmp_path):
+    """Issue 26: '0 × no GPU', a missing image not mentioned beside the GPUs, cpu.architecture never checked."""
+    proj = make_project(tmp_path / "p", ["true"], extra="resources:\n  cpu:\n    architecture: ppc64le\n  gpu:\n    count: 1\n")
+    res = svc.client("submit", "-p", str(proj))
+    assert res.returncode == 2
+    assert ("rai_build.yml asks for what no worker of queue 'gpu' offers: 1 GPU (w1 has no GPU); and CPU architecture "
+            "ppc64le (w1 is amd64)") in res.stderr, res.stderr  # (a process worker runs any image: tests/test_images.py)
 
 
 def test_staff_cancel_of_a_students_job_is_audited(svc, tmp_path):
@@ -129,3 +140,18 @@ def test_raiclient_queue_shows_each_queue_and_where_my_jobs_stand(tmp_path, redi
         assert [line.split(": ", 1)[1] for line in mine] == ["position 2 of 3", "position 3 of 3"], res.stdout
     finally:
         svc.shutdown()
+
+
+def test_a_waiting_student_sees_the_estimate_and_hears_from_the_queue_while_waiting(svc, tmp_path):
+    """Issue 26: 'position 1, about 8 s' then 61 s of silence behind a `sleep 60` job."""
+    blocker = svc.add_user("blocker")
+    res = svc.client("submit", "-p", str(make_project(tmp_path / "b", ["sleep 40"])), "--detach", env={"RAI_PROFILE": str(blocker)})
+    assert res.returncode == 0, res.stderr
+    time.sleep(3)  # it runs
+    start = time.monotonic()
+    res = svc.client("submit", "-p", str(make_project(tmp_path / "w", ["echo my-turn"])), timeout=120)
+    assert res.returncode == 0 and "my-turn" in res.stdout, res.stdout + res.stderr
+    queued = next(line for line in res.stdout.splitlines() if " queued on " in line)
+    assert "(position 1, about " in queued, queued
+    waits = [line for line in res.stdout.splitlines() if line.startswith("✱ Waiting in queue: position 1")]
+    assert time.monotonic() - start > 30 and waits, res.stdout  # a line at least every 30 s while it waits

@@ -56,7 +56,7 @@ def test_wrong_type_and_missing_section():
 def test_empty_command_list_and_blank_command():
     assert errors("rai:\n  image: x\ncommands:\n  build: []\n") == ["rai_build.yml:4: commands.build must not be empty"]
     msgs = errors("rai:\n  image: x\ncommands:\n  build:\n    - echo hi\n    - '  '\n")
-    assert msgs == ["rai_build.yml:5: commands.build command 2 is empty"]
+    assert msgs == ["rai_build.yml:5: commands.build: command 2 is empty"]
 
 
 def test_malformed_yaml_points_at_the_line():
@@ -66,7 +66,7 @@ def test_malformed_yaml_points_at_the_line():
 
 def test_network_is_refused():
     text = RAI_FORMAT.replace("network: false", "network: true")
-    assert errors(text) == ["rai_build.yml:9: resources.network jobs run without network access; set it to false or remove it"]
+    assert errors(text) == ["rai_build.yml:9: resources.network: jobs run without network access; set it to false or remove the line"]
 
 
 def test_yaml_bombs_and_non_utf8_are_refused():
@@ -82,10 +82,22 @@ def test_empty_file():
 
 def test_a_colon_in_an_unquoted_command_gets_a_hint():
     msgs = errors("rai:\n  image: x\ncommands:\n  build:\n    - echo note: this breaks\n")
-    assert msgs == ["rai_build.yml:5: commands.build.0 must be a string (YAML read it as a mapping because it contains ': '; "
+    assert msgs == ["rai_build.yml:5: commands.build, command 1 must be a string (YAML read it as a mapping because it contains ': '; "
                     "put the whole command in quotes)"]
 
 
 def test_limits_are_said_in_words():
     assert errors("rai:\n  image: x\nresources:\n  gpu:\n    count: 99\ncommands:\n  build: [echo]\n") == [
         "rai_build.yml:5: resources.gpu.count must be at most 16"]
+
+
+def test_messages_are_in_words_and_count_from_one():
+    """Issue 26: '- false' gave 'commands.build.0 must be a string'; YAML errors spoke of '<block end>'."""
+    assert errors("rai:\n  image: x\ncommands:\n  build:\n    - echo ok\n    - false\n    - 5\n    -\n") == [
+        "rai_build.yml:6: commands.build, command 2 was read as the boolean false; put it in quotes if it is meant as text",
+        "rai_build.yml:7: commands.build, command 3 was read as the number 5; put it in quotes if it is meant as text",
+        "rai_build.yml:8: commands.build, command 4 is empty (nothing after the '- '); write the command or remove the line"]
+    for broken in ("rai:\n  image: x\n commands:\n  build: [a]\n", "rai:\n  image: x\ncommands:\n  build:\n    - a\n   - b\n",
+                   "rai:\n\timage: x\n", "rai:\n  image: x\ncommands:\n  build:\n    - [a\n"):
+        (msg,) = errors(broken)
+        assert "malformed YAML" in msg and "<" not in msg, msg

@@ -131,3 +131,25 @@ def test_student_sees_pseudonyms_and_no_workers_page(browser, docker_service, tm
     resp = page.goto(f"{docker_service.url}/workers")
     assert resp.status == 403
     page.close()
+
+
+def test_errors_a_student_meets_are_pages_with_a_way_back(browser, docker_service):
+    """Issue 26: /workers as a student, an unknown job and an unknown page showed raw JSON."""
+    carla = docker_service.add_user("carla_w")
+    page = login(browser, docker_service, carla)
+    for path, status, words in (("/workers", 403, "the workers page is for staff"),
+                                ("/jobs/01NOSUCHJOB0000000000000000", 404, "no job 01NOSUCHJOB0000000000000000"),
+                                ("/no-such-page", 404, "There is no page at /no-such-page.")):
+        resp = page.goto(f"{docker_service.url}{path}")
+        assert resp.status == status and "text/html" in resp.headers["content-type"], path
+        main = page.inner_text("main")
+        assert words in main and "Back to the queue" in main, (path, main)
+        assert page.inner_text("header nav")  # the same header as every page
+    page.screenshot(path=str(ARTIFACTS / "error-page.png"), full_page=True)
+    page.close()
+    import httpx
+
+    with docker_service.http(carla) as h:  # the API keeps JSON, whatever the client accepts
+        r = h.get("/api/v1/jobs/01NOSUCHJOB0000000000000000", headers={"Accept": "text/html"})
+        assert r.status_code == 404 and r.json()["detail"].startswith("no job")
+    assert httpx.get(f"{docker_service.url}/nope").json() == {"detail": "Not Found"}  # no browser: JSON

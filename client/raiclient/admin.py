@@ -7,16 +7,18 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from raiprotocol.models import IssuedKeys
 from raiprotocol.profile import Profile, write_profile
 
 from . import console as cli
+from .output import cell
 
-admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).")
-roster = typer.Typer(no_args_is_help=True, help="The class list.")
-keys = typer.Typer(no_args_is_help=True, help="Students' credentials.")
-images = typer.Typer(no_args_is_help=True, help="Images on the workers.")
+admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).", rich_markup_mode=None)
+roster = typer.Typer(no_args_is_help=True, help="The class list.", rich_markup_mode=None)
+keys = typer.Typer(no_args_is_help=True, help="Students' credentials.", rich_markup_mode=None)
+images = typer.Typer(no_args_is_help=True, help="Images on the workers.", rich_markup_mode=None)
 admin.add_typer(roster, name="roster")
 admin.add_typer(keys, name="keys")
 admin.add_typer(images, name="images")
@@ -72,7 +74,7 @@ def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Opt
         rows = api.audit(limit)
     table = Table("when", "who", "action", "target", "detail")
     for r in rows:
-        table.add_row(r.at.strftime("%Y-%m-%d %H:%M:%S"), r.actor, r.action, r.target, str(r.detail or ""))
+        table.add_row(r.at.strftime("%Y-%m-%d %H:%M:%S"), *(Text(cell(v)) for v in (r.actor, r.action, r.target, r.detail or "")))
     cli.out.print(table)
 
 

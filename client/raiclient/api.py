@@ -17,6 +17,7 @@ from raiprotocol import logwire
 from raiprotocol.models import (
     AuditRow,
     Entry,
+    FilesFreed,
     IssuedKeys,
     JobList,
     JobOut,
@@ -101,8 +102,10 @@ class Api:
     def jobs(self, limit: int = 20) -> JobList:
         return JobList.model_validate(self._request("GET", "/api/v1/jobs", params={"limit": limit}).json())
 
-    def leaderboard(self, limit: int | None) -> list[Entry]:
-        params = {"n": limit} if limit else {}
+    def leaderboard(self, limit: int | None, board: str = "ranked") -> list[Entry]:
+        params: dict[str, str | int] = {"n": limit} if limit else {}
+        if board != "ranked":
+            params["board"] = board
         return [Entry.model_validate(e) for e in self._request("GET", "/api/v1/leaderboard", params=params).json()]
 
     def import_roster(self, csv_text: str) -> RosterResult:
@@ -120,6 +123,9 @@ class Api:
 
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel").json())
+
+    def delete_files(self, job_id: str) -> FilesFreed:
+        return FilesFreed.model_validate(self._request("DELETE", f"/api/v1/jobs/{job_id}/files").json())
 
     def download_build(self, job_id: str, dest: Path) -> int:
         try:
@@ -196,7 +202,7 @@ class Api:
             if now - failing_since >= give_up_after:
                 raise ApiError(
                     f"lost the connection to {self.server} for {give_up_after:.0f} s; the job goes on. "
-                    f"Resume with: raiclient logs {job_id} --follow"
+                    f"Resume with: raiclient logs {job_id} --follow --after {last}"
                 )
             pause = wait if wait is not None else delay * (0.5 + random.random())
             pause = min(pause, max(0.0, failing_since + give_up_after - now))

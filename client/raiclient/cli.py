@@ -17,24 +17,24 @@ from . import __version__, entry
 from .api import Api
 from .console import SERVER_OPT, connected, fail, open_api, out
 from .errors import ApiError
-from .output import LogPrinter, detached_line, finish, kib, print_results, queued_line, say, warn
+from .output import LogPrinter, WaitNotes, cell, detached_line, finish, kib, print_results, say, warn
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=entry.SUMMARY)
+# plain help (click's): typer's rich help shows "<bool>" after every flag, as if it took a value
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=entry.SUMMARY, rich_markup_mode=None)
 
 
 def follow_job(api: Api, job_id: str, after: int = 0) -> int:
     """Print the job's log as it comes; Ctrl-C detaches without cancelling."""
-    last_position: int | None = None
+    notes = WaitNotes()
     printer = LogPrinter()
     try:
         for kind, payload in api.follow(job_id, after=after):
             if kind == "lines":
                 printer.batches(payload)
             elif kind == "status":
-                pos = payload.get("position")
-                if payload.get("state") == "queued" and pos and pos != last_position:
-                    last_position = pos
-                    say(queued_line(payload))
+                note = notes.line(payload)
+                if note:
+                    say(note)
             elif kind == "reconnecting":
                 line, pause = payload
                 printer.flush()
@@ -43,7 +43,7 @@ def follow_job(api: Api, job_id: str, after: int = 0) -> int:
                 return finish(payload.model_dump(mode="json"), api.server)
     except KeyboardInterrupt:
         printer.flush()
-        say(detached_line(job_id))
+        say(detached_line(job_id, printer.last or after))
         return ExitCode.DETACHED
     except ApiError as exc:
         fail(str(exc), exc.code)
@@ -69,16 +69,17 @@ def submit(
 def logs(
     job_id: str,
     follow: bool = typer.Option(False, "--follow", "-f", help="keep following until the job ends"),
+    after: int = typer.Option(0, "--after", min=0, help="start after this line (resume where a client stopped)"),
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Print a job's log (whole, or live with --follow)."""
     with connected(server) as api:
         job = api.job(job_id)
         if follow or job.state.finished:
-            raise typer.Exit(follow_job(api, job_id))
+            raise typer.Exit(follow_job(api, job_id, after=after))
         # not following a running job: print what exists so far and stop
         printer = LogPrinter()
-        for kind, payload in api.follow(job_id, live=False):
+        for kind, payload in api.follow(job_id, after=after, live=False):
             if kind == "lines":
                 printer.batches(payload)
             elif kind in ("end", "caught_up"):
@@ -95,13 +96,13 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
     for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting"):
         value = getattr(job, key)
         if value is not None:
-            table.add_row(key, Text(str(value.value if isinstance(value, JobState) else value)))
+            table.add_row(key, Text(cell(value.value if isinstance(value, JobState) else value)))
     out.print(table)
     if len(job.phases) > 1:
         timeline = Table("+ s", "step", "detail", title="Timeline", box=None, padding=(0, 2), title_justify="left")
         t0 = job.phases[0].at
         for ph in job.phases:
-            timeline.add_row(f"{(ph.at - t0).total_seconds():8.3f}", Text(ph.name), Text(ph.detail or ""))
+            timeline.add_row(f"{(ph.at - t0).total_seconds():8.3f}", Text(cell(ph.name)), Text(cell(ph.detail or "")))
         out.print(timeline)
     print_results(job.results.model_dump() if job.results else None)
     raise typer.Exit(exit_code_for(job.state, job.exit_code) if job.state.finished else ExitCode.OK)
@@ -117,9 +118,12 @@ def queue(server: Optional[str] = SERVER_OPT) -> None:
         return
     table = Table("queue", "waiting", "running", "workers", "slots")
     for q in queues:
-        table.add_row(Text(q.queue), str(q.waiting), str(q.running), str(q.workers), str(q.slots))
+        table.add_row(Text(cell(q.queue)), str(q.waiting), str(q.running), str(q.workers), str(q.slots))
     out.print(table)
     for q in queues:
+        if q.unanswered:
+            say(f"'{q.queue}': {q.unanswered} running job(s) on a worker that stopped answering (nothing runs there); "
+                f"they go back in the queue within {q.dead_after:.0f} s of its last heartbeat")
         for j in q.mine:
             if j.waiting:
                 where = j.waiting
@@ -143,9 +147,9 @@ def images(server: Optional[str] = SERVER_OPT) -> None:
         if q.any_image:
             table.add_row(Text("(any: some workers run jobs without containers)"), "")
         for offer in q.images:
-            table.add_row(Text(offer.image), f"{offer.workers}/{q.workers}")
+            table.add_row(Text(cell(offer.image)), f"{offer.workers}/{q.workers}")
         for image, what in q.pulling.items():
-            table.add_row(Text(image), Text(what))
+            table.add_row(Text(cell(image)), Text(cell(what)))
         out.print(table)
 
 
@@ -154,11 +158,17 @@ def history(limit: int = typer.Option(20, "-n", help="how many jobs"), server: O
     """Your recent jobs, newest first."""
     with connected(server) as api:
         jobs = api.jobs(limit).jobs
-    table = Table("job", "state", "kind", "queue", "submitted", "took", "op time")
+    # fits 80 columns whole: ids are copied from here (a queue column only when there are several)
+    queues = len({job.queue for job in jobs}) > 1
+    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
+    for name in ("job", "state", "kind", *(["queue"] if queues else []), "submitted", "took", "op time"):
+        table.add_column(name, no_wrap=True)
     for job in jobs:
         took = f"{job.duration:.1f} s" if job.duration is not None else ""
         op = f"{job.results.op_time_total:g}" if job.results and job.results.op_time_total is not None else ""
-        table.add_row(job.id, job.state.value, Text(job.kind), Text(job.queue), job.created_at.strftime("%Y-%m-%d %H:%M:%S"), took, op)
+        row = [Text(cell(job.id)), job.state.value, Text(cell(job.kind)), *([Text(cell(job.queue))] if queues else []),
+               job.created_at.strftime("%m-%d %H:%M"), took, op]
+        table.add_row(*row)
     out.print(table)
 
 
@@ -186,13 +196,21 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
     """The leaderboard: each team's fastest valid run (yours is marked -->)."""
     with connected(server) as api:
         entries = api.leaderboard(n)
+        unverified = [] if entries else api.leaderboard(None, board="unverified")
     table = Table("#", "team", "op time (s)", "correctness", "when", "gpu", "verified")
     for e in entries:
-        name = Text(f"{e.name} -->", "bold") if e.mine else Text(e.name)
+        name = Text(f"{cell(e.name)} -->", "bold") if e.mine else Text(cell(e.name))
         op = f"{e.op_time:.6f}" + (f" ± {e.spread / 2:.6f}" if e.spread is not None else "")
         table.add_row(str(e.rank), name, op, f"{e.correctness:g}", e.when.strftime("%Y-%m-%d %H:%M"),
-                      e.gpu or "", "✓" if e.verified else "")
-    out.print(table if entries else "No valid run yet.")
+                      Text(cell(e.gpu or "")), "✓" if e.verified else "")
+    if entries:
+        out.print(table)
+        return
+    say("No run ranks yet. Only verified runs rank, of the kind the course grades (e.g. --kind final, with your "
+        "report.pdf): the service times those itself, repeated and with the GPU to itself, so a printed Op Time "
+        "alone cannot rank"
+        + (f". {len(unverified)} run(s) of other kinds are on the unverified board (web: Leaderboard, 'unverified')"
+           if unverified else ""))
 
 
 @app.command()
@@ -204,23 +222,62 @@ def cancel(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
 
 
 @app.command()
+def delete(job_ids: list[str] = typer.Argument(..., help="finished jobs"), server: Optional[str] = SERVER_OPT) -> None:
+    """Free storage: delete finished jobs' archives and build folders (their logs and results stay)."""
+    with connected(server) as api:
+        for job_id in job_ids:
+            freed = api.delete_files(job_id)
+            quota = f" of your {kib(freed.quota_bytes)}" if freed.quota_bytes else ""
+            say(f"Job {freed.job_id}: freed {kib(freed.freed_bytes)}; you store {kib(freed.stored_bytes)}{quota}")
+
+
+@app.command()
 def login(
-    server: str = typer.Option(..., "--server", envvar="RAI_SERVER", prompt=True),
-    access_key: str = typer.Option(..., "--access-key", prompt=True),
-    secret_key: str = typer.Option(..., "--secret-key", prompt=True, hide_input=True),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER", help="the rai server's URL"),
+    access_key: Optional[str] = typer.Option(None, "--access-key", help="from your instructor"),
+    secret_key: Optional[str] = typer.Option(None, "--secret-key", help="from your instructor"),
 ) -> None:
     """Check credentials with the server and write them to ~/.rai_profile."""
-    profile = Profile(access_key=access_key, secret_key=secret_key, server=server.rstrip("/"))
+    import sys
+
+    from raiprotocol.profile import server_url
+
+    known = _known_server()
+    if None in (server or known, access_key, secret_key) and not sys.stdin.isatty():
+        missing = [flag for flag, value in (("--server", server or known), ("--access-key", access_key),
+                                            ("--secret-key", secret_key)) if not value]
+        fail(f"no terminal to ask on: give {', '.join(missing)} (e.g. raiclient login --server https://rai.example.edu "
+             "--access-key KEY --secret-key SECRET)")
+    if not server:
+        server = typer.prompt("Server", default=known)
+    access_key = access_key or typer.prompt("Access key")
+    secret_key = secret_key or typer.prompt("Secret key", hide_input=True)
+    try:
+        profile = Profile(access_key=access_key.strip(), secret_key=secret_key.strip(), server=server_url(server or ""))
+    except ProfileError as exc:
+        fail(str(exc))
+        raise
     api = Api(profile)
     try:
         me = api.me()
     except ApiError as exc:
+        if exc.status == 401:  # not "run raiclient login": this is it
+            fail(f"the server at {profile.server} did not accept these keys; check them (copy them whole) or ask your "
+                 "instructor for new ones", exc.code)
         fail(str(exc), exc.code)
     finally:
         api.close()
     profile = profile.with_(username=me.username, email=me.email, team=me.team, firstname=me.firstname, lastname=me.lastname)
     path = write_profile(profile)
     say(f"Logged in as {me.username} ({me.role}); profile written to {path}")
+
+
+def _known_server() -> str | None:
+    """The server the profile already names, offered as the prompt's default."""
+    try:
+        return load_profile(None).server
+    except ProfileError:
+        return None
 
 
 @app.command()

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "download": "Download a job's build folder as a .tar.gz.",
     "ranking": "The leaderboard: each team's fastest valid run (yours is marked -->).",
     "cancel": "Cancel a queued or running job.",
+    "delete": "Free storage: delete finished jobs' archives and build folders (their logs and results stay).",
     "login": "Check credentials with the server and write them to ~/.rai_profile.",
     "version": "Print the client's version (and the server's, when a profile names one that answers).",
     "admin": "Course management (instructors and admins).",
@@ -97,7 +98,9 @@ def _server_version(argv: list[str]) -> str | None:
     from urllib.parse import urlsplit
 
     try:
-        url = urlsplit(server)
+        from raiprotocol.profile import server_url
+
+        url = urlsplit(server_url(server))
         kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         conn = kind(url.hostname or "", url.port, timeout=5)
         try:
@@ -111,6 +114,9 @@ def _server_version(argv: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .output import guard_pipes
+
+    guard_pipes()
     argv = list(sys.argv if argv is None else argv)
     args = argv[1:]
     if args in ([], ["--help"], ["-h"]):

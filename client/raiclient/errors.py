@@ -36,6 +36,8 @@ def refusal(status: int, body: bytes, reason: str, retry_after: str | None) -> A
     if status == 429:
         suffix = f" (retry in {retry_after} s)" if retry_after and retry_after not in detail else ""
         return ApiError(detail + suffix, status=status)
+    if status in (503, 507) and retry_after:  # a passing condition the server names (storage, capacity)
+        return ApiError(detail, status=status)
     if status >= 500:
         return ApiError(f"the server had an internal error (HTTP {status}); try again, and tell your TA if it persists", status=status)
     return ApiError(detail, status=status)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TextIO
 
 from raiprotocol.logwire import Batch
+from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.states import JobState, exit_code_for
 
 SGR = re.compile(r"\x1b\[[0-9;:]*m")
@@ -28,6 +30,58 @@ CONTROLS = re.compile(
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # C0 (but tab and newline) and C1 controls
 )
 SUSPECT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+class PipeSafe:
+    """A standard stream whose reader may go away (``raiclient submit | head -2``): once a write
+    finds the pipe closed, the stream goes to /dev/null and the command carries on quietly, to end
+    with the job's own status, never a BrokenPipeError traceback."""
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def _closed(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._closed()
+            try:
+                self._stream.flush()  # what was buffered goes to /dev/null now
+            except (BrokenPipeError, ValueError):
+                pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def guard_pipes() -> None:
+    """Make stdout and stderr pipe-safe (once, at the client's start)."""
+    if not isinstance(sys.stdout, PipeSafe):
+        sys.stdout = PipeSafe(sys.stdout)
+    if not isinstance(sys.stderr, PipeSafe):
+        sys.stderr = PipeSafe(sys.stderr)
+
+
+def cell(text: object) -> str:
+    """Job- or user-controlled text for one table cell or one line: every control removed
+    (colours too: they would break the table), line breaks and tabs shown as \\n and \\t."""
+    text = str(text).replace("\n", "\\n").replace("\t", "\\t")
+    return CONTROLS.sub("", text) if SUSPECT.search(text) else text
 
 
 def clean(text: str) -> str:
@@ -47,6 +101,7 @@ class LogPrinter:
         self.color = self.out.isatty()
         self.star = "\x1b[1;36m✱\x1b[0m " if self.color else "✱ "
         self._last: TextIO | None = None
+        self.last = 0  # the number of the last line printed: where to resume
 
     def _to(self, stream: TextIO, text: str) -> None:
         if self._last is not None and self._last is not stream:
@@ -56,10 +111,13 @@ class LogPrinter:
 
     def batches(self, batches: list[Batch]) -> None:
         for b in batches:
+            self.last = max(self.last, b.last)
             text = clean(b.x)
             if b.s == "sys":
                 self._to(self.out, "".join(f"{self.star}{line}\n" for line in text.split("\n")))
             else:
+                if SYSTEM_MARK in text:  # a job line that starts with rai's mark is shown as the job's
+                    text = "\n".join(map(disarm, text.split("\n")))
                 self._to(self.err if b.s == "err" else self.out, text + "\n")
         self.flush()
 
@@ -83,21 +141,24 @@ def _coloured(stream: TextIO) -> bool:
     return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
-def styled(parts: tuple[Part, ...], stream: TextIO) -> str:
+def styled(parts: tuple[Part, ...], stream: TextIO, one_line: bool = False) -> str:
     """Parts joined, each cleaned (ids, commands and messages come from users, never as markup),
-    coloured only on a terminal."""
+    coloured only on a terminal; ``one_line``: line breaks shown as \\n (a job's failed command or
+    message must not start a line of its own that looks like the client's)."""
     colour = _coloured(stream)
     text = []
     for part in parts:
         words, style = (part, "") if isinstance(part, str) else part
         words = clean(words)
+        if one_line:
+            words = words.replace("\n", "\\n")
         text.append(f"\x1b[{STYLES[style]}m{words}\x1b[0m" if colour and style in STYLES and words else words)
     return "".join(text)
 
 
 def say(*parts: Part) -> None:
     """One of the client's own lines on stdout: parts are plain text or (text, style)."""
-    sys.stdout.write(styled((("✱ ", "bold cyan"), *parts), sys.stdout) + "\n")
+    sys.stdout.write(styled((("✱ ", "bold cyan"), *parts), sys.stdout, one_line=True) + "\n")
     sys.stdout.flush()
 
 
@@ -125,8 +186,27 @@ def queued_line(status: Mapping[str, Any]) -> str:
     return f"Waiting in queue: position {status.get('position')}" + (f", about {eta:.0f} s" if eta else "")
 
 
-def detached_line(job_id: str) -> str:
-    return f"Detached; the job goes on. Reattach: raiclient logs {job_id} --follow   Cancel: raiclient cancel {job_id}"
+class WaitNotes:
+    """When a waiting job's status is worth a line: its position changed, its estimate moved by
+    more than a quarter (and 10 s), or 30 s passed since the last line (so a student sees it waits)."""
+
+    def __init__(self, position: int | None = None, eta: float | None = None):
+        self.position, self.eta, self.said = position, eta, time.monotonic()
+
+    def line(self, status: Mapping[str, Any]) -> str | None:
+        if status.get("state") != "queued" or not status.get("position"):
+            return None
+        position, eta = status["position"], status.get("eta_seconds")
+        moved = eta is not None and (self.eta is None or abs(eta - self.eta) > max(10.0, 0.25 * self.eta))
+        if position == self.position and not moved and time.monotonic() - self.said < 30:
+            return None
+        self.position, self.eta, self.said = position, eta, time.monotonic()
+        return queued_line(status)
+
+
+def detached_line(job_id: str, after: int = 0) -> str:
+    resume = f" --after {after}" if after else ""
+    return f"Detached; the job goes on. Reattach: raiclient logs {job_id} --follow{resume}   Cancel: raiclient cancel {job_id}"
 
 
 def print_results(results: Mapping[str, Any] | None) -> None:

@@ -25,13 +25,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urlencode, urlsplit
 
+from raiprotocol.archive import ArchiveLimits
 from raiprotocol.profile import Profile, ProfileError, load_profile
 from raiprotocol.project import project_problem
 from raiprotocol.states import ExitCode
 
 from . import __version__
 from .errors import ApiError, broke_off, no_answer, refusal, unreachable
-from .output import LogPrinter, detached_line, error, finish, kib, queued_line, say
+from .output import LogPrinter, WaitNotes, detached_line, error, finish, kib, say
 
 # Archives up to this size go up without a check first: a bad key or build file then costs the
 # student nothing, and a good one saves a round trip. Bigger ones are checked before uploading.
@@ -153,6 +154,14 @@ class Http:
                 event_id = value
 
 
+def _too_big(found: Any, what: str, limit: str) -> str:
+    """A refusal that helps: what is too big, the largest files, and how to leave them out."""
+    largest = "\n".join(f"  {kib(size):>12}  {rel}" for rel, size in found.largest if size)
+    return (f"the project is too big to upload: {what} (the limit is {limit}). Its largest files:\n{largest}\n"
+            "Leave out what the build does not need with a .raiignore file in the project (gitignore syntax), e.g. "
+            f"a line '{found.largest[0][0] if found.largest else 'data/'}'")
+
+
 def _check_spec(path: Path) -> None:
     """The build file read and checked here (pydantic's import is worth it before a big upload);
     raises ApiError with every message."""
@@ -183,10 +192,12 @@ def _upload(conn: Http, archive: Path, size: int, queue: str | None, kind: str) 
         return job
 
 
-def follow(conn: Http, profile: Profile, job_id: str) -> int:
-    """Print the job's log as it comes and how it ended; Ctrl-C detaches without cancelling."""
+def follow(conn: Http, profile: Profile, job_id: str, position: int | None = None, eta: float | None = None) -> int:
+    """Print the job's log as it comes and how it ended; Ctrl-C detaches without cancelling.
+    ``position``: the one the submit line said (not said again)."""
     printer = LogPrinter()
-    last, position = 0, None
+    notes = WaitNotes(position, eta)
+    last = 0
     try:
         try:
             from raiprotocol import logwire
@@ -198,10 +209,9 @@ def follow(conn: Http, profile: Profile, job_id: str) -> int:
                         printer.batches(batches)
                         last = batches[-1].last
                 elif name == "status":
-                    status = json.loads(data)
-                    if status.get("state") == "queued" and status.get("position") not in (None, position):
-                        position = status["position"]
-                        say(queued_line(status))
+                    note = notes.line(json.loads(data))
+                    if note:
+                        say(note)
                 elif name == "end":
                     return finish(json.loads(data), conn.server)
         except (ApiError, http.client.HTTPException, OSError, ValueError) as exc:
@@ -210,7 +220,7 @@ def follow(conn: Http, profile: Profile, job_id: str) -> int:
         printer.flush()
     except KeyboardInterrupt:
         printer.flush()
-        say(detached_line(job_id))
+        say(detached_line(job_id, last))
         return ExitCode.DETACHED
     # the stream broke before the end: the full client reconnects from the last line printed
     from typer import Exit
@@ -229,7 +239,7 @@ def follow(conn: Http, profile: Profile, job_id: str) -> int:
 
 def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | None) -> int:
     """The whole submit; returns the exit status (ApiErrors become one line on stderr)."""
-    from .pack import pack_project
+    from .pack import TooBig, pack_project, survey
 
     problem = f"{path} is not a folder" if not path.is_dir() else project_problem(path, kind)
     if problem:
@@ -244,23 +254,40 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
     try:
         packed = None
         try:
-            packed = pack_project(path)
-            if packed.bytes > PRECHECK_BYTES:  # checked before minutes of uploading
+            found = survey(path)  # the sizes alone, in a moment: a big project is refused before any packing
+            limits = ArchiveLimits()
+            if found.files > limits.max_files or found.bytes > limits.max_unpacked_bytes:
+                raise ApiError(_too_big(found, f"{found.files} files, {kib(found.bytes)}",
+                                        f"{limits.max_files} files, {kib(limits.max_unpacked_bytes)}"))
+            max_upload = None
+            if found.bytes > PRECHECK_BYTES:  # worth checking here first: the build file, then the keys
                 _check_spec(path)
+                max_upload = conn.json("GET", "/api/v1/me").get("max_upload_bytes")  # a bad key fails here, not after packing
+                if max_upload and found.packed_guess > max_upload:
+                    raise ApiError(_too_big(found, f"about {kib(found.packed_guess)} packed", kib(max_upload)))
+                if found.bytes > limits.ratio_floor_bytes and found.bytes / max(found.packed_guess, 1) > limits.max_ratio:
+                    raise ApiError(_too_big(found, f"{kib(found.bytes)} that would pack to about {kib(found.packed_guess)} "
+                                                   "(files of zeros or filler?)", f"{limits.max_ratio:.0f}x"))
             say(f"Submitting as {profile.username or profile.access_key[:8]} @ {profile.server}")
+            try:
+                packed = pack_project(path, max_bytes=max_upload)
+            except TooBig:
+                raise ApiError(_too_big(found, f"more than {kib(max_upload or 0)} packed", f"{kib(max_upload or 0)}")) from None
             say(f"Packing project ({packed.files} files, {kib(packed.bytes)}" + (", .raiignore applied)" if packed.ignore_applied else ")"))
-            if packed.bytes > PRECHECK_BYTES:
-                conn.json("GET", "/api/v1/me")  # a bad key fails here, not after the upload
+            if found.bytes > limits.ratio_floor_bytes and found.bytes / max(packed.bytes, 1) > limits.max_ratio:
+                raise ApiError(_too_big(found, f"{kib(found.bytes)} that pack to {kib(packed.bytes)} (files of zeros or filler?)",
+                                        f"{limits.max_ratio:.0f}x"))
             job = _upload(conn, packed.path, packed.bytes, queue, kind)
         finally:
             if packed is not None:
                 packed.path.unlink(missing_ok=True)
-        position = f" (position {job['position']})" if job.get("position") else ""
+        eta = f", about {job['eta_seconds']:.0f} s" if job.get("position") and job.get("eta_seconds") else ""
+        position = f" (position {job['position']}{eta})" if job.get("position") else ""
         say(f"Job {job['id']} queued on '{job['queue']}'{position}  [image {job['image']}]")
         if detach:
             say(f"Detached. Follow: raiclient logs {job['id']} --follow   Status: raiclient status {job['id']}")
             return ExitCode.OK
-        return follow(conn, profile, job["id"])
+        return follow(conn, profile, job["id"], job.get("position"), job.get("eta_seconds"))
     except ApiError as exc:
         for line in str(exc).split("\n"):
             error(line)

@@ -15,5 +15,5 @@ done
 printf 'root:x:0:0::/root:/bin/sh\nrai:x:1000:1000::/build:/bin/sh\n' > "$root/etc/passwd"
 printf 'root:x:0:\nrai:x:1000:\n' > "$root/etc/group"
 chmod 1777 "$root/tmp"
-tar -C "$root" -c . | docker import -c 'CMD ["/bin/sh"]' - "$tag" >/dev/null
+tar -C "$root" -c . | docker import -c 'CMD ["/bin/sh"]' -c 'LABEL rai.course="true"' - "$tag" >/dev/null
 echo "built $tag"

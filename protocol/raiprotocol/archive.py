@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import stat
 import tarfile
 import zlib
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ from .project import SPEC_FILENAME
 
 class ArchiveError(ValueError):
     """An archive we refuse; the message names the entry."""
+
+
+class OverLimit(ArchiveError):
+    """A folder or stream with more in it than its limits allow; the message says which limit."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +163,8 @@ def inspect_archive(path: Path | BinaryIO, limits: ArchiveLimits = ArchiveLimits
                 if total > limits.max_unpacked_bytes:
                     raise ArchiveError(f"archive unpacks to more than {limits.max_unpacked_bytes // 1024**2} MiB")
                 if total > limits.ratio_floor_bytes and total / compressed > limits.max_ratio:
-                    raise ArchiveError(f"archive expands more than {limits.max_ratio:.0f}x (a compression bomb?)")
+                    raise ArchiveError(f"archive expands more than {limits.max_ratio:.0f}x (more than {limits.ratio_floor_bytes // 1024**2} MiB "
+                                       "from little: a file of zeros or filler?); leave such files out with .raiignore")
                 if member.isreg():
                     names.add(norm)
                 if norm == SPEC_FILENAME and member.isreg():
@@ -188,16 +194,20 @@ def _inside(dest_real: str, path: str) -> bool:
     return real == dest_real or real.startswith(dest_real + os.sep)
 
 
-def safe_extract(tar: tarfile.TarFile, dest: Path, max_bytes: int | None = None) -> int:
+def safe_extract(tar: tarfile.TarFile, dest: Path, max_bytes: int | None = None, max_entries: int | None = None) -> int:
     """Unpack a tar (read in order, so also a stream) under ``dest`` and nowhere else: each
     entry's folder is resolved on disk and must lie inside ``dest``; files are created new with
     O_EXCL|O_NOFOLLOW, so never through a link; symlinks are made only when they resolve inside;
     hard links become copies; devices, FIFOs, owners and setuid bits are dropped. Entries that
-    break a rule are skipped. Returns the bytes written (stops at ``max_bytes``)."""
+    break a rule are skipped. Returns the bytes written. Past ``max_bytes`` (a file's whole size
+    counts, so a sparse file is as big as it claims) or ``max_entries``, raises OverLimit: what was
+    unpacked until then stays."""
     dest_real = os.path.realpath(dest)
     base = str(dest)  # file operations go through it: relative ("."), they need no access to dest's parents
     written = 0
-    for member in tar:
+    for count, member in enumerate(tar, 1):
+        if max_entries is not None and count > max_entries:
+            raise OverLimit(f"more than {max_entries} files and folders")
         try:
             norm = _check_name(member.name.removeprefix("./"))
         except ArchiveError:
@@ -230,8 +240,10 @@ def safe_extract(tar: tarfile.TarFile, dest: Path, max_bytes: int | None = None)
                 else:
                     src = tar.extractfile(member)
                     size = member.size
-                if src is None or (max_bytes is not None and written + size > max_bytes):
+                if src is None:
                     continue
+                if max_bytes is not None and written + size > max_bytes:
+                    raise OverLimit(f"more than {max_bytes // 1024**2} MiB ({member.name!r} would pass it)")
                 os.makedirs(parent, mode=0o755, exist_ok=True)
                 mode = 0o755 if member.mode & 0o111 else 0o644
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
@@ -244,13 +256,25 @@ def safe_extract(tar: tarfile.TarFile, dest: Path, max_bytes: int | None = None)
     return written
 
 
-def pack_directory(directory: Path, out: Path) -> int:
-    """Tar+gzip a folder as is (the build folder coming back); returns the number of entries."""
-    count = 0
-    with tarfile.open(out, "w:gz") as tar:
-        for root, dirs, filenames in os.walk(directory):
-            for entry in sorted(dirs) + sorted(filenames):
-                full = Path(root) / entry
-                tar.add(full, arcname=full.relative_to(directory).as_posix(), recursive=False)
-                count += 1
+def pack_directory(directory: Path, out: Path, max_bytes: int | None = None, max_entries: int | None = None) -> int:
+    """Tar+gzip a folder as is (the build folder coming back); returns the number of entries.
+    Past ``max_entries`` entries or ``max_bytes`` of file sizes (as stat says: a sparse file counts
+    whole, since that is what tar writes), raises OverLimit and leaves no archive."""
+    count, total = 0, 0
+    try:
+        with tarfile.open(out, "w:gz") as tar:
+            for root, dirs, filenames in os.walk(directory):
+                for entry in sorted(dirs) + sorted(filenames):
+                    full = Path(root) / entry
+                    count += 1
+                    if max_entries is not None and count > max_entries:
+                        raise OverLimit(f"more than {max_entries} files and folders")
+                    st = full.lstat()
+                    total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+                    if max_bytes is not None and total > max_bytes:
+                        raise OverLimit(f"more than {max_bytes // 1024**2} MiB ({entry!r} would pass it)")
+                    tar.add(full, arcname=full.relative_to(directory).as_posix(), recursive=False)
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
     return count

@@ -84,6 +84,14 @@ class JobList(BaseModel):
     jobs: list[JobOut]
 
 
+class FilesFreed(BaseModel):
+    """What deleting a job's files freed, and what its owner stores now (quota_bytes 0: no limit)."""
+    job_id: str
+    freed_bytes: int
+    stored_bytes: int
+    quota_bytes: int
+
+
 class QueueSummary(BaseModel):
     """One queue as `raiclient queue` shows it (what `rai queued` showed)."""
 
@@ -93,6 +101,10 @@ class QueueSummary(BaseModel):
     slots: int  # of the live workers serving it
     workers: int
     mine: list[JobOut] = []  # the caller's waiting or running jobs, with positions
+    # running on a worker that stopped answering: slots that look busy but run nothing; these jobs
+    # go back in the queue once the worker is declared dead
+    unanswered: int = 0
+    dead_after: float = 0.0
 
 
 class ImageOffer(BaseModel):
@@ -117,6 +129,7 @@ class UserOut(BaseModel):
     lastname: str | None = None
     email: str | None = None
     team: str | None = None
+    max_upload_bytes: int | None = None  # (on /me) the largest project archive the server takes
 
 
 # -- worker <-> server --------------------------------------------------------------------------
@@ -139,6 +152,7 @@ class Heartbeat(BaseModel):
     version: str = ""
     images: list[str] | None = None  # the images this worker holds; None: it runs any (no containers)
     pulls: dict[str, str] = {}  # image -> "pulling" or "failed: why", for images staff asked for
+    arch: str | None = None  # the CPU architecture jobs run on, as build files name it (amd64, arm64, ppc64le)
 
 
 class PullRequest(BaseModel):

@@ -65,19 +65,43 @@ def write_profile(profile: Profile, path: Path | None = None) -> Path:
     return path
 
 
+RECREATE = "recreate it with 'raiclient login' (or use the profile file your instructor gave you)"
+
+
+def server_url(value: str) -> str:
+    """A server address as people type it: ``127.0.0.1:8000`` or ``rai.example.edu`` get a scheme
+    (http on this machine, https elsewhere); anything that is not an http(s) URL is refused, named."""
+    value = value.strip().rstrip("/")
+    if "://" not in value:
+        host = value.split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+        local = host in ("localhost", "") or host.startswith("127.") or host == "::1"
+        value = ("http://" if local else "https://") + value
+    scheme = value.split("://", 1)[0].lower()
+    if scheme not in ("http", "https") or not value.split("://", 1)[1]:
+        raise ProfileError(f"the server address {value!r} is not an http:// or https:// URL (e.g. https://rai.example.edu)")
+    return value
+
+
 def read_profile_file(path: Path) -> Profile:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc}") from None
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"cannot read your profile {path}: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "somewhere"
+        raise ProfileError(f"your profile {path} is damaged ({where} is not valid YAML: "
+                           f"{getattr(exc, 'problem', None) or 'unreadable'}); {RECREATE}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("profile"), dict):
-        raise ProfileError(f"{path}: expected a 'profile:' section with access_key and secret_key")
+        raise ProfileError(f"your profile {path} has no 'profile:' section with access_key and secret_key; {RECREATE}")
     data = dict(raw["profile"])
     data.setdefault("server", raw.get("server") or DEFAULT_SERVER)
     try:
         return Profile.from_mapping(data)
     except ValueError as exc:
-        raise ProfileError(f"{path}: profile is missing or has a bad {exc}") from None
+        raise ProfileError(f"your profile {path} is missing or has a bad {exc}; {RECREATE}") from None
 
 
 def load_profile(server: str | None = None) -> Profile:
@@ -95,4 +119,4 @@ def load_profile(server: str | None = None) -> Profile:
             "run 'raiclient login' or use the profile your instructor gave you"
         )
     url = server or os.environ.get("RAI_SERVER") or profile.server
-    return profile.with_(server=url.rstrip("/"))
+    return profile.with_(server=server_url(url))

@@ -33,6 +33,11 @@ class SharedSettings(BaseSettings):
     # a worker applies its own (a smaller host) on top. One name for both sides.
     wall_seconds: int = 3600
     memory_mb: int = 8192
+    # A worker beats every heartbeat_seconds; the server takes it for dead (and requeues its jobs)
+    # after worker_dead_after without one: several missed beats, seconds not minutes. Both sides
+    # read both, so they cannot disagree.
+    heartbeat_seconds: float = 3.0
+    worker_dead_after: float = 15.0
 
     @model_validator(mode="before")
     @classmethod

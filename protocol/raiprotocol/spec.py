@@ -77,7 +77,7 @@ class Resources(_Strict):
     @classmethod
     def _no_network(cls, value: bool) -> bool:
         if value:
-            raise ValueError("jobs run without network access; set it to false or remove it")
+            raise ValueError("jobs run without network access; set it to false or remove the line")
         return value
 
 
@@ -126,6 +126,24 @@ _HUMAN = {
 }
 
 
+def _where(loc: tuple[Any, ...]) -> str:
+    """A field's place for people: ``commands.build, command 1`` (counted from 1), not ``commands.build.0``."""
+    names: list[str] = []
+    for part in loc:
+        if isinstance(part, int):
+            noun = "command" if names and names[-1] == "build" else "item"
+            names[-1] += f", {noun} {part + 1}"
+        else:
+            names.append(str(part))
+    return ".".join(names) or "(top level)"
+
+
+def _read_as(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    return f"the number {value}"
+
+
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
     """Walk the composed YAML tree along a pydantic error location to the nearest line."""
     line = node.start_mark.line + 1 if node is not None else 1
@@ -144,15 +162,32 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
     return line
 
 
-def _reject_aliases(text: str, filename: str) -> None:
-    """Anchors and aliases are how YAML bombs expand; a build file never needs them."""
+# PyYAML's C parser (libyaml, in its wheels) where present: ~10× faster than the Python one
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# A build file of MAX_COMMANDS commands is about that many events; past this many the parser stops,
+# so a 64 KiB file of tiny flow collections costs milliseconds, not seconds
+MAX_EVENTS = 20 * MAX_COMMANDS
+
+
+def _check_events(text: str, filename: str) -> None:
+    """One cheap pass over the parser's events before anything is built from them: anchors and
+    aliases (how YAML bombs expand; a build file never needs them) and the file's size in nodes."""
+    for count, event in enumerate(yaml.parse(text, Loader=_Loader)):
+        line = event.start_mark.line + 1 if event.start_mark else 1
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise SpecError([f"{filename}:{line}: YAML anchors and aliases are not allowed"])
+        if count > MAX_EVENTS:
+            raise SpecError([f"{filename}:{line}: too many entries (a build file has at most {MAX_COMMANDS} commands)"])
+
+
+def _load(text: str) -> tuple[yaml.Node | None, Any]:
+    """The composed tree (for line numbers) and the data built from it: one parse, not two."""
+    loader = _Loader(text)
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                line = event.start_mark.line + 1 if event.start_mark else 1
-                raise SpecError([f"{filename}:{line}: YAML anchors and aliases are not allowed"])
-    except yaml.YAMLError as exc:
-        raise SpecError([_yaml_error(exc, filename, text)]) from None
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    finally:
+        loader.dispose()
 
 
 def _yaml_error(exc: yaml.YAMLError, filename: str, text: str = "") -> str:
@@ -160,16 +195,38 @@ def _yaml_error(exc: yaml.YAMLError, filename: str, text: str = "") -> str:
     line = mark.line + 1 if mark is not None else 1
     line = max(1, min(line, len(text.rstrip("\n").splitlines()) or 1))  # "end of file" → the last line
     problem = getattr(exc, "problem", None) or str(exc)
+    for parser_words, plain in _YAML_WORDS:
+        problem = problem.replace(parser_words, plain)
     return f"{filename}:{line}: malformed YAML: {problem}"
+
+
+# the parser's own terms, in words a student knows
+_YAML_WORDS = [
+    ("expected <block end>, but found '<block mapping start>'", "a key is indented differently from the keys around it"),
+    ("expected <block end>, but found '<block sequence start>'", "a list item is indented differently from the items around it"),
+    ("expected <block end>, but found '<scalar>'", "a line is indented differently from the lines around it"),
+    ("expected <block end>, but found '-'", "a list item ('- ') is indented differently from the items around it"),
+    ("mapping values are not allowed here", "a ': ' in a value (put the whole value in quotes)"),
+    ("did not find expected key", "a line is indented differently from the lines around it, or a ':' is missing"),
+    ("found character that cannot start any token", "a character that cannot start a value here (a tab? indent with spaces)"),
+    ("did not find expected '-' indicator", "a list item is indented differently from the items around it"),
+    ("found character '\\t' that cannot start any token", "a tab character (indent with spaces)"),
+    ("found character '\t' that cannot start any token", "a tab character (indent with spaces)"),
+    ("<block end>", "the end of the indented block"), ("<block mapping start>", "a key"),
+    ("<block sequence start>", "a list"), ("<scalar>", "a value"), ("<stream end>", "the end of the file"),
+    ("<document start>", "'---'"), ("<flow mapping end>", "'}'"), ("<flow sequence end>", "']'"),
+]
 
 
 MAX_NESTING = 32
 
 
 def _check_nesting(text: str, filename: str) -> None:
-    """Refuse deep nesting before any YAML parser sees it: PyYAML takes minutes over a 64 KiB
-    file of '[', and overflows its recursion (libyaml crashes) on '- - - …'. The count is
-    deliberately blunt (brackets in quoted commands count too): no real build file comes near."""
+    """Refuse deep nesting before any YAML parser sees it: PyYAML takes minutes over '[' nested
+    thousands deep (one line of 32,000 '[' then 32,000 ']' cost 58 s), and overflows its recursion
+    (libyaml crashes) on '- - - …'. Flow depth is counted at every character, not at line ends,
+    so brackets closed on the same line count too. The count is deliberately blunt (brackets in
+    quoted commands count as well): no real build file comes near."""
     depth = 0
     for lineno, line in enumerate(text.split("\n"), 1):
         body = line.lstrip(" ")
@@ -182,6 +239,8 @@ def _check_nesting(text: str, filename: str) -> None:
         for ch in line:
             if ch in "[{":
                 depth += 1
+                if depth > 2 * MAX_NESTING:
+                    break
             elif ch in "]}" and depth:
                 depth -= 1
         if compact > MAX_NESTING or depth > 2 * MAX_NESTING:
@@ -203,9 +262,8 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
             raise SpecError([f"{filename}: file is larger than {MAX_SPEC_BYTES // 1024} KiB"])
     _check_nesting(text, filename)
     try:
-        _reject_aliases(text, filename)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
+        _check_events(text, filename)
+        node, raw = _load(text)
     except yaml.YAMLError as exc:
         raise SpecError([_yaml_error(exc, filename, text)]) from None
     except RecursionError:
@@ -220,10 +278,11 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
         messages = []
         for err in exc.errors():
             loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-            dotted = ".".join(str(p) for p in loc) or "(top level)"
+            dotted = _where(loc)
             human = _HUMAN.get(err["type"])
-            if human is None:
-                human = err["msg"].removeprefix("Value error, ")
+            if human is None:  # our own sentence: after a colon
+                human = ": " + err["msg"].removeprefix("Value error, ")
+                dotted = dotted.rstrip()
             if err["type"] == "list_type" and loc and loc[-1] != "build":
                 human = "must be a list"
             if err["type"] in ("less_than_equal", "greater_than_equal", "greater_than") and err.get("ctx"):
@@ -234,7 +293,11 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
                 human = f"must have at most {err['ctx'].get('max_length')} entries"
             if err["type"] == "string_type" and isinstance(err.get("input"), dict):
                 human += " (YAML read it as a mapping because it contains ': '; put the whole command in quotes)"
-            messages.append(f"{filename}:{_line_of(node, loc)}: {dotted} {human}")
+            elif err["type"] == "string_type" and err.get("input") is None:
+                human = "is empty (nothing after the '- '); write the command or remove the line"
+            elif err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
+                human = f"was read as {_read_as(err.get('input'))}; put it in quotes if it is meant as text"
+            messages.append(f"{filename}:{_line_of(node, loc)}: {dotted}{'' if human.startswith(':') else ' '}{human}")
         raise SpecError(messages) from None
 
 

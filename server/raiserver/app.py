@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import select
+from starlette.requests import ClientDisconnect
 
 from . import __version__, metrics, web
 from .config import Settings, load_settings
@@ -28,6 +30,7 @@ from .routes import leaderboard as leaderboard_routes
 from .routes import workers as workers_routes
 from .storage import Storage
 from .tables import Job
+from .uploadgate import UploadGate
 
 log = logging.getLogger("raiserver")
 
@@ -50,8 +53,17 @@ def one_process_at_a_time(svc: Services, name: str, timeout: int) -> Iterator[bo
 
 async def _reaper(app: FastAPI) -> None:
     svc: Services = app.state.services
+    swept = 0.0  # the first pass sweeps at start
     while True:
         await asyncio.sleep(svc.settings.reaper_interval)
+        if time.monotonic() - swept > 60:  # temporary files a killed server process left
+            swept = time.monotonic()
+            try:
+                n = await run_in_threadpool(svc.storage.sweep_tmp)
+                if n:
+                    log.warning("removed %d abandoned temporary file(s) from storage", n)
+            except OSError:
+                log.exception("sweeping temporary files failed")
         try:
             def _run() -> int:
                 with one_process_at_a_time(svc, "reaper", 60) as mine:
@@ -141,6 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.hub = hub
     app.state.counts = metrics.ProcessCounts()
     app.state.login_limiter = LoginLimiter(services.logs.redis, settings.login_failures_per_ip, settings.login_failures_per_key)
+    app.state.upload_gate = UploadGate(services.logs.redis, settings.upload_attempts_per_minute, settings.uploads_in_flight)
     app.include_router(jobs_routes.router)
     app.include_router(workers_routes.router)
     app.include_router(leaderboard_routes.router)
@@ -157,6 +170,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(DomainError)
     async def _refused(request: Request, exc: DomainError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect) -> Response:
+        """The client went away mid-request (a killed client, a cut upload): nothing to answer, no traceback."""
+        log.info("client gone during %s %s", request.method, request.url.path)
+        return Response(status_code=400)
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

@@ -105,6 +105,9 @@ def session_user(db: Session, request: Request) -> User | None:
     user = db.get(User, user_id)
     if user is None or not user.active or not hmac.compare_digest(tag, key_tag(user.access_key)):
         return None
+    since = request.session.get("since")
+    if user.sessions_after is not None and (not isinstance(since, (int, float)) or since < user.sessions_after.timestamp()):
+        return None  # logged out since: the signed cookie alone no longer counts
     return user
 
 
@@ -131,7 +134,10 @@ def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(
             too_many_failures(request, creds.username)
             user = authenticate(db, creds.username, creds.password)
             if user is None:
-                request.app.state.login_limiter.failed(client_ip(request), creds.username)
+                wait = request.app.state.login_limiter.failed(client_ip(request), creds.username)
+                if wait is not None:
+                    raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, f"too many failed logins; try again in {wait} s",
+                                        headers={"Retry-After": str(wait)})
                 retired = db.get(RevokedKey, creds.username)
                 detail = (f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; use your new profile or ask your instructor for one"
                           if retired else "unknown access key or wrong secret key")

@@ -15,10 +15,13 @@ from raiprotocol.profile import Profile, write_profile
 from .auth import ROLES, create_user, rotate_keys
 from .config import Settings, load_settings
 from .db import Database, migrate
+from .guard import UVICORN_OPTIONS
 from .hardening import check_deployment, write_secrets_file
+from .retention import apply_retention, mib
+from .storage import Storage
 from .tables import User
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="The rai server.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="The rai server.", rich_markup_mode=None)
 console = Console(highlight=False)
 
 
@@ -36,7 +39,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
     """Run the API (migrates the database first). Off loopback, refuses default or short secrets."""
     os.environ["RAI_BIND_HOST"] = host
     check_deployment(checked_settings(), host)
-    uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", timeout_graceful_shutdown=5)
+    uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", **UVICORN_OPTIONS)
 
 
 @app.command("secrets")
@@ -85,6 +88,24 @@ def add_user(
         from raiprotocol.profile import dump_profile
 
         console.print(dump_profile(prof))
+
+
+@app.command("retention")
+def retention_cmd(
+    apply: bool = typer.Option(False, "--apply", help="delete the files (without it: only say what would go)"),
+) -> None:
+    """Free storage by the retention rules: archives and build folders of finished runs of other kinds
+    than the verified one after RAI_RETAIN_DAYS, their logs after RAI_RETAIN_LOG_DAYS."""
+    settings = checked_settings()
+    db = Database(settings.db_url)
+    migrate(db.engine)
+    storage = Storage(settings.data_dir / "storage")
+    with db.session() as s:
+        sweep = apply_retention(s, storage, settings, apply)
+    verb = "freed" if apply else "would free"
+    console.print(f"{verb} {mib(sweep.freed)}: files of {sweep.jobs} run(s) older than {settings.retain_days} days, "
+                  f"logs of {sweep.logs} run(s) older than {settings.retain_log_days} days "
+                  f"('{settings.verified_kind}' runs are kept)" + ("" if apply else "; run again with --apply to delete them"))
 
 
 def main() -> None:

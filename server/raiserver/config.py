@@ -37,7 +37,6 @@ class Settings(SharedSettings):
     max_build_bytes: int = 1024**3
     max_image_bytes: int = 20 * 1024**3  # a `docker save` tar staff upload for workers to load
     max_attempts: int = 3
-    worker_dead_after: float = 45.0
     reaper_interval: float = 5.0
     log_ttl_seconds: int = 600  # live stream kept in Redis after the job, for late readers
     # concurrent log streams (SSE): past a cap the answer is 429/503 with Retry-After, never a
@@ -50,9 +49,24 @@ class Settings(SharedSettings):
     pseudonym_secret: str = "change-me-pseudonym-secret"  # keys the leaderboard's pseudonyms
     secrets_file: Path | None = None  # KEY=VALUE file (`raiserver secrets`); the environment wins
     cookie_secure: bool | None = None  # Secure session cookie; default: when public_url is https
-    login_failures_per_ip: int = 100  # failed logins in 10 minutes before 429
+    # failed logins in 10 minutes: past per_ip an address's wrong credentials get 429 (right ones are
+    # still served); past per_key one (address, key) pair waits 15 s, doubling, at most 5 minutes
+    login_failures_per_ip: int = 100
     login_failures_per_key: int = 10
     metrics_token: str = ""  # /metrics: loopback only, or Bearer this token
+    # connections (raiserver.guard): headers due within, request body silent for at most, and open
+    # connections per client address per server process (0 = no limit; behind a proxy, let it limit)
+    header_seconds: float = 10.0
+    body_idle_seconds: float = 30.0
+    connections_per_address: int = 1000
+    # storage per student (archives + build folders; 0 = no limit), and retention of the files of
+    # finished runs of other kinds than the verified one (`raiserver retention --apply`; 0 = keep)
+    storage_mb_per_student: int = 2048
+    retain_days: int = 30
+    retain_log_days: int = 180
+    # uploads per student: attempts a minute, refused ones included, and uploads in flight at once
+    upload_attempts_per_minute: int = 20
+    uploads_in_flight: int = 2
 
     # people and fairness
     max_active_jobs: int = 2  # per student: waiting or running at once
@@ -66,6 +80,9 @@ class Settings(SharedSettings):
     # images a build file may name: "img1 img2" for every queue, "gpu=img1 img2; cpu=img3" per queue;
     # empty = any image the workers have
     allowed_images: Annotated[dict[str, list[str]], NoDecode, BeforeValidator(_image_rules)] = {}
+
+    # the submission kinds of the course (`raiclient submit --kind`); others are refused, naming these
+    kinds: CommaList = ["dev", "m1", "m2", "m3", "final"]
 
     # results and ranking
     correctness_threshold: float = 0.8  # every model's correctness must reach this to be ranked
@@ -81,6 +98,11 @@ class Settings(SharedSettings):
     deadline: datetime | None = None  # 'final' submissions after it are kept but do not rank
     timing_repeats: int = 1  # ranked kinds: run the timing command this many times, exclusive on the host
     repeat_kinds: CommaList = ["final"]
+
+    @property
+    def kind_set(self) -> set[str]:
+        """Every kind a submission may name: the course's list and those the other settings name."""
+        return {*self.kinds, self.verified_kind, *self.harness_kinds, *self.ranked_kinds, *self.repeat_kinds}
 
     @property
     def verified_kinds(self) -> set[str]:

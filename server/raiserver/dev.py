@@ -27,10 +27,11 @@ from rich.text import Text
 from raiprotocol.profile import read_profile_file
 
 from .hardening import write_secrets_file
-from .launch import Part, add_user, free_port, start_server, start_worker
+from .launch import Instance, Part, add_user, free_port, port_taken, start_server, start_worker
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run rai on this machine for trying and developing.")
-console = Console(highlight=False)
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run rai on this machine for trying and developing.",
+                  rich_markup_mode=None)
+console = Console(highlight=False, soft_wrap=True)  # never fold a command in two (not on a terminal: 80 columns)
 
 
 def redis_binary() -> str:
@@ -69,6 +70,14 @@ def ensure_admin(env: dict[str, str], data: Path, server_url: str) -> Path:
     return add_user(env, "admin", "admin", server_url, path)
 
 
+def _same_keys(a: Path, b: Path) -> bool:
+    try:
+        pa, pb = read_profile_file(a), read_profile_file(b)
+    except ValueError:  # ProfileError: a damaged profile is not the same one
+        return False
+    return (pa.access_key, pa.secret_key, pa.server) == (pb.access_key, pb.secret_key, pb.server)
+
+
 @app.command()
 def dev(
     data_dir: Path = typer.Option(Path(".rai-data"), help="database, storage, Redis and worker files go here"),
@@ -79,10 +88,19 @@ def dev(
     gpus: str = typer.Option("auto", help="GPUs for the worker: auto, none, or ids like 0,1"),
     submit: Optional[Path] = typer.Option(None, help="submit this project once everything is up"),
     exit_after_submit: bool = typer.Option(False, help="stop the service after --submit's job ends"),
+    stop_grace: float = typer.Option(60.0, help="on Ctrl-C or SIGTERM, seconds running jobs get to finish"),
 ) -> None:
-    """Start Redis, the server and a worker; Ctrl-C stops them all."""
+    """Start Redis, the server and a worker; Ctrl-C (or SIGTERM) stops them all, letting running
+    jobs finish first (up to --stop-grace seconds; a second Ctrl-C abandons them)."""
     data = data_dir.resolve()
     data.mkdir(parents=True, exist_ok=True)
+    instance_lock = Instance(data)
+    for what in instance_lock.acquire():
+        console.print(Text(f"✱ stopped {what}, left running by an earlier raid dev on {data} that was killed", "yellow"))
+    if port_taken(host, port):
+        instance_lock.release()
+        raise SystemExit(f"raid: port {port} on {host} is already in use (another rai, or another program); "
+                         f"choose a free one with --port, e.g. --port {free_port()}")
     server_url = f"http://{host}:{port}"
     redis_port = free_port()
     secrets_file = data / "secrets.env"
@@ -107,36 +125,52 @@ def dev(
     logs = data / "logs"
     logs.mkdir(exist_ok=True)
     parts: list[Part] = []
+    signals: list[int] = []
 
-    def stop(*_: object) -> None:
+    def stop() -> None:
         for part in reversed(parts):
-            part.stop()
+            if part.name != "worker":
+                part.stop()
+                continue
+            # Celery's warm shutdown: the worker takes no new job and finishes those it runs
+            console.print(f"[bold cyan]✱[/] stopping: running jobs get up to {stop_grace:.0f} s to finish "
+                          "(Ctrl-C again to abandon them: they run again at the next start)")
+            if not part.stop(wait=stop_grace, group=False, give_up=lambda: len(signals) > 1):
+                console.print(Text("✱ the worker's running jobs were abandoned; they go back in the queue at the next start", "yellow"))
+        instance_lock.release()
 
-    def terminated(*_: object) -> None:
-        stop()
-        sys.exit(0)
+    def on_signal(signum: int, _frame: object) -> None:
+        signals.append(signum)
+        if len(signals) == 1:
+            raise KeyboardInterrupt  # out of the supervision loop, into the stopping below
 
-    signal.signal(signal.SIGTERM, terminated)
+    # both, explicitly: started with & from a script, SIGINT arrives ignored and Python keeps it so
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     try:
         redis_dir = data / "redis"
         redis_dir.mkdir(exist_ok=True)
         parts.append(Part("redis", [redis_binary(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                     "--appendonly", "yes", "--requirepass", password, "--dir", str(redis_dir)],
                           env, logs / "redis.log").start())
-        parts.append(start_server(env, host, port, logs / "server.log", processes=workers))
+        instance_lock.remember(parts[-1])
+        parts.append(start_server(env, host, port, logs / "server.log", processes=workers, started=instance_lock.remember))
         profile_path = ensure_admin(env, data, server_url)
         parts.append(start_worker(env, env["RAI_WORKER_NAME"], data / "worker", logs / "worker.log"))
+        instance_lock.remember(parts[-1])
         console.print(f"[bold cyan]✱[/] rai is up: server {server_url} (API docs {server_url}/docs), data in {data}")
         console.print(f"[bold cyan]✱[/] worker: {executor} executor ({reason}); logs in {logs}")
         home_profile = Path.home() / ".rai_profile"
+        profile_hint = ""
         if not home_profile.exists():
             shutil.copy(profile_path, home_profile)
             os.chmod(home_profile, 0o600)
             console.print(f"[bold cyan]✱[/] admin profile written to {home_profile}")
-            profile_hint = ""
+        elif _same_keys(home_profile, profile_path):
+            console.print(f"[bold cyan]✱[/] your {home_profile} is this admin's profile")
         else:
             profile_hint = f"RAI_PROFILE={profile_path} "
-            console.print(f"[bold cyan]✱[/] admin profile: {profile_path} (your ~/.rai_profile was left as it is)")
+            console.print(f"[bold cyan]✱[/] admin profile: {profile_path} (your {home_profile} holds other keys and was left as it is)")
         client = "raiclient" if shutil.which("raiclient") else str(Path(sys.executable).parent / "raiclient")
         console.print(f"[bold cyan]✱[/] web view: {server_url}/login (keys from the profile); next: "
                       f"{profile_hint}{client} submit -p examples/hello")
@@ -151,6 +185,7 @@ def dev(
             for part in parts:
                 message = part.check()
                 if message:
+                    instance_lock.remember(part)  # started again: a new process group
                     console.print(Text(f"✱ {message}", "yellow"))
     except KeyboardInterrupt:
         console.print("[bold cyan]✱[/] stopping")

@@ -50,6 +50,15 @@ class OverQuota(DomainError):
         super().__init__(message, retry_after)
 
 
+class StorageFailing(DomainError):
+    """The server's own storage refuses writes (unwritable, full, failing disk): nobody's fault
+    but the operator's, and passing; 507 with Retry-After, so clients and workers wait and retry."""
+    status, refusal = 507, "storage"
+
+    def __init__(self, exc: OSError, retry_after: float = 30):
+        super().__init__(f"the server's storage is failing ({exc.strerror or exc}); try again in {int(retry_after)} s", retry_after)
+
+
 class Busy(DomainError):
     """A capacity limit of the service itself (streams per process), not the user's quota."""
     status, refusal = 503, "busy"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from redis.exceptions import RedisError
 from raiprotocol import logwire
 from raiprotocol.keys import job_of_stream, stream_key
 from raiprotocol.logwire import END, Batch, decode_entry
-from raiprotocol.models import JobOut
+from raiprotocol.models import JobOut, JobState
 
 from .errors import Busy, OverQuota
 from .logs import PAGE_ENTRIES, LogStore
@@ -93,7 +94,7 @@ class LogHub:
         self.status_interval = status_interval
         self.watchers: dict[str, set[Watcher]] = {}
         self.positions: dict[str, int] = {}  # last line read from Redis, per watched job
-        self.last_status: dict[str, tuple] = {}
+        self.last_status: dict[str, tuple[tuple, float]] = {}  # job -> (what was pushed, when)
         self.streams: Counter[int] = Counter()  # open streams per user id
         self.open_streams = 0
         self.lines_sent = 0  # lines handed to watchers (metrics)
@@ -198,10 +199,13 @@ class LogHub:
             except Exception:  # noqa: BLE001 - the database may be restarting
                 log.exception("live log status pass failed")
                 continue
+            now = time.monotonic()
             for job_id, job in snaps.items():
                 current = (job.state.value, job.position, job.eta_seconds, job.worker)
-                if self.last_status.get(job_id) == current:
+                said = self.last_status.get(job_id)
+                # a change, or a waiting job's news every 25 s even without one (clients show they still wait)
+                if said is not None and said[0] == current and not (job.state is JobState.queued and now - said[1] > 25):
                     continue
-                self.last_status[job_id] = current
+                self.last_status[job_id] = (current, now)
                 for w in list(self.watchers.get(job_id, ())):
                     w.push("finished" if job.state.finished else "status", job)

@@ -48,26 +48,6 @@ def check_queue(db: Session, queue: str, default_queue: str) -> None:
         raise Invalid(f"unknown queue '{queue}'; the queues are: {', '.join(queues)}")
 
 
-def check_gpus(db: Session, queue: str, spec: BuildSpec, dead_after: float) -> None:
-    """Refuse a request that no live worker on the queue could ever run; with no live worker at all
-    the job is accepted and waits."""
-    want, arch = spec.resources.gpu.count, spec.resources.gpu.architecture
-    if want == 0 and not arch:
-        return
-    live = live_workers(db, dead_after, queue)
-    if not live:
-        return
-
-    def fits(w: Worker) -> bool:
-        gpus = [g for g in w.gpus or [] if not arch or arch.lower() in str(g.get("name", "")).lower()]
-        return len(gpus) >= want
-    if not any(fits(w) for w in live):
-        offer = "; ".join(f"{w.name}: {len(w.gpus or [])} × {', '.join(sorted({g.get('name', '?') for g in w.gpus or []})) or 'no GPU'}"
-                          for w in live)
-        what = f"{want} GPU(s)" + (f" of architecture '{arch}'" if arch else "")
-        raise Invalid(f"rai_build.yml asks for {what}; no worker on queue '{queue}' has that ({offer})")
-
-
 def check_image(image: str, queue: str, allowed: list[str] | None) -> None:
     """``allowed``: the images the operator allows on the queue (``Settings.images_allowed_on``), None for any."""
     if allowed is not None and image not in allowed:
@@ -99,15 +79,36 @@ def queue_images(db: Session, dead_after: float) -> list[QueueImages]:
     return out
 
 
-def check_image_held(db: Session, queue: str, image: str, dead_after: float) -> None:
-    """Refuse at once an image that no live worker of the queue holds (instead of an error on the
-    worker minutes later); with no live worker at all the job is accepted and waits."""
+def check_requirements(db: Session, queue: str, spec: BuildSpec, dead_after: float) -> None:
+    """Refuse at once what no live worker of the queue can run (instead of a job that waits for ever
+    or fails on a worker minutes later), naming every unmet requirement together and what the
+    workers have; with no live worker at all the job is accepted and waits."""
     live = live_workers(db, dead_after, queue)
-    if not live or any(w.images is None for w in live):
+    if not live:
         return
-    wanted = normalize_image(image)
-    held = sorted({i for w in live for i in w.images or []})
-    if wanted not in held:
-        raise Invalid(
-                            f"rai_build.yml: image '{image}' is not on any worker of queue '{queue}'; "
-                            f"the images there are: {', '.join(held) or '(none)'} (see 'raiclient images')")
+    unmet = []
+    want, arch = spec.resources.gpu.count, spec.resources.gpu.architecture
+    if want or arch:
+        def fits(w: Worker) -> bool:
+            gpus = [g for g in w.gpus or [] if not arch or arch.lower() in str(g.get("name", "")).lower()]
+            return len(gpus) >= want
+        if not any(fits(w) for w in live):
+            what = f"{want} GPU{'s' if want != 1 else ''}" + (f" of model '{arch}'" if arch else "")
+            unmet.append(f"{what} ({'; '.join(f'{w.name} has {_gpus_in_words(w)}' for w in live)})")
+    cpu = spec.resources.cpu.architecture
+    if not any((w.arch or "amd64") == cpu for w in live):
+        archs = "; ".join(f"{w.name} is {w.arch or 'amd64'}" for w in live)
+        unmet.append(f"CPU architecture {cpu} ({archs})")
+    if not any(w.images is None for w in live):
+        held = sorted({i for w in live for i in w.images or []})
+        if normalize_image(spec.image) not in held:
+            unmet.append(f"image '{spec.image}' (the workers have {', '.join(held) or 'no image'}; see 'raiclient images')")
+    if unmet:
+        raise Invalid(f"rai_build.yml asks for what no worker of queue '{queue}' offers: " + "; and ".join(unmet))
+
+
+def _gpus_in_words(w: Worker) -> str:
+    names = [str(g.get("name", "?")) for g in w.gpus or []]
+    if not names:
+        return "no GPU"
+    return ", ".join(f"{names.count(n)} × {n}" for n in sorted(set(names)))

@@ -4,6 +4,7 @@ logins."""
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import secrets
@@ -119,32 +120,48 @@ class SecurityHeaders:
 
 
 class LoginLimiter:
-    """Failed logins counted in Redis (shared by every server process) per client address and
-    per access key, over a window; past a limit, 429 until the window ends. If Redis is out of
-    reach the limit is skipped rather than locking everyone out."""
+    """Failed logins, counted in Redis (shared by every server process) per (address, access key)
+    pair and per address. A pair that failed ``per_key`` times in the window waits before it is
+    heard again, 15 s and doubling with each further failure, at most 5 minutes: a guesser slows
+    down, while the key's owner elsewhere (or behind the same NAT, with another key) is never
+    refused. An address past ``per_ip`` failures gets 429 instead of 401 for wrong credentials,
+    but right credentials are always checked and served: unauthenticated failures never deny an
+    authenticated user. If Redis is out of reach the limit is skipped rather than locking everyone out."""
+
+    FIRST_WAIT, LONGEST_WAIT = 15, 300
 
     def __init__(self, r: redis.Redis, per_ip: int, per_key: int, window: int = 600):
         self.redis, self.per_ip, self.per_key, self.window = r, per_ip, per_key, window
 
-    def _keys(self, ip: str, key: str) -> list[tuple[str, int]]:
-        return [(f"rai:loginfail:ip:{ip}", self.per_ip), (f"rai:loginfail:key:{key[:64]}", self.per_key)]
+    @staticmethod
+    def _pair(ip: str, key: str) -> str:
+        return f"rai:loginfail:pair:{ip}:{hashlib.sha256(key[:128].encode()).hexdigest()[:24]}"
 
     def retry_after(self, ip: str, key: str) -> int | None:
+        """Seconds this pair must still wait, or None when it may try."""
         try:
-            for name, limit in self._keys(ip, key):
-                count = int(self.redis.get(name) or 0)
-                if count >= limit:
-                    return max(int(self.redis.ttl(name)), 1)
+            ttl = int(self.redis.ttl(self._pair(ip, key) + ":wait"))
         except redis.RedisError:
             return None
-        return None
+        return ttl if ttl > 0 else None
 
-    def failed(self, ip: str, key: str) -> None:
+    def failed(self, ip: str, key: str) -> int | None:
+        """Count a failure; returns seconds to wait (answer 429) or None (answer 401)."""
+        pair, address = self._pair(ip, key), f"rai:loginfail:ip:{ip}"
         try:
             pipe = self.redis.pipeline()
-            for name, _ in self._keys(ip, key):
-                pipe.incr(name)
-                pipe.expire(name, self.window)  # the window restarts at each failure (EXPIRE NX needs Redis 7)
-            pipe.execute()
+            pipe.incr(address)
+            pipe.expire(address, self.window)
+            by_address = pipe.execute()[0]
+            if by_address > self.per_ip:  # a flood from one address: no more state per key for it
+                return max(int(self.redis.ttl(address)), 1)
+            pipe.incr(pair)
+            pipe.expire(pair, self.window)
+            failures = pipe.execute()[0]
+            if failures < self.per_key:
+                return None
+            wait = min(self.FIRST_WAIT * 2 ** (failures - self.per_key), self.LONGEST_WAIT)
+            self.redis.set(pair + ":wait", 1, ex=wait)
         except redis.RedisError:
-            pass
+            return None
+        return None  # this failure is answered 401; the next try waits

@@ -7,9 +7,10 @@ attempt number; stale claims from an older attempt are refused, so a job never r
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -57,6 +58,9 @@ def phases_of(job: Job) -> list[Phase]:
     return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
 
 
+TYPICAL_RUN = 30.0  # seconds, for a queue that has no finished job yet
+
+
 class QueueView:
     """Queue positions and ETAs, computed once per queue however many jobs are shown (the web
     queue renders every waiting job each second: one fair-order pass, not one per job)."""
@@ -65,7 +69,8 @@ class QueueView:
         self.db = db
         self.settings = settings
         self._positions: dict[str, dict[str, int]] = {}
-        self._per_slot: dict[str, float | None] = {}
+        self._per_slot: dict[str, float | None] = {}  # a typical run on the queue
+        self._frees: dict[str, list[float]] = {}  # when each of its slots frees, seconds from now
 
     def position(self, job: Job) -> int | None:
         """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
@@ -80,25 +85,42 @@ class QueueView:
         return self._positions[job.queue].get(job.id)
 
     def eta(self, job: Job, position: int | None) -> float | None:
-        """Expected wait: recent run times on this queue × jobs ahead ÷ live slots serving it."""
+        """Expected wait until the job starts: when each slot of its queue frees (from what runs
+        there now: how long it has run, against a typical run and its time limit), then the jobs
+        ahead each taking a typical run. Rounded to 5 s (an estimate, not a promise). None when no
+        live worker serves the queue."""
         if position is None:
             return None
         if job.queue not in self._per_slot:
-            self._per_slot[job.queue] = self._seconds_per_slot(job.queue)
-        per_slot = self._per_slot[job.queue]
-        return None if per_slot is None else round(per_slot * position, 1)
+            self._frees[job.queue], self._per_slot[job.queue] = self._schedule(job.queue)
+        typical, frees = self._per_slot[job.queue], list(self._frees[job.queue])
+        if typical is None or not frees:
+            return None
+        heapq.heapify(frees)
+        for _ in range(position - 1):
+            heapq.heappush(frees, heapq.heappop(frees) + typical)
+        return float(5 * round(frees[0] / 5))
 
-    def _seconds_per_slot(self, queue: str) -> float | None:
+    def _schedule(self, queue: str) -> tuple[list[float], float | None]:
+        slots = live_slots(self.db, queue, self.settings.worker_dead_after)
+        if slots == 0:
+            return [], None
         recent = self.db.execute(
             select(Job.started_at, Job.finished_at).where(Job.queue == queue, Job.finished_at.is_not(None),
                                                           Job.started_at.is_not(None))
             .order_by(Job.finished_at.desc()).limit(20)
         ).all()
-        spans = [(f - s).total_seconds() for s, f in recent if s is not None and f is not None]
-        if not spans:
-            return None
-        mean = sum(spans) / len(spans)
-        return mean / max(live_slots(self.db, queue, self.settings.worker_dead_after), 1)
+        spans = sorted((f - s).total_seconds() for s, f in recent if s is not None and f is not None)
+        typical = spans[len(spans) // 2] if spans else TYPICAL_RUN
+        now, wall = utcnow(), float(self.settings.wall_seconds)
+        frees = []
+        for running in self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.running, Job.waiting.is_(None))):
+            claimed = _claimed_at(running)
+            ran = (now - claimed).total_seconds() if claimed else 0.0
+            # within a typical run: the rest of it; past it, half again what it ran, never past its limit
+            frees.append(max(typical - ran, 1.0) if ran < typical else max(min(wall - ran, max(ran * 0.5, 10.0)), 1.0))
+        frees = sorted(frees) + [0.0] * max(slots - len(frees), 0)  # idle slots free now
+        return frees, typical
 
 
 def shown_state(state: JobState, waiting: bool) -> JobState:
@@ -296,6 +318,30 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
     job.dispatched_at = None
     db.commit()
     svc.logs.system(job.id, f"{reason}; the job goes back in the queue (attempt {job.attempt} of {svc.settings.max_attempts})")
+
+
+CLAIM_GRACE = timedelta(seconds=10)  # a heartbeat listed before a claim arrives after it: no false alarm
+
+
+def _claimed_at(job: Job) -> datetime | None:
+    times = [p.get("at") for p in job.phases or [] if p.get("name") == "claimed"]
+    return datetime.fromisoformat(times[-1]) if times and times[-1] else job.started_at
+
+
+def reconcile(db: Session, svc: Services, worker: str, running: list[str]) -> int:
+    """Jobs the database has running on this worker that its heartbeat does not list (it
+    restarted under the same name, or lost the run): back in the queue at once, not when the
+    heartbeats stop (a worker restarted within a second never stops them). Returns how many."""
+    listed = set(running)
+    held = db.scalars(select(Job).where(Job.state == JobState.running, Job.worker == worker)).all()
+    now, n = utcnow(), 0
+    for job in held:
+        claimed = _claimed_at(job)
+        if job.id in listed or (claimed is not None and now - claimed < CLAIM_GRACE):
+            continue
+        requeue_lost(db, svc, job, f"Worker {worker} is no longer running the job (it restarted or lost the run)")
+        n += 1
+    return n
 
 
 def reap(db: Session, svc: Services) -> int:

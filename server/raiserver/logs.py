@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from raiprotocol.keys import cancel_key, stream_key
 from raiprotocol.logwire import APPEND_LUA, END, Batch, append_args, decode_entry
+from raiprotocol.markers import one_line
 from raiprotocol.models import LogStream
 
 from .storage import Storage
@@ -38,7 +39,7 @@ class LogStore:
 
     # -- writing (server side: system lines and the end marker) -------------------------------
     def system(self, job_id: str, text: str, t: float | None = None) -> None:
-        self._append(keys=[stream_key(job_id)], args=append_args(LogStream.sys.value, t or time.time(), text, 1))
+        self._append(keys=[stream_key(job_id)], args=append_args(LogStream.sys.value, t or time.time(), one_line(text), 1))
 
     def end(self, job_id: str, state: str) -> None:
         self._append(keys=[stream_key(job_id)], args=append_args(END, time.time(), state, 1))

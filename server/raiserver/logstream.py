@@ -11,6 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from raiprotocol import logwire
 from raiprotocol.logwire import END, Batch
+from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.models import JobOut, JobState
 
 from .feed import LogHub, Shared
@@ -31,7 +32,8 @@ async def plain_text(svc: Services, job_id: str) -> AsyncIterator[bytes]:
     offset = 0
     while offset >= 0:
         batches, offset = await run_in_threadpool(svc.logs.stored_page, job_id, offset, 0)
-        yield "".join(("".join(f"✱ {t}\n" for t in b.lines()) if b.s == "sys" else b.x + "\n") for b in batches).encode()
+        yield "".join(("".join(f"{SYSTEM_MARK} {t}\n" for t in b.lines()) if b.s == "sys"
+                       else "".join(f"{disarm(t)}\n" for t in b.lines())) for b in batches).encode()
 
 
 def lines_event(batches: list[Batch]) -> dict:

@@ -3,28 +3,50 @@ and GNU ``/usr/bin/time``'s summary. Lines are grouped by command. The op times 
 come from the first command that printed op times and was not run under a profiler (ncu, nsys,
 nvprof, compute-sanitizer inflate timings): the canonical timed run, not a sum across runs at
 several batch sizes nor a profiled re-run.
+
+Every byte parsed here is the job's, and a line may be 64 KiB: the patterns run on RE2, whose
+matching time is linear in the line whatever the pattern (Python's backtracking engine took minutes
+over one crafted line and held the GIL, freezing the server for everyone).
 """
 
 from __future__ import annotations
 
-import re
+import math
 import statistics
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from raiprotocol.markers import OP_TIME, REPEAT_PREFIX, command_of, is_profiled
+import re2
+
+from raiprotocol.markers import REPEAT_PREFIX, command_of, is_profiled
 from raiprotocol.models import JobResultSummary, KernelTime, LogLine, LogStream
 
-CORRECTNESS = re.compile(r"Correctness:\s*([0-9]*\.?[0-9]+)\s+Model:\s*(\S+)")
-GNU_TIME = re.compile(
+OP_TIME = re2.compile(r"Op Time:\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
+CORRECTNESS = re2.compile(r"Correctness:\s*([0-9]*\.?[0-9]+)\s+Model:\s*(\S+)")
+GNU_TIME = re2.compile(
     r"(?P<user>[\d.]+)\s*user\s+(?P<sys>[\d.]+)\s*system\s+(?P<elapsed>[\d:.]+)\s*elapsed.*?(?P<rss>\d+)\s*maxresident"
 )
 
 
-NCU_KERNEL = re.compile(r"^\s{1,4}([A-Za-z_][\w:<>, ]*?)(?:\(.*\))?\s+\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context")
-NCU_DURATION = re.compile(r"^\s+Duration\s+(ns|us|usecond|ms|msecond|s|second)\s+([\d.,]+)\s*$")
-NSYS_ROW = re.compile(r"^\s*([\d.]+)\s+([\d,]+)\s+(\d+)\s+.*?\s{2,}(\S.*)$")
+NCU_KERNEL = re2.compile(r"^\s{1,4}([A-Za-z_][\w:<>, ]*?)(?:\(.*\))?\s+\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context")
+NCU_DURATION = re2.compile(r"^\s+Duration\s+(ns|us|usecond|ms|msecond|s|second)\s+([\d.,]+)\s*$")
+NSYS_ROW = re2.compile(r"^\s*([\d.]+)\s+([\d,]+)\s+(\d+)\s+.*?\s{2,}(\S.*)$")
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
+
+
+MAX_DIGITS = 30  # a longer number is noise (or an attack: int() refuses over 4,300 digits)
+MAX_VALUES = 1000  # op times or models kept per command: the results are a row, not a copy of the log
+
+
+def _number(text: str) -> float | None:
+    """A finite number from the job's text, or None: JSON (and PostgreSQL) have no inf or nan."""
+    if len(text) > MAX_DIGITS:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def parse_kernels(lines: Iterable[str]) -> list[KernelTime]:
@@ -39,7 +61,9 @@ def parse_kernels(lines: Iterable[str]) -> list[KernelTime]:
             continue
         m = NCU_DURATION.match(text)
         if m and current:
-            totals[current] = totals.get(current, 0.0) + float(m.group(2).replace(",", "")) * _UNIT_MS[m.group(1)]
+            duration = _number(m.group(2).replace(",", ""))
+            if duration is not None:
+                totals[current] = totals.get(current, 0.0) + duration * _UNIT_MS[m.group(1)]
             current = None
             continue
         if "Total Time (ns)" in text and "Name" in text:
@@ -47,18 +71,26 @@ def parse_kernels(lines: Iterable[str]) -> list[KernelTime]:
             continue
         if in_nsys:
             m = NSYS_ROW.match(text)
-            if m:
+            total_ns = _number(m.group(2).replace(",", "")) if m else None
+            if m and total_ns is not None:
                 name = m.group(4).split("(")[0].strip()
-                totals[name] = totals.get(name, 0.0) + int(m.group(2).replace(",", "")) * 1e-6
+                totals[name] = totals.get(name, 0.0) + total_ns * 1e-6
             elif text.strip() and not set(text.strip()) <= set("-  "):
                 in_nsys = False
     return [KernelTime(name=k, ms=round(v, 6)) for k, v in sorted(totals.items(), key=lambda kv: -kv[1])]
 
 
-def _clock(text: str) -> float:
+def _clock(text: str) -> float | None:
+    """GNU time's elapsed [[h:]m:]s.ss in seconds, or None if it is not one."""
     seconds = 0.0
-    for part in text.split(":"):
-        seconds = seconds * 60 + float(part)
+    parts = text.split(":")
+    if len(parts) > 3:
+        return None
+    for part in parts:
+        value = _number(part)
+        if value is None:
+            return None
+        seconds = seconds * 60 + value
     return seconds
 
 
@@ -66,20 +98,24 @@ def parse_text_lines(lines: Iterable[str]) -> JobResultSummary:
     """Parse plain output lines (one command's worth, or a whole report)."""
     r = JobResultSummary()
     for text in lines:
-        ops = [float(v) for v in OP_TIME.findall(text)]
-        r.op_times.extend(ops)
+        if len(r.op_times) < MAX_VALUES:
+            r.op_times.extend(v for v in map(_number, OP_TIME.findall(text)) if v is not None)
         for value, model in CORRECTNESS.findall(text):
-            r.correctness[model] = float(value)
+            number = _number(value)
+            if number is not None and len(r.correctness) < MAX_VALUES:
+                r.correctness[model[:64]] = number
         m = GNU_TIME.search(text)
-        if m:
-            r.elapsed_seconds = _clock(m.group("elapsed"))
-            r.max_rss_kb = int(m.group("rss"))
+        rss = _number(m.group("rss")) if m else None
+        elapsed = _clock(m.group("elapsed")) if m else None
+        if elapsed is not None and rss is not None:
+            r.elapsed_seconds, r.max_rss_kb = elapsed, int(rss)
     if r.op_times:
         r.op_time_total = round(sum(r.op_times), 9)
     return r
 
 
 # Every line a parser above can use holds one of these (or is a row of an nsys table).
+PATTERNS = (OP_TIME, CORRECTNESS, GNU_TIME, NCU_KERNEL, NCU_DURATION, NSYS_ROW)  # the fuzz test runs each
 MARKERS = ("Op Time", "Correctness", "elapsed", "Context", "Duration", "Total Time (ns)")
 
 

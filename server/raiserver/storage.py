@@ -9,16 +9,26 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from .errors import TooLarge
+from .errors import StorageFailing, TooLarge
 
 
 def human_size(n: int) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1024**2 else f"{n / 1024**2:.1f} MiB"
+
+
+@contextmanager
+def _writing() -> Iterator[None]:
+    """An OSError while storing is the server's storage failing: say so (507), not 'internal error'."""
+    try:
+        yield
+    except OSError as exc:
+        raise StorageFailing(exc) from None
 
 
 class Storage:
@@ -27,8 +37,24 @@ class Storage:
         for sub in ("blobs", "builds", "logs", "tmp"):
             (root / sub).mkdir(parents=True, exist_ok=True)
 
+    def sweep_tmp(self, older_than: float = 120.0) -> int:
+        """Remove temporary files nothing has written for a while: uploads and logs a killed
+        server process left behind (a live upload writes at least every body_idle_seconds, 30 s;
+        another server process's files are in use, so age is the rule, at start too)."""
+        cutoff = time.time() - older_than
+        removed = 0
+        for path in (self.root / "tmp").iterdir():
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+                    removed += 1
+            except OSError:
+                continue
+        return removed
+
     def tempfile(self, suffix: str = "") -> Path:
-        fd, name = tempfile.mkstemp(dir=self.root / "tmp", suffix=suffix)
+        with _writing():
+            fd, name = tempfile.mkstemp(dir=self.root / "tmp", suffix=suffix)
         os.close(fd)
         return Path(name)
 
@@ -39,7 +65,7 @@ class Storage:
         digest = hashlib.sha256()
         size = 0
         try:
-            with path.open("wb") as fh:
+            with _writing(), path.open("wb") as fh:
                 async for chunk in chunks:
                     size += len(chunk)
                     if size > limit:
@@ -57,11 +83,12 @@ class Storage:
 
     def keep_archive(self, tmp: Path, sha256: str) -> Path:
         dest = self.archive_path(sha256)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.exists():
-            tmp.unlink(missing_ok=True)
-        else:
-            os.replace(tmp, dest)
+        with _writing():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if dest.exists():
+                tmp.unlink(missing_ok=True)
+            else:
+                os.replace(tmp, dest)
         return dest
 
     # -- build folders ---------------------------------------------------------------------------
@@ -70,7 +97,8 @@ class Storage:
 
     def keep_build(self, tmp: Path, job_id: str) -> Path:
         dest = self.build_path(job_id)
-        os.replace(tmp, dest)
+        with _writing():
+            os.replace(tmp, dest)
         return dest
 
     # -- finished logs ---------------------------------------------------------------------------
@@ -82,8 +110,9 @@ class Storage:
         """A file to write the finished log into, page by page; in place only once complete."""
         tmp = self.tempfile(".log")
         try:
-            with tmp.open("w", encoding="utf-8") as fh:
+            with _writing(), tmp.open("w", encoding="utf-8") as fh:
                 yield fh
-            os.replace(tmp, self.log_path(job_id))
+            with _writing():
+                os.replace(tmp, self.log_path(job_id))
         finally:
             tmp.unlink(missing_ok=True)

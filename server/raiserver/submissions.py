@@ -21,18 +21,32 @@ from raiprotocol.spec import SpecError, parse_spec
 
 from .db import Database
 from .errors import BadArchive, Invalid, TooLarge
-from .fleet import check_gpus, check_image, check_image_held, check_queue
+from .fleet import check_image, check_queue, check_requirements
 from .jobs import QueueView, Services, create_job, job_out
 from .quotas import check_quotas
+from .retention import check_storage
 from .storage import human_size
 from .tables import User
+from .uploadgate import UploadGate
 
 KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
 async def accept_submission(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int,
-                            queue: str | None, kind: str, content_length: int | None) -> JobOut:
+                            queue: str | None, kind: str, content_length: int | None, gate: UploadGate | None = None) -> JobOut:
+    """``gate``: the student's upload limits (None for staff, when they are exempt)."""
+    token = await run_in_threadpool(gate.admit, user_id) if gate is not None else None
+    try:
+        return await _accept(svc, database, gate.renewing(body, user_id, token) if gate is not None else body,
+                             user_id, queue, kind, content_length)
+    finally:
+        if gate is not None:
+            await run_in_threadpool(gate.release, user_id, token)
+
+
+async def _accept(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int,
+                  queue: str | None, kind: str, content_length: int | None) -> JobOut:
     limit = svc.settings.max_upload_bytes
     if content_length is not None and content_length > limit:
         raise TooLarge(f"archive is {human_size(content_length)}; the limit is {human_size(limit)}")
@@ -41,11 +55,16 @@ async def accept_submission(svc: Services, database: Database, body: AsyncIterat
         raise Invalid(f"bad queue name {queue!r}")
     if not KIND.match(kind):
         raise Invalid(f"bad submission kind {kind!r}: lower-case letters, digits, - and _")
+    known = svc.settings.kind_set
+    if kind not in known:
+        raise Invalid(f"this course has no submission kind '{kind}'; it has: {', '.join(sorted(known))}")
 
     def _precheck() -> None:  # before reading a byte of the upload: bad Wi-Fi, big projects
         with database.session() as db:
             check_queue(db, queue, svc.settings.default_queue)
-            check_quotas(db, db.get_one(User, user_id), svc.settings)
+            user = db.get_one(User, user_id)
+            check_quotas(db, user, svc.settings)
+            check_storage(db, user, svc.settings, content_length or 0)
 
     await run_in_threadpool(_precheck)
     tmp, sha, size = await svc.storage.receive(body, limit, "the archive")
@@ -73,8 +92,8 @@ async def accept_submission(svc: Services, database: Database, body: AsyncIterat
             db.execute(update(User).where(User.id == user_id).values(id=User.id))
             owner = db.get_one(User, user_id)
             check_quotas(db, owner, svc.settings)
-            check_gpus(db, queue, spec, svc.settings.worker_dead_after)
-            check_image_held(db, queue, spec.image, svc.settings.worker_dead_after)
+            check_storage(db, owner, svc.settings, size)
+            check_requirements(db, queue, spec, svc.settings.worker_dead_after)
             svc.storage.keep_archive(tmp, sha)  # only now: a refused upload leaves nothing behind
             job = create_job(db, svc, owner, spec, info.spec_bytes.decode(), sha, size, queue, kind)
             return job_out(db, job, QueueView(db, svc.settings))

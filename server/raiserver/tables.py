@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Enum, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Enum, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from raiprotocol.models import JobState
@@ -27,6 +27,7 @@ class User(Base):
     secret_hash: Mapped[str] = mapped_column(String(128))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    sessions_after: Mapped[datetime | None] = mapped_column(UTCDateTime)  # browser sessions begun before are over
 
     jobs: Mapped[list["Job"]] = relationship(back_populates="owner")
 
@@ -56,6 +57,8 @@ class Job(Base):
     message: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     has_build: Mapped[bool] = mapped_column(Boolean, default=False)
+    build_bytes: Mapped[int] = mapped_column(BigInteger, default=0)  # the stored build folder's size
+    archive_kept: Mapped[bool] = mapped_column(Boolean, default=True)  # False once retention removed it
     results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     gpu_name: Mapped[str | None] = mapped_column(String(128))
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)
@@ -78,6 +81,7 @@ class Worker(Base):
     version: Mapped[str] = mapped_column(String(32), default="")
     images: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # None: runs any image (no containers)
     pulls: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    arch: Mapped[str | None] = mapped_column(String(16), nullable=True)  # CPU architecture of its jobs
     first_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     jobs_done: Mapped[int] = mapped_column(Integer, default=0)

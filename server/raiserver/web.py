@@ -10,17 +10,19 @@ import asyncio
 import hmac
 import json
 import secrets
+import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 from sse_starlette.sse import EventSourceResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from raiprotocol.models import JobState
 
@@ -30,7 +32,7 @@ from .db import utcnow
 from .fleet import is_alive
 from .jobs import QueueView, cancel_job, job_out
 from .leaderboard import hidden, leaderboard
-from .routes.jobs import visible_job
+from .routes.jobs import can_cancel, cancellable_job, visible_job
 from .tables import Job, User, Worker
 
 HERE = Path(__file__).parent
@@ -85,17 +87,26 @@ def login(request: Request, access_key: str = Form(...), secret_key: str = Form(
         return render(request, "login.html", None, error=f"Too many failed logins; try again in {wait} s.")
     user = authenticate(db, key, secret_key.strip())
     if user is None or not user.active:
-        limiter.failed(client_ip(request), key)
+        wait = limiter.failed(client_ip(request), key)
+        if wait is not None:
+            return render(request, "login.html", None, error=f"Too many failed logins from your address; try again in {wait} s.")
         return render(request, "login.html", None, error="Unknown access key or wrong secret key.")
     request.session.clear()
     request.session["user_id"] = user.id
     request.session["key"] = key_tag(user.access_key)
+    request.session["since"] = time.time()
     return RedirectResponse("/queue", status.HTTP_303_SEE_OTHER)
 
 
 @router.post("/logout")
-def logout(request: Request, csrf: str = Form(...)) -> Response:
+def logout(request: Request, csrf: str = Form(...), db: Session = Depends(get_db)) -> Response:
+    """Ends this user's browser sessions for good, not only this cookie: a copy of the signed
+    cookie would otherwise answer until it expires (12 h)."""
     check_csrf(request, csrf)
+    user = session_user(db, request)
+    if user is not None:
+        user.sessions_after = utcnow()
+        db.commit()
     request.session.clear()
     return RedirectResponse("/login", status.HTTP_303_SEE_OTHER)
 
@@ -123,6 +134,7 @@ def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
             "waiting": job.waiting,
             "seconds": round((now - since).total_seconds()) if since else 0,
         })
+    rows["queued"].sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["queue"]))  # who goes next first
     return rows
 
 
@@ -228,14 +240,14 @@ def workers_page(request: Request, p: Principal = Depends(web_user), db: Session
 def job_page(job_id: str, request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
     job = visible_job(db, p, job_id)
     return render(request, "job.html", p, job=job_out(db, job, QueueView(db, request.app.state.settings)), spec=job.spec_yaml,
-                  can_cancel=(p.is_staff or job.owner_id == p.user.id))
+                  can_cancel=can_cancel(p, job))
 
 
 @router.post("/jobs/{job_id}/cancel")
 def cancel_from_web(job_id: str, request: Request, csrf: str = Form(...), p: Principal = Depends(web_user),
                     db: Session = Depends(get_db)) -> Response:
     check_csrf(request, csrf)
-    job = visible_job(db, p, job_id)
+    job = cancellable_job(db, p, job_id)
     cancel_job(db, request.app.state.services, job, p.user)
     back = request.headers.get("referer") or f"/jobs/{job_id}"
     return RedirectResponse(back if back.startswith(str(request.base_url)) else f"/jobs/{job_id}", status.HTTP_303_SEE_OTHER)
@@ -283,3 +295,31 @@ def install(app) -> None:
     @app.exception_handler(LoginRequired)
     async def _to_login(request: Request, exc: LoginRequired) -> Response:
         return RedirectResponse("/login", status.HTTP_303_SEE_OTHER)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if not wants_page(request):
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return await run_in_threadpool(error_page, request, exc.status_code, str(exc.detail))
+
+
+TITLES = {403: "Not for you", 404: "Not found", 409: "Not possible now", 429: "Too many requests"}
+NOT_PAGES = ("/api/", "/web/", "/static/", "/metrics", "/healthz", "/openapi.json", "/docs", "/redoc")
+
+
+def wants_page(request: Request) -> bool:
+    """A browser asking for a page (HTML errors with a way back); the API and streams keep JSON."""
+    return not request.url.path.startswith(NOT_PAGES) and "text/html" in request.headers.get("accept", "")
+
+
+def error_page(request: Request, code: int, detail: str) -> HTMLResponse:
+    with request.app.state.db.session() as db:
+        user = session_user(db, request)
+        p = Principal(user) if user is not None else None
+        if code == 404 and detail == "Not Found":
+            detail = f"There is no page at {request.url.path}."
+        back, label = ("/queue", "Back to the queue") if p else ("/login", "Log in")
+        response = render(request, "error.html", p, title=TITLES.get(code, "Something went wrong"), detail=detail,
+                          back=back, back_label=label)
+    response.status_code = code
+    return response

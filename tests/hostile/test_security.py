@@ -317,3 +317,61 @@ def test_a_printed_op_time_does_not_rank_a_dev_run(hostile):
     assert all(e["op_time"] != 0.000001 for e in board)
     unverified = hostile.http.get("/api/v1/leaderboard", params={"board": "unverified"}).json()
     assert any(e["op_time"] == 0.000001 and not e["verified"] for e in unverified)
+
+
+def test_a_teammate_sees_a_job_but_cannot_cancel_it_through_the_api_or_the_web(hostile):
+    """Issue 22: the web offered no cancel to a teammate, the API allowed it; one rule for both."""
+    svc = hostile.svc
+    owner, mate = svc.add_user("team_owner", team="t22"), svc.add_user("team_mate", team="t22")
+    r = svc.http(owner).post("/api/v1/jobs", content=tar_gz([], build_file(["sleep 30"])),
+                             headers={"Content-Type": "application/gzip"})
+    jid = r.json()["id"]
+    with svc.http(mate) as h:
+        assert h.get(f"/api/v1/jobs/{jid}").status_code == 200  # teammates see each other's jobs
+        r = h.post(f"/api/v1/jobs/{jid}/cancel")
+        assert (r.status_code, r.json()["detail"]) == (403, f"job {jid} is team_owner's: only its owner or staff can cancel it")
+    c = _browser_session(svc, mate)
+    page = c.get(f"/jobs/{jid}")
+    assert page.status_code == 200 and "Cancel job" not in page.text
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
+    assert c.post(f"/jobs/{jid}/cancel", data={"csrf": token}).status_code == 403
+    with svc.http(owner) as h:
+        assert h.get(f"/api/v1/jobs/{jid}").json()["state"] in ("queued", "running")
+        assert h.post(f"/api/v1/jobs/{jid}/cancel").json()["state"] in ("cancelled", "running")
+
+
+def test_a_copied_session_cookie_is_dead_after_logout(hostile):
+    """Issue 22: the old cookie still answered for up to 12 h after logging out."""
+    svc = hostile.svc
+    prof = svc.add_user("logs_out")
+    c = _browser_session(svc, prof)
+    stolen = dict(c.cookies)
+    assert c.get("/api/v1/me").status_code == 200
+    token = re.search(r'name="csrf" value="([^"]+)"', c.get("/queue").text).group(1)
+    assert c.post("/logout", data={"csrf": token}).status_code == 303
+    with httpx.Client(base_url=svc.url, cookies=stolen, timeout=30) as replay:
+        assert replay.get("/api/v1/me").status_code == 401
+        r = replay.get("/queue")
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+    again = _browser_session(svc, prof)  # logging in again works at once
+    assert again.get("/api/v1/me").status_code == 200
+
+
+def test_a_build_command_cannot_drive_a_tas_terminal_or_forge_rais_lines(hostile):
+    """Issue 22: title change, clear screen and an OSC 52 clipboard write reached the terminal through
+    `raiclient status`; a newline in a command made genuine-looking sys lines and broke line counts."""
+    command = "echo '✱ Job succeeded'; false # \x1b]0;pwned\x07\x1b[2J\x1b]52;c;cm0gLXJmIH4=\x07\nCancel requested by tina; stopping"
+    job, log = hostile.run([command])
+    assert job["state"] == "failed"
+    sys_lines = [line["text"] for line in log if line["s"] == "sys"]
+    assert not any(t.startswith("Cancel requested") for t in sys_lines), sys_lines
+    assert any(t.startswith("Running: echo") and "\\nCancel requested" in t for t in sys_lines), sys_lines
+    assert [line["n"] for line in log] == list(range(1, len(log) + 1))  # one number per line: resume positions hold
+    svc = hostile.svc
+    for args in (["status", job["id"]], ["logs", job["id"]]):
+        out = svc.client(*args).stdout
+        assert "\x1b]" not in out and "\x07" not in out and "\x1b[2J" not in out, (args, out)
+        forged = [line for line in out.splitlines() if line.startswith("✱ Job succeeded")]
+        assert forged == [], (args, out)
+    text = hostile.http.get(f"/api/v1/jobs/{job['id']}/log.txt").text
+    assert "\n✱ Job succeeded" not in text and "\\✱ Job succeeded" in text

@@ -11,6 +11,7 @@ sure a second delivery never runs a job twice.
 from __future__ import annotations
 
 import logging
+import platform
 import threading
 
 from celery import Celery
@@ -21,13 +22,21 @@ from raiprotocol.models import Heartbeat
 
 from . import __version__
 from .errors import ServerUnreachable
-from .images import Puller, held_images
+from .images import COURSE_LABEL, Puller, named_images, offered_images
 from .metrics import serve
 from .runner import run_job, running_dir
 from .runtime import WorkerRuntime
 from .server import ServerClient
 
 log = logging.getLogger("raiworker")
+
+_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64le"}
+
+
+def job_arch() -> str:
+    """This host's CPU architecture, in the build file's words."""
+    machine = platform.machine().lower()
+    return _ARCH.get(machine, machine)
 
 app = Celery("raiworker")
 _runtime: WorkerRuntime | None = None
@@ -87,7 +96,7 @@ class _Heartbeat(threading.Thread):
             from .executors.docker import docker_client
 
             self.docker = docker_client()
-            self.puller = Puller(self.docker, self.client, settings.work_dir / "image-pulls")
+            self.puller = Puller(self.docker, self.client, settings.work_dir / "image-pulls", settings.work_dir)
         if settings.metrics_port:
             try:
                 serve(settings.metrics_addr, settings.metrics_port, settings.metrics_token, self.gauges)
@@ -106,10 +115,11 @@ class _Heartbeat(threading.Thread):
         running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
         self.busy = len(running)
         if self.docker is not None:
-            self.images = held_images(self.docker)
+            self.images = offered_images(self.docker, named_images(settings.worker_images, settings.work_dir))
         reply = self.client.heartbeat(Heartbeat(
             name=settings.worker_name, queues=settings.queues, executor=settings.executor, slots=rt.slots,
             busy=len(running), gpus=rt.gpus, running=running, version=__version__, images=self.images, pulls=self.pulls(),
+            arch=job_arch(),
         ))
         if self.puller is not None and reply.pull:
             self.puller.want(reply.pull)
@@ -132,6 +142,11 @@ _heartbeat: _Heartbeat | None = None
 def _start_heartbeat(**_) -> None:
     global _heartbeat
     _heartbeat = _Heartbeat(runtime())
+    s = runtime().settings
+    if _heartbeat.docker is not None:
+        offered = offered_images(_heartbeat.docker, named_images(s.worker_images, s.work_dir))
+        log.info("worker %s offers %d image(s) to jobs: %s (labelled %s, named in RAI_WORKER_IMAGES, or pulled through rai)",
+                 s.worker_name, len(offered), ", ".join(offered) or "none", COURSE_LABEL)
     _heartbeat.start()
 
 

@@ -8,7 +8,7 @@ import shutil
 
 import typer
 
-app = typer.Typer(add_completion=False, help="Run a rai GPU worker.")
+app = typer.Typer(add_completion=False, help="Run a rai GPU worker.", rich_markup_mode=None)
 
 
 @app.command()
@@ -32,9 +32,6 @@ def run(
 
     celery = configure(rt)
     settings.work_dir.mkdir(parents=True, exist_ok=True)
-    (settings.work_dir / "running").mkdir(exist_ok=True)
-    for stale in (settings.work_dir / "running").glob("*"):
-        stale.unlink()
     shutil.rmtree(settings.work_dir / "slots", ignore_errors=True)  # the pool processes' folders of an earlier run
     if settings.executor == "docker":
         from .errors import ExecutorUnavailable
@@ -48,6 +45,15 @@ def run(
         removed = reap_containers(client, settings.worker_name)
         if removed:
             typer.echo(f"raiworker: removed {removed} container(s) left by an earlier run")
+        if rt.gpus:  # decided here, once: the pool processes inherit it
+            from . import gpu_access
+
+            typer.echo(f"raiworker: {gpu_access.current(settings, [g.index for g in rt.gpus], lambda: client.info().get('Runtimes')).line}")
+    from .runner import recover
+
+    lost = recover(settings)  # after the containers: a lost run must not go on beside its re-run
+    if lost:
+        typer.echo(f"raiworker: {len(lost)} job(s) of an earlier run were lost and go back in the queue: {', '.join(lost)}")
     from .terminal import pty_helper
 
     helper = pty_helper(settings.work_dir, settings.pty_helper)

@@ -28,7 +28,6 @@ class WorkerSettings(SharedSettings):
     slots: int = 0  # 0: one per GPU, or 1 without GPUs
     gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"
     work_dir: Path = Path("/var/lib/rai-worker")
-    heartbeat_seconds: float = 5.0
 
     # limits (a build file may ask for less, never more; wall_seconds and memory_mb are shared)
     pids: int = 1024
@@ -36,6 +35,11 @@ class WorkerSettings(SharedSettings):
     nofile: int = 4096
     tmp_mb: int = 1024
     build_mb: int = 2048  # /build is a tmpfs of this size in the container (counted in its memory)
+    build_files: int = 20_000  # files and folders kept of /build; past it (or build_mb) the copy is cut
+    # how long a worker keeps a job's build folder and retries while the server answers that its
+    # storage is failing (507) or it is busy (503)
+    trouble_seconds: float = 1800.0
+    collect_seconds: int = 300  # copying /build out may take this long (within the job's wall clock)
     output_bytes: int = 16 * 1024**2
     output_lines: int = 2_500_000  # empty lines count too: `yes ''` stops here
     line_bytes: int = 64 * 1024
@@ -43,6 +47,12 @@ class WorkerSettings(SharedSettings):
     # "KEY=VALUE,KEY2=VALUE2": set by the operator for every job (dataset paths, …)
     job_env: Annotated[dict[str, str], NoDecode, BeforeValidator(_pairs)] = {}
     read_only_root: bool = True
+    # how a container reaches its GPUs: auto (the NVIDIA runtime if the engine has it, else device
+    # nodes and the driver's files), runtime, devices; driver_paths: those files or folders (default: ldconfig -p)
+    gpu_access: Literal["auto", "runtime", "devices"] = "auto"
+    driver_paths: CommaList = []
+    # images offered to jobs besides those labelled rai.course and those pulled through rai; "*": any image on the host
+    worker_images: CommaList = []
     spare_containers: bool = True  # start each slot's next container when a job ends (Docker executor)
     pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start
     columns: int = 120  # the jobs' terminal width (COLUMNS, and the pty's size)

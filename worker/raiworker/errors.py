@@ -21,6 +21,11 @@ class WorkerError(Exception):
     """Trouble on this worker, not in the job: reported to the student as the job's error."""
 
 
+class ServerTrouble(WorkerError):
+    """The server answered, for the whole trouble window, that it cannot take this now (its storage
+    is failing: 507; busy: 503): its own words, not 'unreachable'."""
+
+
 class ExecutorUnavailable(WorkerError):
     """The container engine is not there, or the job's image is not on this worker."""
 

@@ -27,6 +27,12 @@ from .server import ServerClient
 log = logging.getLogger("raiworker")
 
 BUSYBOX_TAG = "rai/busybox:latest"
+# Images a worker offers to jobs: those the course published (this label, set in the image's
+# Dockerfile), those the operator names (RAI_WORKER_IMAGES; "*" for every image on the host) and
+# those staff had it pull or load through rai. Any other image on the host (a staff-only image
+# built there, a base image) is neither advertised nor run.
+COURSE_LABEL = "rai.course"
+PULLED_FILE = "rai-images"  # in the work folder: the images pulled or loaded through rai
 
 
 def _busybox_rootfs(busybox: Path) -> bytes:
@@ -60,10 +66,10 @@ def _busybox_rootfs(busybox: Path) -> bytes:
 
 
 def ensure_busybox_image(client: docker.DockerClient, tag: str = BUSYBOX_TAG) -> bool:
-    """Import the image unless it exists; False when the host has no static busybox."""
+    """Import the image unless it exists (with the course label); False when the host has no static busybox."""
     try:
-        client.images.get(tag)
-        return True
+        if COURSE_LABEL in (client.images.get(tag).labels or {}):
+            return True
     except docker.errors.ImageNotFound:
         pass
     found = shutil.which("busybox")
@@ -71,21 +77,43 @@ def ensure_busybox_image(client: docker.DockerClient, tag: str = BUSYBOX_TAG) ->
         return False
     repo, _, version = tag.partition(":")
     client.api.import_image_from_data(_busybox_rootfs(Path(found)), repository=repo, tag=version or "latest",
-                                      changes=['CMD ["/bin/sh"]'])
+                                      changes=['CMD ["/bin/sh"]', f'LABEL {COURSE_LABEL}="true"'])
     return True
 
 
-def held_images(client: docker.DockerClient) -> list[str]:
-    """Every name:tag this Docker engine holds, in ``normalize_image`` form."""
-    return sorted({normalize_image(tag) for image in client.images.list() for tag in image.tags})
+def named_images(named: list[str], work_dir: Path) -> set[str]:
+    """The names the operator gave (RAI_WORKER_IMAGES) and the images pulled or loaded through rai."""
+    names = {normalize_image(n) if n != "*" else n for n in named}
+    try:
+        names |= {normalize_image(n) for n in (work_dir / PULLED_FILE).read_text().split()}
+    except OSError:
+        pass
+    return names
+
+
+def is_offered(labels: dict | None, tags: list[str], named: set[str]) -> bool:
+    return "*" in named or COURSE_LABEL in (labels or {}) or bool({normalize_image(t) for t in tags} & named)
+
+
+def offered_images(client: docker.DockerClient, named: set[str]) -> list[str]:
+    """The name:tags of the images this worker offers to jobs, in ``normalize_image`` form."""
+    return sorted({normalize_image(tag) for image in client.images.list()
+                   if is_offered(image.labels, image.tags, named) for tag in image.tags})
+
+
+def remember_pulled(work_dir: Path, image: str) -> None:
+    """Staff asked for this image through rai: it is offered from now on."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with (work_dir / PULLED_FILE).open("a") as fh:
+        fh.write(normalize_image(image) + "\n")
 
 
 class Puller:
     """Carries out the pre-pull requests of the heartbeat replies, one at a time in a thread of its
     own, each request once; ``status`` (image -> "pulling" / "failed: why") goes in heartbeats."""
 
-    def __init__(self, client: docker.DockerClient, server: ServerClient, scratch: Path):
-        self.client, self.server, self.scratch = client, server, scratch
+    def __init__(self, client: docker.DockerClient, server: ServerClient, scratch: Path, work_dir: Path):
+        self.client, self.server, self.scratch, self.work_dir = client, server, scratch, work_dir
         self.status: dict[str, str] = {}
         self.tried: set[tuple[str, float]] = set()
         self.lock = threading.Lock()
@@ -107,6 +135,7 @@ class Puller:
             for req in requests:
                 try:
                     self._one(req)
+                    remember_pulled(self.work_dir, req.image)
                     self.status.pop(req.image, None)
                 except Exception as exc:  # noqa: BLE001 - reported to staff, never fatal
                     log.warning("pulling image %s failed: %s", req.image, exc)

@@ -22,6 +22,7 @@ import redis
 
 from raiprotocol.keys import stream_key
 from raiprotocol.logwire import APPEND_LUA, append_args
+from raiprotocol.markers import one_line
 from raiprotocol.models import LogStream
 
 from .metrics import lines_shipped
@@ -63,7 +64,7 @@ class LogSink:
 
     def system(self, text: str) -> None:
         with self._lock:
-            self._write(LogStream.sys, text, 1)
+            self._write(LogStream.sys, one_line(text), 1)  # one line, whatever the message holds
 
     def feed(self, stream: LogStream, data: bytes) -> None:
         """Take a chunk of raw output; its complete lines go to Redis at once, as one batch.

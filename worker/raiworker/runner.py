@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from raiprotocol.archive import ArchiveError, pack_directory
+from raiprotocol.archive import ArchiveError, OverLimit, pack_directory
 from raiprotocol.keys import cancel_key
 from raiprotocol.models import GpuInfo, JobState, JobUpdate, Phase
 
@@ -46,6 +46,35 @@ def running_dir(settings: WorkerSettings) -> Path:
     return settings.work_dir / "running"
 
 
+def recover(settings: WorkerSettings) -> list[str]:
+    """At start: what an earlier run of this worker left. The jobs it was running (their markers)
+    are reported lost, so the server requeues them at once (should the server be away, the first
+    heartbeats, which do not list them, do it); their folders are removed. Returns the job ids."""
+    lost = []
+    folder = running_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    server = ServerClient(settings)
+    try:
+        for marker in folder.glob("*"):
+            try:
+                attempt = int(marker.read_text().strip() or 0)
+            except (OSError, ValueError):
+                attempt = 0
+            marker.unlink(missing_ok=True)
+            lost.append(marker.name)
+            if attempt:
+                try:
+                    server.update(marker.name, JobUpdate(attempt=attempt, state=JobState.queued,
+                                                         message=f"Worker {settings.worker_name} restarted: the run it held was lost"),
+                                  retry_for=5.0)
+                except (Refused, ServerUnreachable) as exc:  # over already, or the server is away
+                    log.info("lost job %s not reported at start: %s", marker.name, exc)
+    finally:
+        server.close()
+    shutil.rmtree(settings.work_dir / "jobs", ignore_errors=True)  # the earlier run's job folders
+    return lost
+
+
 def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt: int) -> str:
     """Run one delivery of a job. Returns the final state, or 'skipped' for a refused claim."""
     server = ServerClient(settings)
@@ -58,57 +87,69 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
             log.info("not running %s (attempt %s): %s", job_id, attempt, exc)
             return "skipped"
         sink = LogSink(r, job_id, settings.output_bytes, settings.line_bytes, settings.output_lines)
+        # listed in every heartbeat while it exists: until the job's end is reported (the server
+        # requeues a job its worker does not list); it holds the attempt, for a restarted worker
         marker = running_dir(settings) / job_id
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
-        workdir = settings.work_dir / "jobs" / f"{job_id}.{attempt}"
-        outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
-        build_uploaded = False
-        phases: list[Phase] = []
-        executor: Executor | None = None
+        marker.write_text(str(attempt))
         try:
-            executor = make_executor(settings)
-            outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases, executor)
-            if outcome.state is not JobState.queued:  # queued: lost where it ran, it runs again
-                build_uploaded = _ship_build(server, job_id, attempt, workdir / "build", sink)
-        except Refused as exc:
-            log.warning("job %s refused mid-run: %s", job_id, exc)
-            return "skipped"
-        except Exception as exc:  # infrastructure trouble: the student's code did not fail
-            if isinstance(exc, WorkerError):  # a known cause: its message says it all
-                log.warning("job %s: %s", job_id, exc)
-            else:
-                log.exception("job %s: worker error", job_id)
-            message = f"worker {settings.worker_name} error: {exc}"
-            outcome = Outcome(JobState.error, message=message)
-            try:
-                sink.system(message)
-            except redis.RedisError:
-                pass
+            return _deliver(settings, gpus, server, r, sink, grant, job_id, attempt, claimed_at)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
             marker.unlink(missing_ok=True)
-        if not build_uploaded and outcome.state is JobState.succeeded:
-            outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
-        if not sink.close():  # Redis stayed away: the job's end is still reported
-            log.warning("job %s: some log lines could not be written to Redis", job_id)
-        try:
-            if sink.first_output is not None:
-                phases.append(Phase(name="first line", at=sink.first_output))
-            server.update(job_id, JobUpdate(attempt=attempt, state=outcome.state, exit_code=outcome.exit_code,
-                                            failed_command=outcome.failed_command, message=outcome.message, phases=phases))
-        except Refused as exc:
-            log.warning("final state of %s refused: %s", job_id, exc)
-        job_done(outcome.state.value, time.monotonic() - claimed_at)
-        if executor is not None:
-            try:
-                executor.tidy()
-            except Exception:  # noqa: BLE001 - the job is over; a restarted worker removes leftovers
-                log.exception("job %s: tidying up after it failed", job_id)
-        return outcome.state.value
     finally:
         server.close()
         r.close()
+
+
+def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis, sink: LogSink,
+             grant, job_id: str, attempt: int, claimed_at: float) -> str:
+    """The claimed job: run it, ship its build folder, report its end, tidy up."""
+    workdir = settings.work_dir / "jobs" / f"{job_id}.{attempt}"
+    outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
+    build_uploaded = False
+    phases: list[Phase] = []
+    executor: Executor | None = None
+    try:
+        executor = make_executor(settings)
+        outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases, executor)
+        if outcome.state is not JobState.queued:  # queued: lost where it ran, it runs again
+            build_uploaded, refused = _ship_build(settings, server, job_id, attempt, workdir / "build", sink)
+            if refused and outcome.state is JobState.succeeded:
+                outcome = Outcome(JobState.failed, message=refused)
+    except Refused as exc:
+        log.warning("job %s refused mid-run: %s", job_id, exc)
+        return "skipped"
+    except Exception as exc:  # infrastructure trouble: the student's code did not fail
+        if isinstance(exc, WorkerError):  # a known cause: its message says it all
+            log.warning("job %s: %s", job_id, exc)
+        else:
+            log.exception("job %s: worker error", job_id)
+        message = f"worker {settings.worker_name} error: {exc}"
+        outcome = Outcome(JobState.error, message=message)
+        try:
+            sink.system(message)
+        except redis.RedisError:
+            pass
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    if not build_uploaded and outcome.state is JobState.succeeded:
+        outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
+    if not sink.close():  # Redis stayed away: the job's end is still reported
+        log.warning("job %s: some log lines could not be written to Redis", job_id)
+    try:
+        if sink.first_output is not None:
+            phases.append(Phase(name="first line", at=sink.first_output))
+        server.update(job_id, JobUpdate(attempt=attempt, state=outcome.state, exit_code=outcome.exit_code,
+                                        failed_command=outcome.failed_command, message=outcome.message, phases=phases))
+    except Refused as exc:
+        log.warning("final state of %s refused: %s", job_id, exc)
+    job_done(outcome.state.value, time.monotonic() - claimed_at)
+    if executor is not None:
+        try:
+            executor.tidy()
+        except Exception:  # noqa: BLE001 - the job is over; a restarted worker removes leftovers
+            log.exception("job %s: tidying up after it failed", job_id)
+    return outcome.state.value
 
 
 def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis,
@@ -150,7 +191,12 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
             try:
                 started = time.monotonic()
                 outcome = execute(executor, ctx, sink, cancel)
-                executor.collect_build(ctx)
+                cut = executor.collect_build(ctx, cancel)
+                if cut is not None:
+                    if outcome.state is JobState.succeeded:
+                        outcome = cut
+                    else:  # the job's own end stands; the log still says what became of /build
+                        sink.system(cut.message or "the build folder is incomplete")
                 if outcome.state is not JobState.succeeded and outcome.message and outcome.state is not JobState.failed:
                     sink.system(outcome.message)
                 log.info("job %s: %s in %.1f s", grant.job_id, outcome.state.value, time.monotonic() - started)
@@ -169,14 +215,22 @@ def _report_waiting(server: ServerClient, job_id: str, attempt: int, words: str 
         log.warning("job %s: waiting reason not reported: %s", job_id, exc)
 
 
-def _ship_build(server: ServerClient, job_id: str, attempt: int, build: Path, sink: LogSink) -> bool:
+def _ship_build(settings: WorkerSettings, server: ServerClient, job_id: str, attempt: int, build: Path,
+                sink: LogSink) -> tuple[bool, str | None]:
+    """Pack and upload the build folder: (uploaded, why it was refused if it was over the limits)."""
     if not build.is_dir():
-        return False
+        return False, None
     tarball = build.parent / "build.tar.gz"
     try:
-        pack_directory(build, tarball)
+        pack_directory(build, tarball, max_bytes=settings.build_mb * 1024**2, max_entries=settings.build_files)
+    except OverLimit as exc:
+        why = f"the build folder was not kept: it holds {exc} (RAI_BUILD_FILES / RAI_BUILD_MB)"
+        sink.system(why)
+        return False, why
     except (OSError, tarfile.TarError) as exc:
         sink.system(f"could not pack the build folder: {exc}")
-        return False
-    server.upload_build(job_id, attempt, tarball)
-    return True
+        return False, None
+    server.upload_build(job_id, attempt, tarball,
+                        on_wait=lambda why: sink.system(f"The server cannot store the build folder yet: {why}; "
+                                                        f"the worker keeps it and retries for up to {settings.trouble_seconds / 60:.0f} minutes"))
+    return True, None

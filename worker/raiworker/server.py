@@ -6,6 +6,7 @@ State changes are retried through a server restart: a finished job must never st
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -13,7 +14,16 @@ import httpx
 from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate
 
 from .config import WorkerSettings
-from .errors import Refused, ServerUnreachable
+from .errors import Refused, ServerTrouble, ServerUnreachable
+
+
+def _detail(resp: httpx.Response) -> str:
+    if resp.headers.get("content-type", "").startswith("application/json"):
+        try:
+            return str(resp.json().get("detail", resp.text))
+        except ValueError:
+            pass
+    return resp.text[:300]
 
 
 class ServerClient:
@@ -28,26 +38,43 @@ class ServerClient:
     def close(self) -> None:
         self.http.close()
 
-    def _call(self, method: str, url: str, retry_for: float = 120.0, **kw) -> httpx.Response:
+    def _call(self, method: str, url: str, retry_for: float = 120.0, on_wait: Callable[[str], None] | None = None,
+              **kw) -> httpx.Response:
+        """The request, retried while the server is away (``retry_for``) and, for longer
+        (``trouble_seconds``), while it answers that its storage is failing or it is busy (507, 503
+        with Retry-After): ``on_wait`` hears the server's reason once, for the job's log."""
         deadline = time.monotonic() + retry_for
+        trouble_deadline: float | None = None
         delay = 0.5
         factory = kw.pop("content_factory", None)
         while True:
+            trouble: str | None = None
             try:
                 if factory is not None:
                     kw["content"] = factory()
                 resp = self.http.request(method, url, **kw)
                 if resp.status_code in (404, 409, 410):
-                    raise Refused(resp.json().get("detail", resp.text) if resp.headers.get("content-type", "").startswith("application/json") else resp.text)
-                if resp.status_code < 500:
+                    raise Refused(_detail(resp))
+                if resp.status_code in (503, 507) and "retry-after" in resp.headers:
+                    trouble = _detail(resp)
+                    if trouble_deadline is None:
+                        trouble_deadline = time.monotonic() + self.settings.trouble_seconds
+                        if on_wait is not None:
+                            on_wait(trouble)
+                    delay = min(max(float(resp.headers["retry-after"]), 1.0), 10.0) if resp.headers["retry-after"].isdigit() else 5.0
+                elif resp.status_code < 500:
                     resp.raise_for_status()
                     return resp
             except httpx.TransportError:
                 pass
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if trouble is not None and trouble_deadline is not None and now > trouble_deadline:
+                raise ServerTrouble(f"the server kept answering for {self.settings.trouble_seconds:.0f} s: {trouble} ({method} {url})")
+            if trouble is None and now > deadline and (trouble_deadline is None or now > trouble_deadline):
                 raise ServerUnreachable(f"server {self.settings.server_url} unreachable for {retry_for:.0f} s ({method} {url})")
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            if trouble is None:
+                delay = min(delay * 2, 5.0)
 
     def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:
         resp = self._call("POST", "/api/v1/workers/heartbeat", retry_for=0, json=hb.model_dump())
@@ -75,13 +102,13 @@ class ServerClient:
     def fetch_archive(self, job_id: str, dest: Path) -> Path:
         return self._download(f"/api/v1/worker/jobs/{job_id}/archive", dest, "archive")
 
-    def upload_build(self, job_id: str, attempt: int, tarball: Path) -> None:
+    def upload_build(self, job_id: str, attempt: int, tarball: Path, on_wait: Callable[[str], None] | None = None) -> None:
         def body():
             with tarball.open("rb") as fh:
                 while chunk := fh.read(1024 * 1024):
                     yield chunk
 
-        self._call("PUT", f"/api/v1/worker/jobs/{job_id}/build", params={"attempt": attempt}, content_factory=body,
+        self._call("PUT", f"/api/v1/worker/jobs/{job_id}/build", params={"attempt": attempt}, content_factory=body, on_wait=on_wait,
                    headers={"Content-Length": str(tarball.stat().st_size), "Content-Type": "application/gzip"})
 
     def update(self, job_id: str, update: JobUpdate, retry_for: float = 600.0) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
@@ -12,13 +13,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
-from raiprotocol.models import JobList, JobOut, JobState, QueueSummary, UserOut
+from raiprotocol.models import FilesFreed, JobList, JobOut, JobState, QueueSummary, UserOut
 
 from ..auth import Principal
-from ..errors import DomainError
+from ..db import utcnow
+from ..errors import Conflict, DomainError
 from ..fleet import live_workers
 from ..jobs import QueueView, cancel_job, job_out, shown_state
 from ..logstream import log_events, plain_text
+from ..retention import delete_files, usage
 from ..submissions import accept_submission
 from ..tables import Job, User
 from .deps import CurrentUser, SessionDep, services
@@ -32,12 +35,49 @@ def can_see(p: Principal, job: Job) -> bool:
     return bool(p.user.team) and job.owner.team == p.user.team
 
 
+def can_cancel(p: Principal, job: Job) -> bool:
+    """Teammates see each other's jobs but may not stop them: the owner or staff only (API and web)."""
+    return p.is_staff or job.owner_id == p.user.id
+
+
+def cancellable_job(db: Session, p: Principal, job_id: str) -> Job:
+    job = visible_job(db, p, job_id)
+    if not can_cancel(p, job):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"job {job.id} is {job.owner.username}'s: only its owner or staff can cancel it")
+    return job
+
+
+ID_LENGTH, MIN_PREFIX = 26, 6
+
+
 def visible_job(db: Session, p: Principal, job_id: str) -> Job:
-    """The job if this user may see it; 404 otherwise, so ids of others' jobs leak nothing."""
+    """The job if this user may see it; 404 otherwise, so ids of others' jobs leak nothing. Any
+    unique start of an id (6 characters or more, any case) stands for it, among the jobs this user
+    may see: what a student copied from a narrow table still works."""
+    job_id = job_id.strip().upper()
+    if len(job_id) < ID_LENGTH:
+        return _job_by_prefix(db, p, job_id)
     job = db.get(Job, job_id)
     if job is None or not can_see(p, job):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id} (or not yours)")
     return job
+
+
+def _job_by_prefix(db: Session, p: Principal, prefix: str) -> Job:
+    if len(prefix) < MIN_PREFIX or not prefix.isalnum():
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {prefix}: give at least {MIN_PREFIX} characters of its id")
+    q = select(Job).where(Job.id.startswith(prefix, autoescape=True)).order_by(Job.id).limit(50)
+    if not p.is_staff:
+        mates = select(User.id).where(User.team == p.user.team) if p.user.team else None
+        q = q.where(Job.owner_id == p.user.id if mates is None else (Job.owner_id == p.user.id) | Job.owner_id.in_(mates))
+    found = [j for j in db.scalars(q) if can_see(p, j)][:4]
+    if not found:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {prefix} (none of yours starts with it)")
+    if len(found) > 1:
+        more = ", …" if len(found) > 3 else ""
+        raise HTTPException(status.HTTP_409_CONFLICT, f"{prefix} is the start of several jobs ({', '.join(j.id for j in found[:3])}{more}); "
+                                                      "give more characters")
+    return found[0]
 
 
 def job_snapshot(request: Request, p: Principal, job_id: str) -> Callable[[], JobOut]:
@@ -55,8 +95,8 @@ def user_out(user: User) -> UserOut:
 
 
 @router.get("/me", response_model=UserOut)
-def me(p: CurrentUser) -> UserOut:
-    return user_out(p.user)
+def me(request: Request, p: CurrentUser) -> UserOut:
+    return user_out(p.user).model_copy(update={"max_upload_bytes": services(request).settings.max_upload_bytes})
 
 
 @router.post("/jobs", response_model=JobOut, status_code=status.HTTP_201_CREATED)
@@ -70,8 +110,10 @@ async def submit(
 ) -> JobOut:
     """Body: the project as a .tar.gz holding rai_build.yml at its top."""
     try:
-        return await accept_submission(services(request), request.app.state.db, request.stream(), p.user.id,
-                                       queue, kind, content_length)
+        svc = services(request)
+        gate = None if svc.settings.staff_exempt and p.is_staff else request.app.state.upload_gate
+        return await accept_submission(svc, request.app.state.db, request.stream(), p.user.id, queue, kind,
+                                       content_length, gate)
     except DomainError as exc:
         request.app.state.counts.add("uploads_refused", exc.refusal)
         raise
@@ -108,12 +150,20 @@ def queue_summary(request: Request, p: CurrentUser, db: SessionDep) -> list[Queu
     view = QueueView(db, services(request).settings)
     mine = db.scalars(select(Job).where(Job.owner_id == p.user.id,
                                         Job.state.in_([JobState.queued, JobState.running])).order_by(Job.created_at)).all()
+    # answering: alive, and heard from within a few heartbeats (a killed worker is silent long
+    # before it is declared dead)
+    settings = services(request).settings
+    recent = utcnow() - timedelta(seconds=2.5 * settings.heartbeat_seconds)
+    answering = {w.name for w in live if w.last_seen >= recent}
+    unanswered: Counter[str] = Counter(q for q, worker in db.execute(select(Job.queue, Job.worker).where(
+        Job.state == JobState.running, Job.waiting.is_(None))) if worker not in answering)
     out = []
     for queue in sorted(served | {q for q, _ in counts} | {j.queue for j in mine}):
         serving = [w for w in live if queue in (w.queues or [])]
         out.append(QueueSummary(queue=queue, waiting=counts[queue, JobState.queued], running=counts[queue, JobState.running],
                                 slots=sum(w.slots for w in serving), workers=len(serving),
-                                mine=[job_out(db, j, view) for j in mine if j.queue == queue]))
+                                mine=[job_out(db, j, view) for j in mine if j.queue == queue],
+                                unanswered=unanswered[queue], dead_after=dead_after))
     return out
 
 
@@ -124,10 +174,27 @@ def get_job(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> Jo
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
 def cancel(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> JobOut:
-    job = visible_job(db, p, job_id)
+    job = cancellable_job(db, p, job_id)
+    if job.state.finished:
+        when = f" at {job.finished_at:%Y-%m-%d %H:%M:%S} UTC" if job.finished_at else ""
+        raise Conflict(f"job {job.id} already {job.state.value.replace('_', ' ')}{when}: nothing was cancelled")
     cancel_job(db, services(request), job, p.user)
     db.refresh(job)
     return job_out(db, job, QueueView(db, services(request).settings))
+
+
+@router.delete("/jobs/{job_id}/files", response_model=FilesFreed)
+def delete_job_files(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> FilesFreed:
+    """Free storage: the finished job's archive and build folder go; its log and results stay.
+    A run of the verified kind is kept for grading unless staff delete it."""
+    job = cancellable_job(db, p, job_id)
+    settings = services(request).settings
+    if job.kind == settings.verified_kind and not p.is_staff:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job.id} is a '{job.kind}' run: it is kept for grading")
+    freed = delete_files(db, services(request).storage, job)
+    left = usage(db, p.user.id)
+    return FilesFreed(job_id=job.id, freed_bytes=freed, stored_bytes=left.total,
+                      quota_bytes=settings.storage_mb_per_student * 1024**2)
 
 
 @router.get("/jobs/{job_id}/build.tar.gz")
@@ -154,8 +221,8 @@ async def log(
     then `end` with the job. A stream that ends without `end` was cut off: resume with
     Last-Event-ID."""
     svc = services(request)
-    snapshot = job_snapshot(request, p, job_id)
-    job = await run_in_threadpool(snapshot)
+    job = await run_in_threadpool(job_snapshot(request, p, job_id))
+    snapshot = job_snapshot(request, p, job.id)  # the whole id from now on, whatever start of it was given
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
     hub = request.app.state.hub
     hub.admit(p.user.id, p.is_staff)
@@ -168,6 +235,6 @@ async def log_text(job_id: str, request: Request, p: CurrentUser) -> StreamingRe
     svc = services(request)
     job = await run_in_threadpool(job_snapshot(request, p, job_id))
     if not job.state.finished:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job_id} has not finished; follow it with 'raiclient logs {job_id} --follow'")
-    return StreamingResponse(plain_text(svc, job_id), media_type="text/plain; charset=utf-8",
-                             headers={"Content-Disposition": f'attachment; filename="log-{job_id}.txt"'})
+        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
+    return StreamingResponse(plain_text(svc, job.id), media_type="text/plain; charset=utf-8",
+                             headers={"Content-Disposition": f'attachment; filename="log-{job.id}.txt"'})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
@@ -14,10 +16,11 @@ from ..auth import require_worker
 from ..db import utcnow
 from ..fleet import is_alive, queue_images
 from ..images import blob_path, wanted_by
-from ..jobs import add_phase, claim_job, update_job
+from ..jobs import add_phase, claim_job, reconcile, update_job
 from ..tables import Job, Worker
 from .deps import CurrentUser, SessionDep, StaffUser, services
 
+log = logging.getLogger("raiserver")
 router = APIRouter(prefix="/api/v1", tags=["workers"])
 
 
@@ -32,8 +35,12 @@ def heartbeat(hb: Heartbeat, request: Request, db: SessionDep) -> HeartbeatReply
     w.running, w.version, w.last_seen = hb.running, hb.version, utcnow()
     w.images = None if hb.images is None else sorted({normalize_image(i) for i in hb.images})
     w.pulls = dict(hb.pulls) or None
+    w.arch = hb.arch
     db.commit()
     svc = services(request)
+    lost = reconcile(db, svc, hb.name, hb.running)
+    if lost:
+        log.warning("worker %s does not list %d job(s) it held: requeued", hb.name, lost)
     svc.kick()  # free slots may have appeared
     return HeartbeatReply(pull=wanted_by(svc.logs.redis, w.images))
 
@@ -112,6 +119,7 @@ async def upload_build(job_id: str, request: Request, attempt: int = Query(...))
             job = db.get(Job, job_id)
             if job is not None:
                 add_phase(job, "build uploaded", f"{size} bytes")
+                job.build_bytes = size
 
     await run_in_threadpool(_note)
     return {"bytes": size}

@@ -4,6 +4,7 @@ wall time, per-command time and cancellation from a watchdog thread that kills t
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -17,6 +18,8 @@ from raiprotocol.models import JobState, Phase
 
 from ..config import WorkerSettings
 from ..logsink import LogSink
+
+log = logging.getLogger("raiworker")
 
 
 @dataclass
@@ -34,6 +37,7 @@ class JobContext:
     repeat_timing: int = 1
     gpu_count: int = 0  # asked for; gpu_ids are this host's (empty where the GPUs are elsewhere: Slurm)
     phases: list[Phase] = field(default_factory=list)  # when each step happened, for the job's timeline
+    wall_deadline: float = float("inf")  # time.monotonic() when the wall clock runs out (set once it starts)
     # tells the server the job waits in a batch system, and why (None: it started there)
     report_waiting: Callable[[str | None], None] = lambda words: None
 
@@ -73,8 +77,10 @@ class Executor(ABC):
     def kill(self) -> None:
         """Stop everything the job runs, now. Called from the watchdog thread."""
 
-    def collect_build(self, ctx: JobContext) -> None:
-        """Bring the job's /build to ``ctx.build_dir`` on the host, if it lives elsewhere."""
+    def collect_build(self, ctx: JobContext, cancel: threading.Event | None = None) -> Outcome | None:
+        """Bring the job's /build to ``ctx.build_dir`` on the host, if it lives elsewhere, within
+        the job's wall clock and limits; an Outcome when the copy was cut or incomplete."""
+        return None
 
     @abstractmethod
     def cleanup(self) -> None:
@@ -106,8 +112,9 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
             if watch.reason:
                 try:
                     executor.kill()
-                finally:
-                    return
+                except Exception:  # noqa: BLE001 - said, not swallowed: the job still ends as killed
+                    log.exception("job %s: killing it failed", ctx.job_id)
+                return
 
     thread = threading.Thread(target=watchdog, name=f"watchdog-{ctx.job_id}", daemon=True)
     thread.start()
@@ -117,7 +124,7 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         sink.system(executor.start(ctx, sink))
         ctx.phase({"docker": "container started", "slurm": "slurm started"}.get(executor.name, "processes started"), ctx.image)
         # the wall clock runs from here: time waiting for a container or in a batch queue is not the job's
-        wall_deadline = watch.wall_deadline = time.monotonic() + ctx.wall_seconds
+        wall_deadline = watch.wall_deadline = ctx.wall_deadline = time.monotonic() + ctx.wall_seconds
         timing: str | None = None
         repeated = False
         plan = [(command, running_line(command)) for command in ctx.commands]
@@ -155,7 +162,7 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         thread.join(timeout=5)
         sink.flush()
     if watch.reason == "cancel":
-        return Outcome(JobState.cancelled, failed_command=watch.command, message="cancelled while running")
+        return Outcome(JobState.cancelled, failed_command=watch.command, message=f"stopped while '{watch.command}' was running")
     if watch.reason == "wall":
         return Outcome(JobState.timed_out, failed_command=watch.command,
                        message=f"timed out: '{watch.command}' was running when the job hit its wall-time limit of {ctx.wall_seconds} s")

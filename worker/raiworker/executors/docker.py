@@ -28,15 +28,18 @@ from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import DeviceRequest, Mount, Ulimit
+from docker.types import Mount, Ulimit
+from docker.utils.socket import STDOUT, frames_iter
 
-from raiprotocol.archive import safe_extract
-from raiprotocol.models import LogStream
+from raiprotocol.archive import OverLimit, safe_extract
+from raiprotocol.models import JobState, LogStream
 
+from .. import gpu_access
 from ..errors import ExecutorUnavailable
+from ..images import COURSE_LABEL, is_offered, named_images
 from ..logsink import LogSink
 from ..terminal import IN_CONTAINER, no_terminal_note, pty_helper, terminal_env
-from .base import Executor, JobContext
+from .base import Executor, JobContext, Outcome
 
 LABEL = "rai.job"
 SPARE = "spare"  # the rai.job label of a container started ahead of time, before it has a job
@@ -84,6 +87,19 @@ def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool 
         except NotFound:
             pass
     return n
+
+
+def _runtimes(client: docker.DockerClient) -> dict[str, Any]:
+    try:
+        return dict(client.info().get("Runtimes") or {})
+    except DockerException:
+        return {}
+
+
+def container_name(job_id: str, worker: str) -> str:
+    """A job's container on a worker, by name (a spare is renamed so when a job takes it; labels
+    cannot change): how a lost run's container is found."""
+    return f"rai-{job_id}-{worker}".lower()[:120]
 
 
 SpareKey = tuple[str, tuple[str, ...], int]  # image, GPU ids, memory limit
@@ -151,6 +167,16 @@ def _exit_code(api: Any, exec_id: str) -> int | None:
     return None
 
 
+def _close(conn: Any) -> None:
+    """Close an exec's attached socket (the SDK's wrapper and the socket beneath it)."""
+    for thing in (getattr(conn, "_sock", None), conn):
+        try:
+            if thing is not None:
+                thing.close()
+        except OSError:
+            pass
+
+
 def _remove_later(container: Any) -> None:
     def remove() -> None:
         try:
@@ -216,16 +242,26 @@ class DockerExecutor(Executor):
             self.wrap = [IN_CONTAINER]
         self.user = s.container_user
         gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
+        lost = self._stop_lost_run(ctx)
+        if lost:
+            sink.system(f"Stopped the container of an earlier run of this job on {s.worker_name} (its process was lost)")
         spare = _slot.take(spare_key(ctx)) if self.spares else None
         if spare is not None and _move_entries(ctx.src_dir, spare.src):  # the slot's folder was empty: this job's files only
             self.container, self.slot_src = spare.container, spare.src
+            try:  # from now on the container is known by its job, as one made for it is
+                spare.container.rename(container_name(ctx.job_id, s.worker_name))
+            except DockerException:
+                pass
             return f"Worker {s.worker_name} started the container ahead of time (image {ctx.image}{gpu})"
         if spare is not None:
             _remove_later(spare.container)
         try:
-            self.client.images.get(ctx.image)
+            image = self.client.images.get(ctx.image)
         except ImageNotFound:
             raise ExecutorUnavailable(f"image {ctx.image} is not on worker {s.worker_name}; the operator must load it") from None
+        if not is_offered(image.labels, [ctx.image], named_images(s.worker_images, s.work_dir)):
+            raise ExecutorUnavailable(f"image {ctx.image} is not offered to jobs on worker {s.worker_name}: only images "
+                                      f"labelled {COURSE_LABEL}, named in RAI_WORKER_IMAGES or pulled through rai are")
         self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper)
         return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
 
@@ -259,11 +295,26 @@ class DockerExecutor(Executor):
             read_only=s.read_only_root,
             labels={LABEL: job, "rai.worker": s.worker_name},
             environment={**s.job_env, **terminal_env(s.columns), "HOME": "/build"},  # RAI_JOB_ID: with each exec
-            name=f"rai-{job}-{s.worker_name}".lower()[:120] if job != SPARE else None,
+            name=container_name(job, s.worker_name) if job != SPARE else None,
         )
-        if ctx.gpu_ids:
-            kwargs["device_requests"] = [DeviceRequest(device_ids=ctx.gpu_ids, capabilities=[["gpu"]])]
+        if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu_access)
+            gpu = gpu_access.current(s, [int(i) for i in ctx.gpu_ids], lambda: _runtimes(self.client)).container_options(
+                ctx.gpu_ids, self.client.images.get(ctx.image).attrs.get("Config", {}).get("Env") or [])
+            kwargs["mounts"] = kwargs["mounts"] + gpu.pop("mounts", [])
+            kwargs["environment"] = {**kwargs["environment"], **gpu.pop("environment", {})}
+            kwargs.update(gpu)
         return self.client.containers.run(ctx.image, **kwargs)
+
+    def _stop_lost_run(self, ctx: JobContext) -> bool:
+        """A run of this job whose pool process died (kill -9) left its container running its
+        command, unseen: remove it before the job runs again. Returns whether there was one."""
+        try:
+            self.client.api.remove_container(container_name(ctx.job_id, ctx.settings.worker_name), force=True)
+        except NotFound:
+            return False
+        except DockerException as exc:
+            raise ExecutorUnavailable(f"the container of a lost earlier run of job {ctx.job_id} could not be removed: {exc}") from None
+        return True
 
     def _make_spare(self, ctx: JobContext, helper: Path | None) -> _Spare:
         src = slot_dir(ctx.settings.work_dir) / "src"
@@ -392,26 +443,71 @@ class DockerExecutor(Executor):
         except DockerException:
             pass
 
-    def collect_build(self, ctx: JobContext) -> None:
+    def collect_build(self, ctx: JobContext, cancel: threading.Event | None = None) -> Outcome | None:
         """Stop the job's processes and copy /build (a tmpfs: it dies with the container, and
         `docker cp` cannot read it) out through the image's own tar into the host folder with
         ``safe_extract``: the job controls that stream, so nothing in it may write outside the
-        folder (links out of the tree, entries through links, devices and the like are left behind)."""
+        folder (links out of the tree, entries through links, devices and the like are left behind).
+        The copy is bounded like the commands: the wall clock, the cancel, and RAI_BUILD_MB and
+        RAI_BUILD_FILES (a 1 TiB sparse file or 300,000 small files once held a slot for hours)."""
         if self.container is None:
-            return
-        api = self.client.api
+            return None
+        s, api = ctx.settings, self.client.api
+        stop, why, cancel = threading.Event(), [], cancel or threading.Event()
+        deadline = min(ctx.wall_deadline, time.monotonic() + s.collect_seconds)
+
+        def guard() -> None:  # ends the copy by killing the container: the stream then ends
+            while not stop.wait(0.1):
+                if cancel.is_set() or time.monotonic() > deadline:
+                    why.append("cancel" if cancel.is_set() else "wall" if time.monotonic() > ctx.wall_deadline else "time")
+                    try:
+                        self.container.kill()
+                    except DockerException:
+                        pass
+                    return
+
+        watcher = threading.Thread(target=guard, name=f"collect-{ctx.job_id}", daemon=True)
+        watcher.start()
+        problem: str | None = None
         try:
             exec_id = api.exec_create(self.container.id, ["/bin/sh", "-c", COLLECT], user=self.user)["Id"]
-            chunks = (out for out, _ in api.exec_start(exec_id, stream=True, demux=True) if out)
+            # a socket of our own: closed on a cut, so the engine stops copying at once (with the
+            # stream left open, killing the container waited 10 s for it)
+            conn = api.exec_start(exec_id, socket=True)
             try:
-                with tarfile.open(fileobj=_IterReader(chunks), mode="r|") as tar:
-                    safe_extract(tar, ctx.build_dir, max_bytes=ctx.settings.build_mb * 1024**2)
-            finally:
-                for _ in chunks:  # the exec's end, so its exit status is known
+                chunks = (data for stream, data in frames_iter(conn, tty=False) if stream == STDOUT)
+                # headers and padding (1 KiB an entry at most) ride on top of the files themselves
+                budget = _Budget(chunks, s.build_mb * 1024**2 + s.build_files * 1024 + 1024**2)
+                with tarfile.open(fileobj=_IterReader(budget), mode="r|") as tar:
+                    safe_extract(tar, ctx.build_dir, max_bytes=s.build_mb * 1024**2, max_entries=s.build_files)
+                for _ in budget:  # the exec's end (tar's last padding), so its exit status is known
                     pass
-            self.contained = _exit_code(api, exec_id) not in (None, LEFT_OVER)
-        except (DockerException, tarfile.TarError):
-            return
+            finally:
+                _close(conn)
+            code = _exit_code(api, exec_id)
+            self.contained = code not in (None, LEFT_OVER)
+            if code not in (0, LEFT_OVER) and not why:
+                problem = f"the copy ended with status {code}"
+        except OverLimit as exc:
+            return Outcome(JobState.failed, message=f"the build folder was cut: it holds {exc} (RAI_BUILD_FILES / RAI_BUILD_MB); "
+                                                    "what was copied until then is kept")
+        except (DockerException, tarfile.TarError, OSError) as exc:
+            problem = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+        finally:
+            stop.set()
+            watcher.join(timeout=5)
+        if why == ["cancel"]:
+            return Outcome(JobState.cancelled, message="cancelled while the build folder was being copied")
+        if why == ["wall"]:
+            return Outcome(JobState.timed_out, message=f"timed out: the build folder was being copied when the job hit its "
+                                                       f"wall-time limit of {ctx.wall_seconds} s; it is incomplete")
+        if why == ["time"]:
+            return Outcome(JobState.failed, message=f"the build folder was cut: copying it took more than {s.collect_seconds} s; "
+                                                    "what was copied until then is kept")
+        if problem is not None:
+            return Outcome(JobState.error, message=f"the build folder could not be copied completely ({problem}); "
+                                                   "it is incomplete")
+        return None
 
     def cleanup(self) -> None:
         """Nothing of the job may outlive it on the GPU: unless collect_build proved every process
@@ -437,6 +533,23 @@ class DockerExecutor(Executor):
         if self.spares and self.ctx is not None:
             ctx, helper = self.ctx, self.helper
             _slot.prepare(lambda: self._make_spare(ctx, helper))
+
+
+class _Budget:
+    """The chunks of a stream, up to ``limit`` bytes in all: past it, OverLimit."""
+
+    def __init__(self, chunks: Any, limit: int):
+        self.chunks, self.limit, self.seen = iter(chunks), limit, 0
+
+    def __iter__(self) -> _Budget:
+        return self
+
+    def __next__(self) -> bytes:
+        chunk = next(self.chunks)
+        self.seen += len(chunk)
+        if self.seen > self.limit:
+            raise OverLimit(f"more than {self.limit // 1024**2} MiB of files (sparse files count whole)")
+        return chunk
 
 
 class _IterReader(io.RawIOBase):

@@ -1,0 +1,143 @@
+"""Connections that cannot hold the server hostage: a request's headers must arrive within
+``header_seconds``, its body may not stall for more than ``body_idle_seconds``, and one address
+holds at most ``connections_per_address`` connections per server process.
+
+Uvicorn times out only idle keep-alive connections: ~10,000 slow connections from one client (each
+sending a header byte now and then) made `/healthz` fail for as long as they were held, and six
+stalled uploads held 944 MB of temporary storage. This is uvicorn's httptools protocol with those
+three rules added; a connection that breaks one is closed, which the app sees as a disconnect (an
+upload's temporary file is removed). Behind a reverse proxy every connection comes from the proxy:
+set ``RAI_CONNECTIONS_PER_ADDRESS=0`` there and let the proxy limit per client (README, "Behind a
+proxy").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .config import load_settings
+
+# how every server process is run (``raiserver serve``, ``raid dev``, the tests): this protocol, a
+# short keep-alive, and a bounded graceful stop (a stuck request must not keep a stopping server up)
+UVICORN_OPTIONS: dict[str, Any] = {"http": "raiserver.guard:GuardedHttpTools", "timeout_keep_alive": 5,
+                                   "timeout_graceful_shutdown": 5}
+
+BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 10\r\n"
+        b"connection: close\r\ncontent-length: 43\r\n\r\ntoo many connections from your address\r\n\r\n")
+
+
+class Limits:
+    """The three numbers, read once per process from the server's settings."""
+
+    header_seconds: float
+    body_idle_seconds: float
+    per_address: int
+    _loaded = False
+
+    @classmethod
+    def load(cls) -> type[Limits]:
+        if not cls._loaded:
+            s = load_settings()
+            cls.header_seconds, cls.body_idle_seconds = s.header_seconds, s.body_idle_seconds
+            cls.per_address, cls._loaded = s.connections_per_address, True
+        return cls
+
+
+class GuardedHttpTools(HttpToolsProtocol):
+    """One connection; the class-wide counter knows every open connection of this process."""
+
+    open_by_address: Counter[str] = Counter()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = Limits.load()
+        self._address: str | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_body = False
+        self._last_data = 0.0
+
+    # -- the connection's life --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._address = self.client[0] if self.client else None
+        if self._address is not None:
+            self.open_by_address[self._address] += 1
+            if 0 < self.limits.per_address < self.open_by_address[self._address]:
+                _closed[("over the connections per address", self._address)] += 1
+                transport.write(BUSY)
+                transport.close()
+                return
+        self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel()
+        if self._address is not None:
+            self.open_by_address[self._address] -= 1
+            if self.open_by_address[self._address] <= 0:
+                del self.open_by_address[self._address]
+            self._address = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._last_data = time.monotonic()
+        super().data_received(data)
+
+    # -- the parser's callbacks ---------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._timer is None:  # the next request on a kept-alive connection: its headers are due
+            self._await_headers()
+
+    def on_headers_complete(self) -> None:
+        self._cancel()
+        super().on_headers_complete()
+        self._in_body = True
+        self._arm(self.limits.body_idle_seconds)
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._cancel()
+        super().on_message_complete()
+
+    # -- the timer ----------------------------------------------------------------------------------
+    def _await_headers(self) -> None:
+        self._in_body = False
+        self._arm(self.limits.header_seconds)
+
+    def _arm(self, seconds: float) -> None:
+        self._cancel()
+        if seconds > 0:
+            self._timer = self.loop.call_later(seconds, self._check)
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _check(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self._in_body:
+            idle = time.monotonic() - self._last_data
+            # the app not reading (our own back-pressure) is no fault of the client's
+            if self.flow.read_paused or idle < self.limits.body_idle_seconds:
+                self._timer = self.loop.call_later(max(self.limits.body_idle_seconds - idle, 0.5), self._check)
+                return
+        _closed[("a stalled request body" if self._in_body else "request headers not in time", self._address)] += 1
+        now = time.monotonic()
+        if now - _last_report[0] > 10:  # an attack must not flood the log: one line per 10 s
+            _last_report[0] = now
+            for (why, address), n in _closed.most_common(5):
+                self.logger.warning("closed %d connection(s) from %s: %s", n, address, why)
+            _closed.clear()
+        self.transport.close()
+
+
+_closed: Counter[tuple[str, str | None]] = Counter()
+_last_report = [0.0]

@@ -1,0 +1,25 @@
+"""The fault campaign's reduced form (every fault at two moments) on the real service; the full
+form is `python tests/faults/campaign.py` (README, "Faults")."""
+
+from __future__ import annotations
+
+import pytest
+
+from .campaign import FAULTS, REDUCED_MOMENTS, Campaign, table
+
+pytestmark = pytest.mark.timeout(400)
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory, docker_engine):
+    c = Campaign(tmp_path_factory.mktemp("faults"))
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("moment", REDUCED_MOMENTS)
+@pytest.mark.parametrize("fault", FAULTS)
+def test_fault(campaign, fault, moment):
+    run = campaign.run(fault, moment)
+    print(table([run]))
+    assert run.ok, table([run])
