@@ -111,6 +111,8 @@ def setup() -> None:
         t.add(GPU / "fmnist", "fashion-mnist")
         t.add(ROOT / "examples/ece408-conv/weights/ece408.bin", "weights/ece408.bin")
         t.add(GPU / "gnu-time", "gnu-time")
+        t.add(ROOT / "examples/ece408-conv/Makefile", "harness/Makefile")
+        t.add(ROOT / "examples/ece408-conv/src", "harness/src")
     ctx.seek(0)
     client.images.build(fileobj=ctx, custom_context=True, tag=IMAGE, rm=True, network_mode="none")
     figures["image_build_s"] = round(time.monotonic() - t2, 1)

@@ -86,6 +86,8 @@ MATRIX = {
     ("POST", "/api/v1/admin/images/pull"): instructor,  # without a body: 422, asks for nothing
     ("POST", "/api/v1/admin/images/load"): instructor,  # without a body: 422 (no manifest), loads nothing
     ("GET", "/api/v1/worker/images/{sha256}"): worker,
+    ("PUT", "/api/v1/admin/course/{kind}"): instructor,  # without a body: 422, installs nothing
+    ("GET", "/api/v1/admin/course"): staff,
     ("GET", "/api/v1/jobs/{job_id}"): owner_or_staff,
     ("POST", "/api/v1/jobs/{job_id}/cancel"): owner_or_staff,
     ("GET", "/api/v1/jobs/{job_id}/build.tar.gz"): owner_or_staff,

@@ -3,6 +3,7 @@ tests/artifacts/ for a person to look at."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_project
+from conftest import BUSYBOX, make_project
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -72,11 +73,19 @@ def test_instructor_watches_queue_job_log_and_leaderboard_live(browser, docker_s
     staff = docker_service.add_user("prof", role="instructor")
     page = login(browser, docker_service, staff)
 
-    # a final submission that prints for a few seconds, with colours, and reports results
-    proj = make_project(tmp_path / "p", [
-        "sh -c 'for k in 1 2 3 4 5 6 7 8; do printf \"\\033[32mepoch $k ok\\033[0m\\n\"; sleep 0.5; done'",
-        "sh -c 'echo Op Time: 0.0123; echo Op Time: 0.0456; echo Correctness: 0.91 Model: ece408'",
-    ], files={"report.pdf": "%PDF-1.4 report"})
+    # the course's build file for 'final' (issue 23): it prints for a few seconds, with colours,
+    # then the service times the student's solution.sh twice and checks its answer
+    course = tmp_path / "final.yml"
+    epochs = "sh -c 'for k in 1 2 3 4 5 6 7 8; do printf \"\\033[32mepoch $k ok\\033[0m\\n\"; sleep 0.5; done'"
+    course.write_text(f"rai: {{version: 0.2, image: {BUSYBOX}}}\ncommands:\n  build:\n    - {json.dumps(epochs)}\n"
+                      "    - cp /src/solution.sh /build/\n"
+                      "ranked: {student_files: [solution.sh], timed: sh ./solution.sh, repeats: 2, measure: wall}\n")
+    (tmp_path / "labels.txt").write_text("7\n")
+    res = docker_service.client("admin", "course", "install", "final", str(course), "--labels", str(tmp_path / "labels.txt"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    proj = make_project(tmp_path / "p", ["echo never run: the course's build file is"], files={
+        "report.pdf": "%PDF-1.4 report",
+        "solution.sh": "echo 7 > predictions.txt; echo Op Time: 0.0123; echo Op Time: 0.0456; echo Correctness: 0.91 Model: ece408"})
     proc = docker_service.popen_client("submit", "-p", str(proj), "--kind", "final")
     line = ""
     while " queued on " not in line:
@@ -98,13 +107,20 @@ def test_instructor_watches_queue_job_log_and_leaderboard_live(browser, docker_s
     page.screenshot(path=str(ARTIFACTS / "job-running.png"), full_page=True)
     proc.communicate(timeout=60)
     page.wait_for_selector("text=Download build folder", timeout=20000)  # reloaded at the end with results
-    assert "0.057900 s" in page.inner_text("main")
+    main = page.inner_text("main")
+    assert "0.057900 s" in main  # what the program printed: shown, never ranked
+    assert "course's build file for 'final' (version 1)" in main and "median of 2 timed runs" in main
+    with docker_service.http() as h:
+        measured = h.get(f"/api/v1/jobs/{job_id}").json()["results"]["measured"]
+    assert measured["accuracy"] == 1.0 and measured["op_time"] > 0
     page.screenshot(path=str(ARTIFACTS / "job-done.png"), full_page=True)
 
-    # leaderboard: the final run is ranked with its op time; staff see real names and the CSV link
+    # leaderboard: the final run is ranked with the op time the service measured, not the printed
+    # one; staff see real names and the CSV link
     page.goto(f"{docker_service.url}/leaderboard")
     text = page.inner_text("main")
-    assert "0.057900 s" in page.inner_text("table.board.ranked") and "Download CSV" in text
+    ranked = page.inner_text("table.board.ranked")
+    assert f"{measured['op_time']:.6f} s" in ranked and "0.057900 s" not in ranked and "Download CSV" in text
     page.wait_for_selector("#dist")
     time.sleep(0.5)
     page.screenshot(path=str(ARTIFACTS / "leaderboard.png"), full_page=True)

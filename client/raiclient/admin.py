@@ -19,9 +19,11 @@ admin = typer.Typer(no_args_is_help=True, help="Course management (instructors a
 roster = typer.Typer(no_args_is_help=True, help="The class list.", rich_markup_mode=None)
 keys = typer.Typer(no_args_is_help=True, help="Students' credentials.", rich_markup_mode=None)
 images = typer.Typer(no_args_is_help=True, help="Images on the workers.", rich_markup_mode=None)
+course = typer.Typer(no_args_is_help=True, help="The course's build files for ranked kinds.", rich_markup_mode=None)
 admin.add_typer(roster, name="roster")
 admin.add_typer(keys, name="keys")
 admin.add_typer(images, name="images")
+admin.add_typer(course, name="course")
 
 
 def _profile(issued: IssuedKeys, server: str) -> Profile:
@@ -96,3 +98,37 @@ def images_load(
         reqs = api.load_image(tar)
     names = ", ".join(r.image for r in reqs)
     cli.say(f"Uploaded {tar.name} ({names}); every worker loads it now; 'raiclient images' shows when each has it")
+
+
+@course.command("install")
+def course_install(
+    kind: str = typer.Argument(..., help="the ranked kind, e.g. final"),
+    build_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="the course's build file, with its 'ranked:' section"),
+    labels: Path = typer.Option(..., "--labels", exists=True, dir_okay=False,
+                                help="the expected answers, one per line; they stay on the server"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """Install a new version of KIND's build file: from now on KIND's submissions run it, and only
+    their runs, timed and checked by the service, rank."""
+    with cli.connected(server) as api:
+        out = api.install_course_build(kind, build_file.read_text(), labels.read_text())
+    cli.say(f"'{out.kind}' now runs the course's build file version {out.version} (image {out.image}): "
+            f"students supply {', '.join(out.student_files)}; the service times '{out.timed}' {out.repeats} times "
+            f"({out.measure}) and checks {out.labels} answers")
+
+
+@course.command("show")
+def course_show(server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+    """The build file each ranked kind runs now."""
+    with cli.connected(server) as api:
+        rows = api.course_builds()
+    if not rows:
+        cli.say("No course build file is installed: no run ranks yet ('raiclient admin course install')")
+        return
+    for r in rows:  # a few lines each: a table of ten columns does not fit a terminal
+        cli.out.print(Text(f"{r.kind}: version {r.version}, installed {r.installed_at:%Y-%m-%d %H:%M} by {r.installed_by}, "
+                           f"image {r.image}\n  students supply: {', '.join(r.student_files)}\n"
+                           f"  timed: {r.timed} ({r.measure}, {r.repeats} runs, the median ranks); {r.labels} answers"),
+                      soft_wrap=True)
+
+

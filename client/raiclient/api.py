@@ -16,6 +16,8 @@ from httpx_sse import connect_sse
 from raiprotocol import logwire
 from raiprotocol.models import (
     AuditRow,
+    CourseBuildIn,
+    CourseBuildOut,
     Entry,
     FilesFreed,
     IssuedKeys,
@@ -95,6 +97,13 @@ class Api:
         return [PullRequest.model_validate(r) for r in self._request("POST", "/api/v1/admin/images/load", content=file_chunks(tar),
                              headers={"Content-Type": "application/x-tar", "Content-Length": str(tar.stat().st_size)},
                              timeout=httpx.Timeout(3600.0, connect=30.0)).json()]
+
+    def install_course_build(self, kind: str, build_file: str, labels: str) -> CourseBuildOut:
+        body = CourseBuildIn(build_file=build_file, labels=labels).model_dump()
+        return CourseBuildOut.model_validate(self._request("PUT", f"/api/v1/admin/course/{kind}", json=body).json())
+
+    def course_builds(self) -> list[CourseBuildOut]:
+        return [CourseBuildOut.model_validate(r) for r in self._request("GET", "/api/v1/admin/course").json()]
 
     def job(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("GET", f"/api/v1/jobs/{job_id}").json())

@@ -206,9 +206,9 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
     if entries:
         out.print(table)
         return
-    say("No run ranks yet. Only verified runs rank, of the kind the course grades (e.g. --kind final, with your "
-        "report.pdf): the service times those itself, repeated and with the GPU to itself, so a printed Op Time "
-        "alone cannot rank"
+    say("No run ranks yet. Only runs the service measures rank: the kind the course grades (e.g. --kind final), "
+        "built with the course's own build file, timed by the service itself with the GPU to itself and its answers "
+        "checked on the server, so a printed Op Time or Correctness alone cannot rank"
         + (f". {len(unverified)} run(s) of other kinds are on the unverified board (web: Leaderboard, 'unverified')"
            if unverified else ""))
 

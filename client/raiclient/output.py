@@ -225,6 +225,21 @@ def print_results(results: Mapping[str, Any] | None) -> None:
         rows.append(("Elapsed", f"{r['elapsed_seconds']:g} s"))
     if r.get("max_rss_kb") is not None:
         rows.append(("Peak memory", f"{r['max_rss_kb'] / 1024:,.0f} MiB"))
+    m = r.get("measured")
+    if m:  # a ranked run: the service's own figures rank; the printed ones above are shown only
+        measured: list[tuple[str, str]] = []
+        if m.get("problem"):
+            measured.append(("Not ranked", m["problem"]))
+        if m.get("op_time") is not None:
+            how = "GPU time of every kernel, ncu" if m.get("measure") == "kernels" else "wall time"
+            measured.append(("Op Time", f"{m['op_time']:g} s (median of {len(m.get('runs') or [])} timed runs, {how}; "
+                                        f"spread {m.get('spread') or 0:g} s)"))
+        if m.get("accuracy") is not None:
+            measured.append(("Accuracy", f"{m['accuracy']:g} (checked by the server)"))
+        measured += [("Flagged", flag) for flag in m.get("flags") or []]
+        rows = [(f"Printed {name}", value) for name, value in rows]
+        rows = [(f"Measured {name}" if name in ("Op Time", "Accuracy") else name, value) for name, value in measured] + rows
+        rows.append(("Build file", f"the course's, version {m.get('course_version')} (yours was not used)"))
     if not rows:
         return
     width = max(len(name) for name, _ in rows) + 2

@@ -38,6 +38,23 @@ class JobResultSummary(BaseModel):
     correctness: dict[str, float] = {}
     elapsed_seconds: float | None = None
     max_rss_kb: int | None = None
+    measured: Measured | None = None  # ranked runs: what the service measured and checked itself
+
+
+class Measured(BaseModel):
+    """A ranked run as the service measured it (issue 23): these numbers rank, printed ones never do."""
+
+    course_version: int
+    measure: str  # kernels | wall
+    op_time: float | None = None  # seconds: the median timed run's total
+    runs: list[float] = []  # each timed run's total, in seconds
+    spread: float | None = None  # max - min of runs
+    cv: float | None = None  # coefficient of variation of runs
+    accuracy: float | None = None  # the lowest over the timed runs, against the course's labels
+    kernels: list[KernelTime] = []  # the median run's kernels
+    printed_op_time: float | None = None  # what the program said, shown beside, never ranked
+    flags: list[str] = []  # for staff: disagreements and oddities worth a look
+    problem: str | None = None  # why the run cannot rank (no measurement, no predictions, …)
 
 
 class Phase(BaseModel):
@@ -184,6 +201,26 @@ class ClaimGranted(BaseModel):
     command_seconds: int | None = None
     memory_mb: int | None = None
     archive_sha256: str
+    timed: TimedRun | None = None  # a ranked run: after the commands, the service's own timed runs
+
+
+class TimedRun(BaseModel):
+    """The course's timed command, which the worker runs and measures from outside the job's processes."""
+
+    command: str
+    repeats: int
+    measure: str  # kernels | wall
+    predictions: str  # file in /build the timed run writes its answers to
+
+
+class MeasuredRun(BaseModel):
+    """One timed run as the worker saw it; read only after every process of the job had ended."""
+
+    exit_code: int
+    wall_seconds: float
+    report: str | None = None  # the profiler's CSV export of its report (measure: kernels), bounded
+    predictions: str | None = None  # the file's contents (bounded), None when missing or unreadable
+    problem: str | None = None
 
 
 class JobUpdate(BaseModel):
@@ -196,6 +233,7 @@ class JobUpdate(BaseModel):
     message: str | None = None
     phases: list[Phase] = []  # measured on the worker: container started, each command, first line
     waiting: str | None = None  # with state running: still waiting in the batch system, and why; None: started
+    measured: list[MeasuredRun] | None = Field(default=None, max_length=20)  # a ranked run's timed runs
 
 
 # -- staff views (leaderboard, workers, roster, audit log, images) --------------------------------
@@ -216,6 +254,7 @@ class Entry(BaseModel):
     mine: bool = False
     job_id: str | None = None  # only for staff and for the viewer's own row
     members: list[str] | None = None  # staff only
+    flags: list[str] = []  # staff only: what the service's measurement found worth a look
 
 
 class WorkerOut(BaseModel):
@@ -267,3 +306,24 @@ class AuditRow(BaseModel):
 
 class PullBody(BaseModel):
     image: str
+
+
+class CourseBuildIn(BaseModel):
+    """An instructor installs the build file of a ranked kind, with the expected answers."""
+
+    build_file: str = Field(max_length=64 * 1024)
+    labels: str = Field(max_length=4 * 1024 * 1024)  # one expected answer per line; kept on the server
+
+
+class CourseBuildOut(BaseModel):
+    kind: str
+    version: int
+    installed_by: str
+    installed_at: datetime
+    image: str
+    student_files: list[str]
+    timed: str
+    measure: str
+    repeats: int
+    labels: int  # how many answers (their text never leaves the server)
+

@@ -109,6 +109,50 @@ class BuildSpec(_Strict):
         return self.resources.gpu.count
 
 
+_FILE_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-/")
+
+
+def plain_file_name(name: str) -> bool:
+    """A relative path inside the project: no leading '/', no '..' or empty parts, common characters."""
+    parts = name.split("/")
+    return 0 < len(name) <= 200 and set(name) <= _FILE_CHARS and all(p not in ("", ".", "..") for p in parts)
+
+
+class Ranked(_Strict):
+    """What only the course's build file has (issue 23): which files a ranked submission supplies,
+    the command the service times itself, and how it measures and checks it."""
+
+    student_files: list[str] = Field(min_length=1, max_length=20)  # taken from the student's project
+    timed: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)  # run after the build commands
+    repeats: int = Field(default=5, ge=1, le=20)  # the median ranks; the spread is shown
+    # kernels: the GPU time of every kernel the timed run launched, as the profiler (ncu) records it;
+    # wall: the timed command's wall time, taken by the worker outside the container
+    measure: Literal["kernels", "wall"] = "kernels"
+    predictions: str = "predictions.txt"  # in /build, one answer per line
+    tolerance: float = Field(default=0.25, gt=0, le=10)  # printed vs measured op time: flagged past this fraction
+
+    @field_validator("student_files")
+    @classmethod
+    def _plain_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not plain_file_name(name) or name == SPEC_FILENAME:
+                raise ValueError(f"'{name}' is not a plain relative file name (nor may it be {SPEC_FILENAME})")
+        return value
+
+    @field_validator("predictions")
+    @classmethod
+    def _plain_predictions(cls, value: str) -> str:
+        if not plain_file_name(value):
+            raise ValueError(f"'{value}' is not a plain relative file name")
+        return value
+
+
+class CourseSpec(BuildSpec):
+    """The course's build file for a ranked kind: a build file with a ``ranked`` section."""
+
+    ranked: Ranked
+
+
 # -- loading ------------------------------------------------------------------------------------
 
 _HUMAN = {
@@ -247,8 +291,9 @@ def _check_nesting(text: str, filename: str) -> None:
             raise SpecError([f"{filename}:{lineno}: nested too deeply (nesting is limited to {MAX_NESTING} levels)"])
 
 
-def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
-    """Parse and validate a build file; raise SpecError with line-numbered messages."""
+def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME, model: type[BuildSpec] = BuildSpec) -> Any:
+    """Parse and validate a build file (``model``: BuildSpec, or CourseSpec for the course's);
+    raise SpecError with line-numbered messages."""
     if isinstance(data, bytes):
         if len(data) > MAX_SPEC_BYTES:
             raise SpecError([f"{filename}: file is larger than {MAX_SPEC_BYTES // 1024} KiB"])
@@ -272,8 +317,11 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
         raise SpecError([f"{filename}:1: the file is empty; it needs 'rai:' and 'commands:' sections"])
     if not isinstance(raw, dict):
         raise SpecError([f"{filename}:1: the top level must be a mapping with 'rai:' and 'commands:'"])
+    if model is BuildSpec and isinstance(raw, dict) and "ranked" in raw:
+        raise SpecError([f"{filename}:{_line_of(node, ('ranked',))}: 'ranked' belongs to the course's build file, "
+                         "which instructors install on the server; remove it from yours"])
     try:
-        return BuildSpec.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         messages = []
         for err in exc.errors():
@@ -299,6 +347,10 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
                 human = f"was read as {_read_as(err.get('input'))}; put it in quotes if it is meant as text"
             messages.append(f"{filename}:{_line_of(node, loc)}: {dotted}{'' if human.startswith(':') else ' '}{human}")
         raise SpecError(messages) from None
+
+
+def parse_course_spec(data: bytes | str, filename: str = "course build file") -> CourseSpec:
+    return parse_spec(data, filename, CourseSpec)
 
 
 def load_spec(project_dir: Path) -> BuildSpec:

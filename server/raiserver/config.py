@@ -86,12 +86,12 @@ class Settings(SharedSettings):
 
     # results and ranking
     correctness_threshold: float = 0.8  # every model's correctness must reach this to be ranked
-    # Only runs whose timing the service itself vouches for rank: the verified kind (re-timed,
-    # exclusive on the host) and any kinds that run an instructors' timing harness. A student's
-    # own build file can print any "Op Time", so other kinds are shown apart, unranked.
-    ranked_kinds: CommaList = []  # kinds that rank; empty = the verified kind and harness kinds
-    harness_kinds: CommaList = []  # kinds whose timing command is the instructors' harness (verified too)
-    verified_kind: str = "final"  # re-timed by the service: marked verified
+    # Only runs the service built, timed and checked itself rank (issue 23): runs of a ranked kind
+    # made with the course's build file (`raiclient admin course install`). A student's own build
+    # file can print any "Op Time", so other runs are shown apart, unranked.
+    ranked_kinds: CommaList = []  # kinds that may rank; empty = the verified kind and harness kinds
+    harness_kinds: CommaList = []  # more kinds the course installs a build file for
+    verified_kind: str = "final"  # the kind with the deadline, the required report and kept for good
     leaderboard_policy: str = "best"  # "best": each team's fastest run; "last": its latest valid run
     leaderboard_hidden_until_deadline: bool = False  # students see only their own row until RAI_DEADLINE
     final_requires: CommaList = ["report.pdf"]  # files a 'final' submission must contain

@@ -16,8 +16,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
 
-from raiprotocol.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate, Phase
-from raiprotocol.spec import BuildSpec, parse_spec
+from raiprotocol.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate, MeasuredRun, Phase, TimedRun
+from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
 
 from .audit import audit
 from .config import Settings
@@ -27,9 +27,10 @@ from .errors import Conflict, NotFound
 from .fairshare import fair_order
 from .fleet import is_alive, live_slots
 from .logs import LogStore
+from .measured import summarize
 from .results import parse_log, relevant_lines
 from .storage import Storage
-from .tables import Job, User, Worker
+from .tables import CourseBuild, Job, User, Worker
 
 
 @dataclass
@@ -158,7 +159,8 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
 
 
 def create_job(
-    db: Session, svc: Services, owner: User, spec: BuildSpec, spec_text: str, sha256: str, size: int, queue: str, kind: str
+    db: Session, svc: Services, owner: User, spec: BuildSpec, spec_text: str, sha256: str, size: int, queue: str, kind: str,
+    course: CourseBuild | None = None,
 ) -> Job:
     job = Job(
         id=str(ULID()),
@@ -172,10 +174,18 @@ def create_job(
         archive_bytes=size,
         gpu_count=spec.gpu_count,
         attempt=1,
+        course_build_id=course.id if course is not None else None,
     )
     db.add(job)
     db.commit()
     s = svc.settings
+    if course is not None:
+        files = ", ".join(parse_course_spec(course.spec_yaml).ranked.student_files)
+        svc.logs.system(job.id, f"A ranked '{kind}' run: built and timed by the course's build file (version {course.version}); "
+                                f"your rai_build.yml is not used, only your {files}")
+    elif kind in s.ranked_kind_set:
+        svc.logs.system(job.id, f"The course has not installed its build file for '{kind}' yet: this run is kept "
+                                "but does not rank (only runs the service builds and measures itself rank)")
     if s.deadline and kind == s.verified_kind:
         deadline = s.deadline if s.deadline.tzinfo else s.deadline.replace(tzinfo=timezone.utc)
         if job.created_at > deadline:
@@ -193,8 +203,10 @@ def finish_job(
     failed_command: str | None = None,
     message: str | None = None,
     announce: bool = True,
+    measured: list[MeasuredRun] | None = None,
 ) -> None:
-    """Terminal transition: store the log and results, commit, then tell live readers."""
+    """Terminal transition: store the log and results, commit, then tell live readers.
+    ``measured``: a ranked run's timed runs, as its worker reported them."""
     if job.state.finished:
         return
     if announce and message and state is not JobState.succeeded:
@@ -206,7 +218,12 @@ def finish_job(
     job.failed_command = failed_command
     job.message = message
     svc.logs.archive(job.id)
-    job.results = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id))).model_dump()
+    summary = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id)))
+    if job.course_build_id is not None:
+        course = db.get_one(CourseBuild, job.course_build_id)
+        summary.measured = summarize(measured if state is JobState.succeeded else None, parse_course_spec(course.spec_yaml),
+                                     course.version, course.labels, summary.op_time_total)
+    job.results = summary.model_dump()
     job.has_build = svc.storage.build_path(job.id).exists()
     if job.worker:
         w = db.get(Worker, job.worker)
@@ -264,16 +281,22 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
             job.gpu_name = w.gpus[0].get("name")
     db.commit()
     s = svc.settings
-    spec = parse_spec(job.spec_yaml)
+    spec = parse_course_spec(job.spec_yaml) if job.course_build_id is not None else parse_spec(job.spec_yaml)
     limits = spec.resources.limits
     repeats = max(1, s.timing_repeats) if job.kind in s.repeat_kinds else 1
+    timed = None
+    if job.course_build_id is not None:  # the course's file: its timed command, measured, alone on the host
+        ranked = spec.ranked
+        timed = TimedRun(command=ranked.timed, repeats=ranked.repeats, measure=ranked.measure, predictions=ranked.predictions)
+        repeats = 1
     return ClaimGranted(
         job_id=job.id,
         attempt=job.attempt,
         image=job.image,
         commands=spec.commands.build,
         gpu_count=job.gpu_count,
-        exclusive=spec.resources.gpu.exclusive or repeats > 1,
+        exclusive=spec.resources.gpu.exclusive or repeats > 1 or timed is not None,
+        timed=timed,
         repeat_timing=repeats,
         wall_seconds=min(limits.wall_seconds or s.wall_seconds, s.wall_seconds),
         command_seconds=limits.command_seconds,
@@ -299,7 +322,8 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
         state = update.state
         if job.cancel_requested and state in (JobState.failed, JobState.error):
             state = JobState.cancelled  # killed because of the cancel, not of its own accord
-        finish_job(db, svc, job, state, update.exit_code, update.failed_command, update.message, announce=False)
+        finish_job(db, svc, job, state, update.exit_code, update.failed_command, update.message, announce=False,
+                   measured=update.measured)
     return job
 
 

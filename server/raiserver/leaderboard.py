@@ -1,8 +1,9 @@
 """The leaderboard: each team's (or lone student's) best valid run, fastest first.
 
-Valid: the job succeeded, printed op times, and every model's correctness reaches the course's
-threshold. Only ranked kinds (by default those whose timing the service vouches for) make the
-ranked board; other kinds' runs make a separate, unverified board. Best: smallest total op time,
+Ranked board (issue 23): runs the service built with the course's build file, timed itself (the
+median of its timed runs) and checked against answers only the server holds, that reach the
+course's correctness threshold; what the program printed never ranks. Unverified board: every
+other run whose own output printed op times and a good enough correctness, shown apart. Best: smallest op time,
 ties to the earlier run (or, with the "last" policy, each team's latest valid run). Students see
 other teams under stable pseudonyms and their own under its real name; staff see everyone's
 names; with ``leaderboard_hidden_until_deadline`` students see only their own row until then.
@@ -51,23 +52,42 @@ class Run:
     finished: datetime
 
     @property
+    def measured(self) -> dict[str, Any] | None:
+        return self.results.get("measured")
+
+    @property
     def op_time(self) -> float:
-        return float(self.results["op_time_total"])
+        m = self.measured
+        return float(m["op_time"]) if m else float(self.results["op_time_total"])
+
+    @property
+    def correctness(self) -> float:
+        m = self.measured
+        return float(m["accuracy"]) if m else min(self.results["correctness"].values())
+
+
+def _ranks(job: Job, settings: Settings) -> bool:
+    """Measured by the service, with nothing that keeps it off the board."""
+    m = (job.results or {}).get("measured") or {}
+    return m.get("problem") is None and m.get("op_time") is not None and m.get("accuracy") is not None
 
 
 def board_run(job: Job, settings: Settings, board: str = "ranked") -> Run | None:
     """The job as a run of this board, or None if it does not make it."""
     r = job.results or {}
-    if job.state != JobState.succeeded or r.get("op_time_total") is None or job.finished_at is None:
-        return None
-    if (job.kind in settings.ranked_kind_set) != (board == "ranked"):
+    if job.state != JobState.succeeded or job.finished_at is None:
         return None
     if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
         return None  # a final submission after the deadline is kept, not ranked
-    corr = r.get("correctness") or {}
-    if not corr or min(corr.values()) < settings.correctness_threshold:
+    if board == "ranked":
+        run = Run(job, r, job.finished_at) if _ranks(job, settings) else None
+    elif job.course_build_id is None and r.get("op_time_total") is not None and r.get("correctness"):
+        run = Run(job, r, job.finished_at)
+    else:
         return None
-    return Run(job, r, job.finished_at)
+    if run is None or run.correctness < settings.correctness_threshold:
+        return None
+    return run
 
 
 def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tuple[str, Run, set[str]]]:
@@ -103,24 +123,24 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
     only_mine = hidden(settings, viewer)
     out = []
     for i, (key, run, names) in enumerate(best_runs(db, settings, board)[:limit], start=1):
-        job, results = run.job, run.results
+        job, results, m = run.job, run.results, run.measured
         mine = key == mine_key
         if only_mine and not mine:
             continue
         real = key.split(":", 1)[1]
-        corr = results["correctness"]
         out.append(Entry(
             rank=i,
             name=real if (viewer.is_staff or mine) else pseudonym(key, settings.pseudonym_secret),
             op_time=run.op_time,
-            op_times=results["op_times"],
-            spread=results.get("op_time_spread"),
-            runs=len(results.get("op_time_runs") or []) or 1,
-            correctness=min(corr.values()),
+            op_times=[k["ms"] / 1e3 for k in m["kernels"]] if m and m.get("kernels") else results["op_times"],
+            spread=m["spread"] if m else results.get("op_time_spread"),
+            runs=len(m["runs"]) if m else (len(results.get("op_time_runs") or []) or 1),
+            correctness=run.correctness,
             when=run.finished,
             gpu=job.gpu_name,
             kind=job.kind,
-            verified=job.kind in settings.verified_kinds,
+            verified=m is not None,
+            flags=(m.get("flags") or []) if m is not None and viewer.is_staff else [],
             mine=mine,
             job_id=job.id if (viewer.is_staff or mine) else None,
             members=sorted(names) if viewer.is_staff else None,

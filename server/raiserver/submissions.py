@@ -19,13 +19,15 @@ from raiprotocol.models import JobOut
 from raiprotocol.project import SPEC_FILENAME, missing_for_kind
 from raiprotocol.spec import SpecError, parse_spec
 
+from .course import current as current_course
+from .course import spec_of, student_part
 from .db import Database
 from .errors import BadArchive, Invalid, TooLarge
 from .fleet import check_image, check_queue, check_requirements
 from .jobs import QueueView, Services, create_job, job_out
 from .quotas import check_quotas
 from .retention import check_storage
-from .storage import human_size
+from .storage import human_size, sha256_of
 from .tables import User
 from .uploadgate import UploadGate
 
@@ -71,32 +73,51 @@ async def _accept(svc: Services, database: Database, body: AsyncIterator[bytes],
 
     def _accept() -> JobOut:
         """Everything that reads the student's bytes runs here, off the event loop."""
+        with database.session() as db:
+            course = current_course(db, kind) if kind in svc.settings.ranked_kind_set else None
+            course_spec = spec_of(course) if course is not None else None
         try:
             info = inspect_archive(tmp, ArchiveLimits())
-            if info.spec_bytes is None:
+            if course is not None and course_spec is not None:  # a ranked run: the course's build file, not the student's
+                spec, spec_text = course_spec, course.spec_yaml
+            elif info.spec_bytes is None:
                 raise Invalid(f"{SPEC_FILENAME}: not found at the top of the uploaded project")
-            spec = parse_spec(info.spec_bytes)
+            else:
+                spec, spec_text = parse_spec(info.spec_bytes), info.spec_bytes.decode()
         except ArchiveError as exc:
             raise BadArchive(str(exc)) from None
         except SpecError as exc:
             raise Invalid(str(exc)) from None
         required = {svc.settings.verified_kind: list(svc.settings.final_requires)}
+        if course_spec is not None:
+            required[kind] = [*required.get(kind, []), *course_spec.ranked.student_files]
         missing = missing_for_kind(kind, info.names, required)
         if missing:
             raise Invalid(f"a '{kind}' submission must include {', '.join(missing)} (not found in the project)")
         check_image(spec.image, queue, svc.settings.images_allowed_on(queue))
-        with database.session() as db:
-            # First statement of the transaction: a write on the student's row. It takes the
-            # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent
-            # uploads of one student are checked against the quota one after the other.
-            db.execute(update(User).where(User.id == user_id).values(id=User.id))
-            owner = db.get_one(User, user_id)
-            check_quotas(db, owner, svc.settings)
-            check_storage(db, owner, svc.settings, size)
-            check_requirements(db, queue, spec, svc.settings.worker_dead_after)
-            svc.storage.keep_archive(tmp, sha)  # only now: a refused upload leaves nothing behind
-            job = create_job(db, svc, owner, spec, info.spec_bytes.decode(), sha, size, queue, kind)
-            return job_out(db, job, QueueView(db, svc.settings))
+        run_archive, run_sha, run_size = tmp, sha, size
+        if course_spec is not None:
+            run_archive = svc.storage.tempfile(".tar.gz")
+        try:
+            if course_spec is not None:  # what runs holds only the files the course names
+                run_size = student_part(tmp, course_spec.ranked.student_files, run_archive)
+                run_sha = sha256_of(run_archive)
+            with database.session() as db:
+                # First statement of the transaction: a write on the student's row. It takes the
+                # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent
+                # uploads of one student are checked against the quota one after the other.
+                db.execute(update(User).where(User.id == user_id).values(id=User.id))
+                owner = db.get_one(User, user_id)
+                check_quotas(db, owner, svc.settings)
+                check_storage(db, owner, svc.settings, run_size)
+                check_requirements(db, queue, spec, svc.settings.worker_dead_after)
+                svc.storage.keep_archive(run_archive, run_sha)  # only now: a refused upload leaves nothing behind
+                job = create_job(db, svc, owner, spec, spec_text, run_sha, run_size, queue, kind,
+                                 course=db.merge(course) if course is not None else None)
+                return job_out(db, job, QueueView(db, svc.settings))
+        finally:
+            if run_archive is not tmp:
+                run_archive.unlink(missing_ok=True)
 
     try:
         return await run_in_threadpool(_accept)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Enum, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Enum, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from raiprotocol.models import JobState
@@ -64,8 +64,27 @@ class Job(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)
     phases: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # [{name, at, detail}]: raiprotocol.models.Phase
     waiting: Mapped[str | None] = mapped_column(Text)  # claimed but waiting in the batch system (Slurm PENDING): why
+    # a ranked run: built and timed by the course's build file of this id, not the student's
+    course_build_id: Mapped[int | None] = mapped_column(ForeignKey("course_builds.id"), nullable=True)
 
     owner: Mapped[User] = relationship(back_populates="jobs")
+
+
+class CourseBuild(Base):
+    """The course's build file for a ranked kind (issue 23), one row per installed version: a job
+    names the version it ran, so a grade can be traced to the exact commands that produced it.
+    The labels stay here: no job container ever sees them."""
+
+    __tablename__ = "course_builds"
+    __table_args__ = (UniqueConstraint("kind", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    spec_yaml: Mapped[str] = mapped_column(Text)
+    labels: Mapped[str] = mapped_column(Text)  # one expected answer per line
+    installed_by: Mapped[str] = mapped_column(String(64))
+    installed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Worker(Base):

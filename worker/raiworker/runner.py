@@ -18,7 +18,7 @@ import redis
 
 from raiprotocol.archive import ArchiveError, OverLimit, pack_directory
 from raiprotocol.keys import cancel_key
-from raiprotocol.models import GpuInfo, JobState, JobUpdate, Phase
+from raiprotocol.models import GpuInfo, JobState, JobUpdate, MeasuredRun, Phase
 
 from .config import WorkerSettings
 from .errors import Refused, ServerUnreachable, WorkerError
@@ -108,10 +108,11 @@ def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient
     outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
     build_uploaded = False
     phases: list[Phase] = []
+    measured: list[MeasuredRun] = []
     executor: Executor | None = None
     try:
         executor = make_executor(settings)
-        outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases, executor)
+        outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases, executor, measured)
         if outcome.state is not JobState.queued:  # queued: lost where it ran, it runs again
             build_uploaded, refused = _ship_build(settings, server, job_id, attempt, workdir / "build", sink)
             if refused and outcome.state is JobState.succeeded:
@@ -140,7 +141,8 @@ def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient
         if sink.first_output is not None:
             phases.append(Phase(name="first line", at=sink.first_output))
         server.update(job_id, JobUpdate(attempt=attempt, state=outcome.state, exit_code=outcome.exit_code,
-                                        failed_command=outcome.failed_command, message=outcome.message, phases=phases))
+                                        failed_command=outcome.failed_command, message=outcome.message, phases=phases,
+                                        measured=measured if grant.timed else None))
     except Refused as exc:
         log.warning("final state of %s refused: %s", job_id, exc)
     job_done(outcome.state.value, time.monotonic() - claimed_at)
@@ -153,7 +155,8 @@ def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient
 
 
 def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis,
-         sink: LogSink, grant, workdir: Path, phases: list[Phase], executor: Executor) -> Outcome:
+         sink: LogSink, grant, workdir: Path, phases: list[Phase], executor: Executor,
+         measured: list[MeasuredRun]) -> Outcome:
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "src").mkdir(parents=True)
     (workdir / "build").mkdir()
@@ -184,6 +187,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
                 gpu_ids=gpu_ids,
                 settings=settings,
                 repeat_timing=grant.repeat_timing,
+                timed=grant.timed,
                 gpu_count=grant.gpu_count,
                 phases=phases,
                 report_waiting=lambda words: _report_waiting(server, grant.job_id, grant.attempt, words),
@@ -191,6 +195,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
             try:
                 started = time.monotonic()
                 outcome = execute(executor, ctx, sink, cancel)
+                measured.extend(ctx.measured)
                 cut = executor.collect_build(ctx, cancel)
                 if cut is not None:
                     if outcome.state is JobState.succeeded:

@@ -158,12 +158,18 @@ int main(int argc, char **argv) {
   auto f1 = dense(p2, t[4], t[5], batch, true);
   auto logits = dense(f1, t[6], t[7], batch, false);
   const int classes = t[6].shape[0];
+  // ranked runs: the answers go to a file the service checks against labels only the server holds
+  const char *predictions = getenv("RAI_PREDICTIONS");
+  FILE *answers = predictions ? fopen(predictions, "w") : nullptr;
+  if (predictions && !answers) die(std::string("cannot write ") + predictions);
   int correct = 0;
   for (int i = 0; i < batch; ++i) {
     const float *row = &logits[(size_t)i * classes];
     const int guess = (int)(std::max_element(row, row + classes) - row);
     correct += guess == labels[8 + i];
+    if (answers) fprintf(answers, "%d\n", guess);
   }
+  if (answers && fclose(answers) != 0) die(std::string("cannot write ") + predictions);
   printf("Correctness: %.4f Model: %s\n", (double)correct / batch, kModel);
   return 0;
 }

@@ -10,12 +10,14 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiprotocol.models import AuditRow, IssuedKeys, PullBody, PullRequest, RosterResult, UserRow
+from raiprotocol.models import AuditRow, CourseBuildIn, CourseBuildOut, IssuedKeys, PullBody, PullRequest, RosterResult, UserRow
 
+from .. import course
 from ..audit import audit
 from ..auth import ROLES, create_user, revoke_keys, rotate_keys
+from ..errors import DomainError
 from ..images import BadImage, blob_path, request_pull, tar_images
-from ..tables import AuditEntry, User
+from ..tables import AuditEntry, CourseBuild, User
 from .deps import InstructorUser, SessionDep, StaffUser
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
@@ -178,3 +180,31 @@ async def load_image(request: Request, p: InstructorUser) -> list[PullRequest]:
         return await run_in_threadpool(_keep)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _course_out(row: CourseBuild) -> CourseBuildOut:
+    spec = course.spec_of(row)
+    return CourseBuildOut(kind=row.kind, version=row.version, installed_by=row.installed_by, installed_at=row.installed_at,
+                          image=spec.image, student_files=spec.ranked.student_files, timed=spec.ranked.timed,
+                          measure=spec.ranked.measure, repeats=spec.ranked.repeats, labels=len(course.labels_of(row.labels)))
+
+
+@router.put("/course/{kind}", response_model=CourseBuildOut)
+def install_course_build(kind: str, body: CourseBuildIn, request: Request, p: InstructorUser, db: SessionDep) -> CourseBuildOut:
+    """A new version of a ranked kind's build file: submissions from now on run it (issue 23)."""
+    settings = request.app.state.services.settings
+    try:
+        row = course.install(db, kind, body.build_file, body.labels, p.user.username, settings.ranked_kind_set)
+    except DomainError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+    audit(db, p.user.username, "course.install", kind, version=row.version)
+    db.commit()
+    return _course_out(row)
+
+
+@router.get("/course", response_model=list[CourseBuildOut])
+def course_builds(request: Request, _: StaffUser, db: SessionDep) -> list[CourseBuildOut]:
+    """The build file each ranked kind runs now."""
+    rows = [course.current(db, kind) for kind in sorted(request.app.state.services.settings.ranked_kind_set)]
+    return [_course_out(row) for row in rows if row is not None]
+

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from raiprotocol.markers import command_of, is_profiled, repeat_line, running_line
-from raiprotocol.models import JobState, Phase
+from raiprotocol.models import JobState, MeasuredRun, Phase, TimedRun
 
 from ..config import WorkerSettings
 from ..logsink import LogSink
@@ -40,6 +40,8 @@ class JobContext:
     wall_deadline: float = float("inf")  # time.monotonic() when the wall clock runs out (set once it starts)
     # tells the server the job waits in a batch system, and why (None: it started there)
     report_waiting: Callable[[str | None], None] = lambda words: None
+    timed: TimedRun | None = None  # a ranked run: the course's timed command, measured by the executor
+    measured: list[MeasuredRun] = field(default_factory=list)  # what each timed run gave
 
     def phase(self, name: str, detail: str | None = None) -> None:
         self.phases.append(Phase(name=name, at=datetime.now(timezone.utc), detail=detail))
@@ -89,6 +91,12 @@ class Executor(ABC):
     def tidy(self) -> None:
         """After the job's end is reported: work nobody waits for (removing what is left,
         preparing the next job)."""
+
+    def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
+        """Timed run ``r`` of a ranked job, measured from outside the job's processes, its
+        predictions read once every process of the job has ended (issue 23)."""
+        return MeasuredRun(exit_code=-1, wall_seconds=0.0,
+                           problem=f"the {self.name} executor cannot measure ranked runs; they need the Docker executor")
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         """A reason for a command that died of a signal (e.g. out of memory), if known."""
@@ -157,6 +165,23 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
             if not plan and timing is not None and not repeated and ctx.repeat_timing > 1:  # ranked: time it K times
                 plan = [(timing, repeat_line(r, ctx.repeat_timing, timing)) for r in range(2, ctx.repeat_timing + 1)]
                 repeated = True
+        timed = ctx.timed
+        for r in range(1, timed.repeats + 1) if timed is not None and not watch.reason else ():
+            assert timed is not None
+            watch.deadline = min(wall_deadline, time.monotonic() + ctx.command_seconds) if ctx.command_seconds else wall_deadline
+            watch.command = timed.command
+            ctx.phase("timed run started", str(r))
+            run = executor.measure(ctx, r, timed, sink)
+            sink.flush()
+            ctx.measured.append(run)
+            if watch.reason:
+                break
+            if run.problem or run.exit_code != 0:
+                why = run.problem or executor.explain_kill(run.exit_code, ctx)
+                if why:
+                    sink.system(f"Timed run {r}: {why}")
+                return Outcome(JobState.failed, exit_code=run.exit_code if run.exit_code > 0 else None,
+                               failed_command=timed.command, message=why)
     finally:
         watch.stop.set()
         thread.join(timeout=5)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import io
 import os
+import secrets
+import shlex
 import shutil
 import socket
 import struct
@@ -32,7 +34,8 @@ from docker.types import Mount, Ulimit
 from docker.utils.socket import STDOUT, frames_iter
 
 from raiprotocol.archive import OverLimit, safe_extract
-from raiprotocol.models import JobState, LogStream
+from raiprotocol.markers import repeat_line, running_line
+from raiprotocol.models import JobState, LogStream, MeasuredRun, TimedRun
 
 from .. import gpu_access
 from ..errors import ExecutorUnavailable
@@ -64,6 +67,21 @@ COLLECT = (
     '[ $left = 1 ] && sleep 0.05; n=$((n+1)); done; '  # SIGKILL lands when the process next runs: wait up to 2 s
     f'tar -C /build -cf - .; t=$?; [ "$left" = 1 ] && exit {LEFT_OVER}; exit $t'
 )
+# Between a ranked job's timed runs: every process of the job ended (as at the end), nothing copied
+END_PROCESSES = COLLECT.rsplit("tar -C", 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; exit 0'
+# What the service reads of a timed run, bounded: the predictions (a regular file, not a link)
+# and the profiler's CSV export
+READ_LIMIT = 1024 * 1024
+READ_PREDICTIONS = 'f="$1"; [ -f "$f" ] && [ ! -L "$f" ] || exit 3; head -c {limit} -- "$f"'
+# ncu in two parts (issue 23): the launcher runs the course's command as the job's user and waits;
+# root attaches from another exec and writes the report into a folder only root can enter, made
+# under a name nobody can guess before the job's code could run: no process of the job can touch
+# the report, before, during or after the run
+NCU_LAUNCH = "exec ncu --mode launch --target-processes all -- /bin/sh -c {command}"
+# (root's HOME is that folder too: /build belongs to the job's user, and root has no capabilities there)
+NCU_ATTACH = ("[ -d {dir} ] || mkdir -m 0700 {dir} || exit 5; export HOME={dir}; "
+              "exec ncu --mode attach --hostname 127.0.0.1 --metrics gpu__time_duration.sum --export {dir}/run{r} --force-overwrite")
+NCU_EXPORT = "HOME={dir} ncu --import {dir}/run{r}.ncu-rep --csv --page raw --metrics gpu__time_duration.sum 2>/dev/null | head -c {limit}"
 
 
 def docker_client() -> docker.DockerClient:
@@ -231,6 +249,7 @@ class DockerExecutor(Executor):
         self.ctx: JobContext | None = None  # the job started: its slot's next container is made like it
         self.contained = False  # collect_build saw every process of the job gone
         self.leftover: Any = None  # the job's container, for tidy() to remove
+        self.measure_dir: str | None = None  # root's folder for a ranked job's profiler reports
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
@@ -373,6 +392,67 @@ class DockerExecutor(Executor):
             if waited > 300:  # 15 s
                 return 137
             time.sleep(0.05)
+
+    def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
+        """Timed run ``r``: the wall time the exec took, seen from here, or the kernels' durations
+        as ncu records them; then every process of the job ends before the predictions and the
+        report are read, so nothing the job left running can change either."""
+        if self.container is None:
+            return MeasuredRun(exit_code=137, wall_seconds=0.0, problem="the job's container is gone")
+        quoted = shlex.quote(timed.predictions)
+        self._exec_as(self.user, f"rm -f -- {quoted}")  # no process of the job is running: an old file cannot come back
+        if timed.measure == "kernels":
+            sink.system(running_line(f"ncu (rai's timed run {r} of {timed.repeats}) {timed.command}"))
+            if self.measure_dir is None:
+                self.measure_dir = f"/tmp/rai-measure-{secrets.token_hex(16)}"
+            attached: list[int] = []
+            done = threading.Event()
+            attach = threading.Thread(target=self._attach, args=(r, attached, done), name=f"ncu-attach-{ctx.job_id}", daemon=True)
+            attach.start()
+            started = time.monotonic()
+            code = self.run_command(ctx, NCU_LAUNCH.format(command=shlex.quote(timed.command)), sink)
+            wall = time.monotonic() - started
+            done.set()
+            attach.join(timeout=30)
+        else:
+            sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
+            started = time.monotonic()
+            code = self.run_command(ctx, timed.command, sink)
+            wall = time.monotonic() - started
+            attached = [0]
+        if self._exec_as(self.user, END_PROCESSES)[0] != 0:
+            return MeasuredRun(exit_code=code, wall_seconds=wall, problem="a process of the job survived the end of its timed run")
+        status, out = self._exec_as(self.user, READ_PREDICTIONS.format(limit=READ_LIMIT), timed.predictions)
+        predictions = out.decode("utf-8", "replace") if status == 0 else None
+        report = None
+        if timed.measure == "kernels":
+            if attached != [0]:
+                return MeasuredRun(exit_code=code, wall_seconds=wall, predictions=predictions,
+                                   problem=f"the profiler could not attach to the timed run (ncu status {attached[-1] if attached else 'none'})")
+            status, out = self._exec_as("0:0", NCU_EXPORT.format(dir=self.measure_dir, r=r, limit=READ_LIMIT))
+            report = out.decode("utf-8", "replace")
+        return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions)
+
+    def _attach(self, r: int, attached: list[int], done: threading.Event) -> None:
+        """As root: attach ncu to the launcher once it listens (it may take a moment to start)."""
+        command = NCU_ATTACH.format(dir=self.measure_dir, r=r)
+        deadline = time.monotonic() + 60
+        done.wait(0.5)  # the launcher first: it makes ncu's lock folder in /tmp, which root's then shares
+        while time.monotonic() < deadline:
+            code, _ = self._exec_as("0:0", command)
+            attached.append(code)
+            if code == 0 or done.is_set():
+                return
+            time.sleep(0.2)
+        self.kill()  # the launcher would wait for the profiler until the job's time ran out
+
+    def _exec_as(self, user: str, script: str, *args: str) -> tuple[int, bytes]:
+        """A short exec of rai's own (not the job's command): its status and its output."""
+        try:
+            res = self.container.exec_run(["/bin/sh", "-c", script, "sh", *args], user=user, workdir="/build", demux=False)
+        except DockerException as exc:
+            return 126, str(exc).encode()
+        return (res.exit_code if res.exit_code is not None else 126), res.output or b""
 
     def _container_running(self) -> bool:
         try:
