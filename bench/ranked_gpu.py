@@ -31,6 +31,10 @@ RUNS = int(os.environ.get("RANKED_RUNS", "10"))
 EXAMPLE = ROOT / "examples/ece408-conv"
 figures: dict[str, object] = {}
 
+
+def save() -> None:  # after every submission: a run cut by its time limit still leaves its figures
+    (OUT / "ranked-figures.json").write_text(json.dumps(figures, indent=2, default=str))
+
 LIAR = ('__global__ void harness_reference_kernel(', 'printf("Op Time: 0.000001\\nCorrectness: 1.0 Model: ece408\\n");\n  '
         'harness_reference_kernel<<<')
 TAMPER = r'''
@@ -111,31 +115,6 @@ def main() -> None:
         res = client("admin", "course", "install", "final", str(EXAMPLE / "instructor/final.yml"), "--labels", str(labels))
         gc.say(res.stdout.strip())
         figures["install"] = res.stdout.strip()
-        honest = project("honest", (EXAMPLE / "new-forward.cu").read_text())
-        ranked, cvs, spans = [], [], []
-        for i in range(RUNS):
-            job, out, took = submit(honest)
-            m = (job.get("results") or {}).get("measured") or {}
-            if i == 0:
-                (OUT / "ranked-submit.txt").write_text(out)
-                gc.say(out[-4000:])
-            if m.get("op_time") is None:
-                gc.say(f"run {i + 1}: not measured: {m.get('problem')}\n{out[-3000:]}")
-                figures["failed_run"] = out[-6000:]
-                break
-            ranked.append(m["op_time"])
-            cvs.append(m["cv"])
-            spans.append(round(took, 1))
-            gc.say(f"run {i + 1}: ranked {m['op_time']:.9f} s (runs {m['runs']}, cv {m['cv']:.4%}), accuracy {m['accuracy']}, "
-                   f"printed {m.get('printed_op_time')}, flags {m.get('flags')}, {took:.1f} s")
-        figures["honest_ranked_op_times"] = ranked
-        figures["honest_within_job_cv"] = cvs
-        figures["submit_seconds"] = spans
-        if len(ranked) > 1:
-            cv = statistics.pstdev(ranked) / statistics.fmean(ranked)
-            figures["cv_across_submissions"] = round(cv, 6)
-            gc.say(f"{len(ranked)} honest submissions: ranked op time median {statistics.median(ranked):.9f} s, "
-                   f"CV across submissions {cv:.3%} (goal <= 1%)")
         base = (EXAMPLE / "new-forward.cu").read_text()
         variants = {
             "liar": base.replace("__global__ void conv_forward_kernel(", LIAR[0])
@@ -151,7 +130,34 @@ def main() -> None:
             figures[f"hostile_{name}"]["state"] = job.get("state")
             figures[f"hostile_{name}"]["report_written"] = "WROTE-REPORT" in out
             (OUT / f"ranked-{name}.txt").write_text(out)
+            save()
             gc.say(f"{name}: {figures[f'hostile_{name}']}")
+        honest = project("honest", (EXAMPLE / "new-forward.cu").read_text())
+        ranked, cvs, spans = [], [], []
+        for i in range(RUNS):
+            job, out, took = submit(honest)
+            m = (job.get("results") or {}).get("measured") or {}
+            if i == 0:
+                (OUT / "ranked-submit.txt").write_text(out)
+                gc.say(out[-4000:])
+            if m.get("op_time") is None:
+                gc.say(f"run {i + 1}: not measured: {m.get('problem')}\n{out[-3000:]}")
+                figures["failed_run"] = out[-6000:]
+                break
+            ranked.append(m["op_time"])
+            cvs.append(m["cv"])
+            spans.append(round(took, 1))
+            save()
+            gc.say(f"run {i + 1}: ranked {m['op_time']:.9f} s (runs {m['runs']}, cv {m['cv']:.4%}), accuracy {m['accuracy']}, "
+                   f"printed {m.get('printed_op_time')}, flags {m.get('flags')}, {took:.1f} s")
+        figures["honest_ranked_op_times"] = ranked
+        figures["honest_within_job_cv"] = cvs
+        figures["submit_seconds"] = spans
+        if len(ranked) > 1:
+            cv = statistics.pstdev(ranked) / statistics.fmean(ranked)
+            figures["cv_across_submissions"] = round(cv, 6)
+            gc.say(f"{len(ranked)} honest submissions: ranked op time median {statistics.median(ranked):.9f} s, "
+                   f"CV across submissions {cv:.3%} (goal <= 1%)")
         board = httpx.get(f"{env['RAI_SERVER_URL']}/api/v1/leaderboard", auth=auth, timeout=10).json()
         figures["board"] = [{k: e.get(k) for k in ("rank", "name", "op_time", "correctness", "runs", "spread", "flags")} for e in board]
         gc.say(f"leaderboard: {figures['board']}")
@@ -167,4 +173,4 @@ if __name__ == "__main__":
     try:
         main()
     finally:
-        (OUT / "ranked-figures.json").write_text(json.dumps(figures, indent=2, default=str))
+        save()
