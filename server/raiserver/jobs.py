@@ -221,8 +221,10 @@ def finish_job(
     summary = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id)))
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)
-        summary.measured = summarize(measured if state is JobState.succeeded else None, parse_course_spec(course.spec_yaml),
-                                     course.version, course.labels, summary.op_time_total)
+        summary.measured = summarize(measured, parse_course_spec(course.spec_yaml), course.version, course.labels,
+                                     summary.op_time_total)
+        if state is not JobState.succeeded and summary.measured.problem is None:
+            summary.measured.problem = f"the job {state.value.replace('_', ' ')}"
     job.results = summary.model_dump()
     job.has_build = svc.storage.build_path(job.id).exists()
     if job.worker:

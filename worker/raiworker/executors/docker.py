@@ -78,10 +78,12 @@ READ_PREDICTIONS = 'f="$1"; [ -f "$f" ] && [ ! -L "$f" ] || exit 3; head -c {lim
 # under a name nobody can guess before the job's code could run: no process of the job can touch
 # the report, before, during or after the run
 NCU_LAUNCH = "exec ncu --mode launch --target-processes all -- /bin/sh -c {command}"
-# (root's HOME is that folder too: /build belongs to the job's user, and root has no capabilities there)
-NCU_ATTACH = ("[ -d {dir} ] || mkdir -m 0700 {dir} || exit 5; export HOME={dir}; "
+# (root works in that folder, its HOME too: ncu reads its settings from both, and in /build, the job's
+# user's, root without capabilities may not even look)
+NCU_ATTACH = ("[ -d {dir} ] || mkdir -m 0700 {dir} || exit 5; cd {dir} && export HOME={dir} && "
               "exec ncu --mode attach --hostname 127.0.0.1 --metrics gpu__time_duration.sum --export {dir}/run{r} --force-overwrite")
-NCU_EXPORT = "HOME={dir} ncu --import {dir}/run{r}.ncu-rep --csv --page raw --metrics gpu__time_duration.sum 2>/dev/null | head -c {limit}"
+NCU_EXPORT = ("cd {dir} && HOME={dir} ncu --import {dir}/run{r}.ncu-rep --csv --page raw --metrics gpu__time_duration.sum 2>/dev/null "
+              "| head -c {limit}")
 
 
 def docker_client() -> docker.DockerClient:
@@ -250,6 +252,7 @@ class DockerExecutor(Executor):
         self.contained = False  # collect_build saw every process of the job gone
         self.leftover: Any = None  # the job's container, for tidy() to remove
         self.measure_dir: str | None = None  # root's folder for a ranked job's profiler reports
+        self.attach_said = ""  # what root's ncu said last, for the job's log when it cannot attach
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
@@ -428,7 +431,8 @@ class DockerExecutor(Executor):
         if timed.measure == "kernels":
             if attached != [0]:
                 return MeasuredRun(exit_code=code, wall_seconds=wall, predictions=predictions,
-                                   problem=f"the profiler could not attach to the timed run (ncu status {attached[-1] if attached else 'none'})")
+                                   problem=f"the profiler could not attach to the timed run (ncu status "
+                                           f"{attached[-1] if attached else 'none'}: {self.attach_said.strip()})")
             status, out = self._exec_as("0:0", NCU_EXPORT.format(dir=self.measure_dir, r=r, limit=READ_LIMIT))
             report = out.decode("utf-8", "replace")
         return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions)
@@ -439,8 +443,9 @@ class DockerExecutor(Executor):
         deadline = time.monotonic() + 60
         done.wait(0.5)  # the launcher first: it makes ncu's lock folder in /tmp, which root's then shares
         while time.monotonic() < deadline:
-            code, _ = self._exec_as("0:0", command)
+            code, out = self._exec_as("0:0", command)
             attached.append(code)
+            self.attach_said = out.decode("utf-8", "replace")[-300:]
             if code == 0 or done.is_set():
                 return
             time.sleep(0.2)
