@@ -33,8 +33,8 @@ from raiprotocol.models import (
 )
 from raiprotocol.profile import Profile
 
-from . import __version__
-from .errors import ApiError, broke_off, no_answer, refusal, unreachable
+from . import __version__, tls
+from .errors import ApiError, broke_off, no_answer, refusal, unreachable, untrusted
 
 CHUNK = 256 * 1024
 
@@ -56,6 +56,7 @@ class Api:
             timeout=httpx.Timeout(timeout, read=timeout),
             headers={"User-Agent": f"raiclient/{__version__}"},
             transport=transport,
+            verify=tls.context(),
         )
 
     def close(self) -> None:
@@ -65,7 +66,9 @@ class Api:
     def _request(self, method: str, url: str, **kw: Any) -> httpx.Response:
         try:
             resp = self.client.request(method, url, **kw)
-        except httpx.ConnectError:
+        except httpx.ConnectError as exc:
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                raise untrusted(self.server, str(exc).rsplit("] ", 1)[-1].split(" (_ssl", 1)[0]) from None
             raise unreachable(self.server) from None
         except httpx.TimeoutException:
             raise no_answer(self.server) from None

@@ -101,8 +101,12 @@ def _server_version(argv: list[str]) -> str | None:
         from raiprotocol.profile import server_url
 
         url = urlsplit(server_url(server))
-        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
-        conn = kind(url.hostname or "", url.port, timeout=5)
+        if url.scheme == "https":
+            from .tls import context
+
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(url.hostname or "", url.port, timeout=5, context=context())
+        else:
+            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=5)
         try:
             conn.request("GET", url.path.rstrip("/") + "/healthz")
             info = json.loads(conn.getresponse().read(4096))

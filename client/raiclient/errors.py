@@ -47,6 +47,12 @@ def unreachable(server: str) -> ApiError:
     return ApiError(f"cannot reach the rai server at {server} (is it running? check RAI_SERVER or your profile)")
 
 
+def untrusted(server: str, why: str) -> ApiError:
+    from .tls import untrusted_hint
+
+    return ApiError(f"the certificate of {server} could not be verified ({why}); {untrusted_hint()}")
+
+
 def no_answer(server: str) -> ApiError:
     return ApiError(f"the rai server at {server} did not answer in time; try again")
 

@@ -19,6 +19,7 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,8 +31,8 @@ from raiprotocol.profile import Profile, ProfileError, load_profile
 from raiprotocol.project import project_problem
 from raiprotocol.states import ExitCode
 
-from . import __version__
-from .errors import ApiError, broke_off, no_answer, refusal, unreachable
+from . import __version__, tls
+from .errors import ApiError, broke_off, no_answer, refusal, unreachable, untrusted
 from .output import LogPrinter, WaitNotes, detached_line, error, finish, kib, say
 
 # Archives up to this size go up without a check first: a bad key or build file then costs the
@@ -83,8 +84,8 @@ class Http:
             if not https:  # a plain-HTTP proxy takes the whole address in the request line
                 self.base = f"http://{url.netloc.rpartition('@')[2]}{self.base}"
             host, port = p.hostname or "", p.port or (443 if p.scheme == "https" else 80)
-        kind = http.client.HTTPSConnection if https else http.client.HTTPConnection
-        self.conn = kind(host, port, timeout=timeout)
+        self.conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=tls.context()) if https
+                     else http.client.HTTPConnection(host, port, timeout=timeout))
         if proxy is not None and https:
             self.conn.set_tunnel(url.hostname or "", url.port, headers={k: v for k, v in self.headers.items() if k.startswith("Proxy-")})
 
@@ -101,6 +102,8 @@ class Http:
                 self.conn.sock.settimeout(timeout)
         try:
             self.conn.request(method, url, body=body, headers={**self.headers, **(headers or {})})
+        except ssl.SSLCertVerificationError as exc:
+            raise untrusted(self.server, exc.verify_message or str(exc)) from None
         except (ConnectionRefusedError, socket.gaierror):
             raise unreachable(self.server) from None
         except TimeoutError:

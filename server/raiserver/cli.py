@@ -35,11 +35,16 @@ def checked_settings() -> Settings:
 
 
 @app.command()
-def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1) -> None:
-    """Run the API (migrates the database first). Off loopback, refuses default or short secrets."""
+def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
+          ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile", help="serve HTTPS with this certificate (PEM)"),
+          ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile", help="and this key (PEM)")) -> None:
+    """Run the API (migrates the database first). Off loopback, refuses default or short secrets.
+    Behind a TLS-terminating proxy (the usual way) it serves plain HTTP; without one, give it a
+    certificate and key."""
     os.environ["RAI_BIND_HOST"] = host
     check_deployment(checked_settings(), host)
-    uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", **UVICORN_OPTIONS)
+    uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", **UVICORN_OPTIONS,
+                ssl_certfile=str(ssl_certfile) if ssl_certfile else None, ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
 
 
 @app.command("secrets")

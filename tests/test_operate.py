@@ -1,0 +1,107 @@
+"""Issue 25, what an operator does besides starting the service: upgrade a database made by the
+previous release in place, and back up (PostgreSQL dump + the data folder) then restore into a
+fresh database and folder, with the README's own commands ("Operate it")."""
+
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import tarfile
+import uuid
+
+import psycopg
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, text
+
+from conftest import PG_BASE, make_project, start_service
+
+pytestmark = pytest.mark.timeout(240)
+
+PREVIOUS_RELEASE_HEAD = "0007"  # migration head of 08bee94, the last commit that landed before 0008
+
+
+def libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+def fresh_database() -> str:
+    name = f"rai_test_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{libpq(PG_BASE)}/postgres", autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{PG_BASE}/{name}"
+
+
+def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_url, pg_url):
+    from raiserver.auth import hash_secret
+    from raiserver.db import HERE
+
+    engine = create_engine(pg_url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(HERE / "migrations"))
+    with engine.begin() as conn:  # the schema the previous release left, with its data
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, PREVIOUS_RELEASE_HEAD)
+        conn.execute(text("INSERT INTO users (id, username, role, access_key, secret_hash, active, created_at) VALUES "
+                          "(100, 'old_student', 'student', 'oldkey', :h, true, now())"), {"h": hash_secret("oldsecret")})
+        conn.execute(text(
+            "INSERT INTO jobs (id, owner_id, queue, kind, state, image, spec_yaml, archive_sha256, archive_bytes, gpu_count, "
+            "created_at, finished_at, attempt, cancel_requested, has_build, results) VALUES "
+            "('01JOLDJOBOLDJOBOLDJOBOLDJO', 100, 'gpu', 'final', 'succeeded', 'rai/busybox:latest', 'x', 'abc', 10, 0, "
+            "now(), now(), 1, false, false, :r)"), {"r": '{"op_times": [0.5], "op_time_total": 0.5, "correctness": {"m": 0.9}}'})
+    engine.dispose()
+    svc = start_service(tmp_path / "svc", redis_url, pg_url, "process", worker=False)  # migrates at start
+    try:
+        import httpx
+
+        r = httpx.get(f"{svc.url}/api/v1/jobs/01JOLDJOBOLDJOBOLDJOBOLDJO", auth=("oldkey", "oldsecret"), timeout=10)
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "succeeded" and r.json()["results"]["op_time_total"] == 0.5
+        with psycopg.connect(libpq(pg_url)) as conn:
+            head = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+            kept = conn.execute("SELECT archive_kept, build_bytes, course_build_id FROM jobs").fetchone()
+        assert head == "0009" and kept == (True, 0, None)
+        board = httpx.get(f"{svc.url}/api/v1/leaderboard", params={"board": "unverified"}, auth=("oldkey", "oldsecret")).json()
+        assert [e["op_time"] for e in board] == [0.5]  # its printed result is still shown, apart
+    finally:
+        svc.shutdown()
+
+
+def test_a_backup_restores_into_a_fresh_database_and_folder(tmp_path, redis_url, pg_url):
+    svc = start_service(tmp_path / "old", redis_url, pg_url, "process")
+    student = svc.add_user("keeper")
+    try:
+        proj = make_project(tmp_path / "p", ["echo hello from the old box", "sh -c 'echo kept > result.txt'"])
+        res = svc.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(student)})
+        assert res.returncode == 0, res.stdout + res.stderr
+        job_id = re.search(r"Job (\S+) queued", res.stdout).group(1)
+    finally:
+        svc.shutdown()
+    # the backup, as README "Operate it" says: the database and the data folder
+    dump, folder = tmp_path / "rai.dump", tmp_path / "rai-data.tar.gz"
+    subprocess.run(["pg_dump", "--format=custom", "--no-owner", "--file", str(dump), libpq(pg_url)], check=True)
+    subprocess.run(["tar", "-C", str(svc.data), "-czf", str(folder), "."], check=True)
+    # a fresh machine: an empty database and folder, restored
+    new_db = fresh_database()
+    try:
+        subprocess.run(["pg_restore", "--no-owner", "--dbname", libpq(new_db), str(dump)], check=True)
+        new_data = tmp_path / "new" / "data"
+        new_data.mkdir(parents=True)
+        subprocess.run(["tar", "-C", str(new_data), "-xzf", str(folder)], check=True)
+        restored = start_service(tmp_path / "new", redis_url, new_db, "process", worker=False)
+        try:
+            with restored.http(student) as h:  # the student's old keys: they were in the database
+                job = h.get(f"/api/v1/jobs/{job_id}").json()
+                log = h.get(f"/api/v1/jobs/{job_id}/log.txt").text
+                build = h.get(f"/api/v1/jobs/{job_id}/build.tar.gz")
+            assert job["state"] == "succeeded" and "hello from the old box" in log
+            with tarfile.open(fileobj=io.BytesIO(build.content)) as tar:
+                member = next(m for m in tar.getmembers() if m.name.removeprefix("./") == "result.txt")
+                assert tar.extractfile(member).read() == b"kept\n"
+        finally:
+            restored.shutdown()
+    finally:
+        with psycopg.connect(f"{libpq(PG_BASE)}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{new_db.rsplit("/", 1)[1]}" WITH (FORCE)')
