@@ -48,7 +48,6 @@ def file_chunks(path: Path) -> Iterator[bytes]:
 
 class Api:
     def __init__(self, profile: Profile, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
-        self.profile = profile
         self.server = profile.server
         self.client = httpx.Client(
             base_url=profile.server,

@@ -1,8 +1,8 @@
 """raiprotocol: what the client, the server and the worker must agree on, in one place.
 
 The wire models (``models``), the build file (``spec``), what an acceptable project archive is
-(``archive``), the Redis key names (``keys``), the log-entry encoding (``logwire``), the task name
-and the log markers the server reads back (``markers``), and the profile file (``profile``) that
+(``archive``), the Redis key names and the task name (``keys``), the log-entry encoding
+(``logwire``), the log markers the server reads back (``markers``), and the profile file (``profile``) that
 the client reads and ``raid dev`` writes. The student's ``raiclient`` is a user of this package,
 not its home.
 """

@@ -79,10 +79,6 @@ class Principal:
     def is_staff(self) -> bool:
         return self.user.role in STAFF
 
-    @property
-    def is_admin(self) -> bool:
-        return self.user.role == "admin"
-
 
 def get_db(request: Request):
     with request.app.state.db.session() as s:

@@ -30,10 +30,6 @@ class Conflict(DomainError):
     status, refusal = 409, "conflict"
 
 
-class Gone(DomainError):
-    status, refusal = 410, "gone"
-
-
 class TooLarge(DomainError):
     status, refusal = 413, "too_large"
 

@@ -40,9 +40,6 @@ def pseudonym(key: str, secret: str) -> str:
     return f"team-{digest[:6]}"
 
 
-BOARDS = ("ranked", "unverified")
-
-
 @dataclass(frozen=True)
 class Run:
     """A job that makes a board: its results and end, which ``job`` only holds as optional columns."""

@@ -21,16 +21,30 @@ import re2
 from raiprotocol.markers import REPEAT_PREFIX, command_of, is_profiled
 from raiprotocol.models import JobResultSummary, KernelTime, LogLine, LogStream
 
-OP_TIME = re2.compile(r"Op Time:\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)")
-CORRECTNESS = re2.compile(r"Correctness:\s*([0-9]*\.?[0-9]+)\s+Model:\s*(\S+)")
-GNU_TIME = re2.compile(
-    r"(?P<user>[\d.]+)\s*user\s+(?P<sys>[\d.]+)\s*system\s+(?P<elapsed>[\d:.]+)\s*elapsed.*?(?P<rss>\d+)\s*maxresident"
-)
+_REGISTERED: list[tuple[re2._Regexp, str]] = []
 
 
-NCU_KERNEL = re2.compile(r"^\s{1,4}([A-Za-z_][\w:<>, ]*?)(?:\(.*\))?\s+\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context")
-NCU_DURATION = re2.compile(r"^\s+Duration\s+(ns|us|usecond|ms|msecond|s|second)\s+([\d.,]+)\s*$")
-NSYS_ROW = re2.compile(r"^\s*([\d.]+)\s+([\d,]+)\s+(\d+)\s+.*?\s{2,}(\S.*)$")
+def pattern(regex: str, marker: str) -> re2._Regexp:
+    """A pattern for job output and the text every line it reads holds. relevant_lines() keeps
+    only log batches holding a marker, so a pattern is declared with its marker or not at all
+    (a pattern added without one would never see its lines); the fuzz test runs every one."""
+    compiled = re2.compile(regex)
+    _REGISTERED.append((compiled, marker))
+    return compiled
+
+
+OP_TIME = pattern(r"Op Time:\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)", "Op Time")
+CORRECTNESS = pattern(r"Correctness:\s*([0-9]*\.?[0-9]+)\s+Model:\s*(\S+)", "Correctness")
+GNU_TIME = pattern(
+    r"(?P<user>[\d.]+)\s*user\s+(?P<sys>[\d.]+)\s*system\s+(?P<elapsed>[\d:.]+)\s*elapsed.*?(?P<rss>\d+)\s*maxresident",
+    "elapsed")
+
+
+NCU_KERNEL = pattern(r"^\s{1,4}([A-Za-z_][\w:<>, ]*?)(?:\(.*\))?\s+\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context", "Context")
+NCU_DURATION = pattern(r"^\s+Duration\s+(ns|us|usecond|ms|msecond|s|second)\s+([\d.,]+)\s*$", "Duration")
+# a row of nsys's kernel table: the batches after its header are kept while rows continue
+NSYS_ROW = pattern(r"^\s*([\d.]+)\s+([\d,]+)\s+(\d+)\s+.*?\s{2,}(\S.*)$", "Total Time (ns)")
+
 _UNIT_MS = {"ns": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0, "s": 1e3, "second": 1e3}
 
 
@@ -115,8 +129,8 @@ def parse_text_lines(lines: Iterable[str]) -> JobResultSummary:
 
 
 # Every line a parser above can use holds one of these (or is a row of an nsys table).
-PATTERNS = (OP_TIME, CORRECTNESS, GNU_TIME, NCU_KERNEL, NCU_DURATION, NSYS_ROW)  # the fuzz test runs each
-MARKERS = ("Op Time", "Correctness", "elapsed", "Context", "Duration", "Total Time (ns)")
+PATTERNS = tuple(compiled for compiled, _ in _REGISTERED)  # the fuzz test runs each
+MARKERS = tuple(marker for _, marker in _REGISTERED)
 
 
 class Line(NamedTuple):

@@ -82,3 +82,15 @@ def test_honest_lines_still_parse():
                           "1.50user 0.20system 0:02.10elapsed 80%CPU (0avgtext+0avgdata 123456maxresident)k"])
     assert r.op_times == [0.25] and r.correctness == {"ece408": 0.8714}
     assert (r.elapsed_seconds, r.max_rss_kb) == (2.1, 123456)
+
+
+def test_every_pattern_of_the_results_module_is_declared_with_its_marker():
+    """Issue 27: a pattern compiled without its marker would be skipped by relevant_lines() and
+    never fuzzed; every compiled pattern of the module must come from results.pattern()."""
+    import re2
+
+    from raiserver import results
+
+    compiled = [v for v in vars(results).values() if isinstance(v, type(re2.compile("x")))]
+    assert compiled and all(any(p is c for p in results.PATTERNS) for c in compiled)
+    assert len(results.MARKERS) == len(results.PATTERNS) and all(results.MARKERS)
