@@ -39,6 +39,12 @@ class SharedSettings(BaseSettings):
     heartbeat_seconds: float = 3.0
     worker_dead_after: float = 15.0
 
+    @property
+    def visibility_timeout(self) -> int:
+        """How long Redis keeps a delivered task before handing it out again: past any job's wall
+        clock, twice over. Server (dispatch) and workers (consume) must agree on it."""
+        return self.wall_seconds * 2 + 600
+
     @model_validator(mode="before")
     @classmethod
     def _no_renamed(cls, data: Any) -> Any:

@@ -116,7 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings=settings,
         storage=storage,
         logs=LogStore(settings.redis_url, storage, settings.log_ttl_seconds),
-        dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.wall_seconds * 2 + 600),
+        dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.visibility_timeout),
     )
 
     def job_states(ids: list[str]) -> dict:

@@ -67,7 +67,3 @@ class WorkerSettings(SharedSettings):
     metrics_port: int = 9108  # Prometheus /metrics of this worker; 0 = off
     metrics_addr: str = "127.0.0.1"  # anything but loopback needs metrics_token
     metrics_token: str = ""
-
-    @property
-    def visibility_timeout(self) -> int:
-        return self.wall_seconds * 2 + 600
