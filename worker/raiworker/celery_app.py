@@ -27,6 +27,7 @@ from .metrics import serve
 from .runner import run_job, running_dir
 from .runtime import WorkerRuntime
 from .server import ServerClient
+from .workdir import pulls_dir
 
 log = logging.getLogger("raiworker")
 
@@ -96,7 +97,7 @@ class _Heartbeat(threading.Thread):
             from .executors.docker import docker_client
 
             self.docker = docker_client()
-            self.puller = Puller(self.docker, self.client, settings.work_dir / "image-pulls", settings.work_dir)
+            self.puller = Puller(self.docker, self.client, pulls_dir(settings.work_dir), settings.work_dir)
         if settings.metrics_port:
             try:
                 serve(settings.metrics_addr, settings.metrics_port, settings.metrics_token, self.gauges)
@@ -154,11 +155,7 @@ def _start_heartbeat(**_) -> None:
 def _stop_heartbeat(**_) -> None:
     if _heartbeat is not None:
         _heartbeat.stop.set()
-    s = runtime().settings
-    if s.executor == "docker" and s.spare_containers:  # the pool has stopped: its spares have no next job
-        try:
-            from .executors.docker import docker_client, reap_containers
+    from .executors import executor_class
 
-            reap_containers(docker_client(), s.worker_name, spares_only=True)
-        except Exception as exc:  # noqa: BLE001 - the next start removes them
-            log.warning("spare containers not removed: %s", exc)
+    s = runtime().settings
+    executor_class(s.executor).host_stopping(s)

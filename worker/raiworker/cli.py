@@ -32,23 +32,18 @@ def run(
 
     celery = configure(rt)
     settings.work_dir.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(settings.work_dir / "slots", ignore_errors=True)  # the pool processes' folders of an earlier run
-    if settings.executor == "docker":
-        from .errors import ExecutorUnavailable
-        from .executors.docker import docker_client, reap_containers
+    from .workdir import slots_dir
 
-        try:
-            client = docker_client()
-        except ExecutorUnavailable as exc:
-            typer.echo(f"raiworker: {exc}", err=True)
-            raise typer.Exit(2)
-        removed = reap_containers(client, settings.worker_name)
-        if removed:
-            typer.echo(f"raiworker: removed {removed} container(s) left by an earlier run")
-        if rt.gpus:  # decided here, once: the pool processes inherit it
-            from . import gpu_access
+    shutil.rmtree(slots_dir(settings.work_dir), ignore_errors=True)  # the pool processes' folders of an earlier run
+    from .errors import ExecutorUnavailable
+    from .executors import executor_class
 
-            typer.echo(f"raiworker: {gpu_access.current(settings, [g.index for g in rt.gpus], lambda: client.info().get('Runtimes')).line}")
+    try:
+        for line in executor_class(settings.executor).prepare_host(settings, [g.index for g in rt.gpus]):
+            typer.echo(f"raiworker: {line}")
+    except ExecutorUnavailable as exc:
+        typer.echo(f"raiworker: {exc}", err=True)
+        raise typer.Exit(2)
     from .runner import recover
 
     lost = recover(settings)  # after the containers: a lost run must not go on beside its re-run

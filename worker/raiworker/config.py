@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, field_validator
 from pydantic_settings import NoDecode
 
 from raiprotocol.settings import CommaList, SharedSettings
@@ -24,7 +24,16 @@ class WorkerSettings(SharedSettings):
     server_url: str = "http://127.0.0.1:8000"
     worker_name: str = socket.gethostname()
     queues: CommaList = ["gpu"]
-    executor: Literal["docker", "process", "slurm"] = "docker"
+    executor: str = "docker"  # a name in executors.EXECUTORS
+
+    @field_validator("executor")
+    @classmethod
+    def _known_executor(cls, value: str) -> str:
+        from .executors import EXECUTORS  # here, not at the top: the executors import these settings
+
+        if value not in EXECUTORS:
+            raise ValueError(f"unknown executor {value!r}; one of: {', '.join(EXECUTORS)}")
+        return value
     slots: int = 0  # 0: one per GPU, or 1 without GPUs
     gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"
     work_dir: Path = Path("/var/lib/rai-worker")

@@ -16,13 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from .workdir import metrics_dir
+
 METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def prepare(work_dir: Path) -> Path:
     """Before prometheus_client is imported anywhere (it reads the variable at import), and before
     the pool forks: a fresh folder for this run's per-process files."""
-    folder = work_dir / "metrics"
+    folder = metrics_dir(work_dir)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     os.environ[METRICS_DIR_ENV] = str(folder)

@@ -28,6 +28,8 @@ from .logsink import LogSink
 from .metrics import job_done
 from .server import ServerClient
 from .unpack import unpack
+from .workdir import job_dir, jobs_dir, locks_dir
+from .workdir import running_dir as running_dir_of
 
 log = logging.getLogger("raiworker")
 
@@ -43,7 +45,7 @@ def _watch_cancel(r: redis.Redis, job_id: str, cancel: threading.Event, done: th
 
 
 def running_dir(settings: WorkerSettings) -> Path:
-    return settings.work_dir / "running"
+    return running_dir_of(settings.work_dir)
 
 
 def recover(settings: WorkerSettings) -> list[str]:
@@ -71,7 +73,7 @@ def recover(settings: WorkerSettings) -> list[str]:
                     log.info("lost job %s not reported at start: %s", marker.name, exc)
     finally:
         server.close()
-    shutil.rmtree(settings.work_dir / "jobs", ignore_errors=True)  # the earlier run's job folders
+    shutil.rmtree(jobs_dir(settings.work_dir), ignore_errors=True)  # the earlier run's job folders
     return lost
 
 
@@ -104,7 +106,7 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
 def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis, sink: LogSink,
              grant, job_id: str, attempt: int, claimed_at: float) -> str:
     """The claimed job: run it, ship its build folder, report its end, tidy up."""
-    workdir = settings.work_dir / "jobs" / f"{job_id}.{attempt}"
+    workdir = job_dir(settings.work_dir, job_id, attempt)
     outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
     build_uploaded = False
     phases: list[Phase] = []
@@ -173,8 +175,8 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
     try:
         if grant.exclusive:
             sink.system(f"Waiting for {settings.worker_name} to be free of other jobs (exclusive run)")
-        with host_share(settings.work_dir / "locks", grant.exclusive), \
-                hold_gpus(settings.work_dir / "locks", gpus, grant.gpu_count) as gpu_ids:
+        with host_share(locks_dir(settings.work_dir), grant.exclusive), \
+                hold_gpus(locks_dir(settings.work_dir), gpus, grant.gpu_count) as gpu_ids:
             ctx = JobContext(
                 job_id=grant.job_id,
                 image=grant.image,

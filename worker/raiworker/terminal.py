@@ -14,9 +14,19 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
+import struct
 import subprocess
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from raiprotocol.models import LogStream
+
+from .workdir import bin_dir
+
+if TYPE_CHECKING:
+    from .logsink import LogSink
 
 log = logging.getLogger("raiworker")
 
@@ -36,7 +46,7 @@ def pty_helper(work_dir: Path, prebuilt: Path | None = None) -> Path | None:
         if not os.access(prebuilt, os.X_OK):
             log.warning("RAI_PTY_HELPER %s is not an executable file", prebuilt)
             return None
-        dest = work_dir / "bin" / f"rai-pty-{hashlib.sha256(prebuilt.read_bytes()).hexdigest()[:12]}"
+        dest = bin_dir(work_dir) / f"rai-pty-{hashlib.sha256(prebuilt.read_bytes()).hexdigest()[:12]}"
         if not os.access(dest, os.X_OK):
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = dest.with_suffix(f".tmp{os.getpid()}")
@@ -45,7 +55,7 @@ def pty_helper(work_dir: Path, prebuilt: Path | None = None) -> Path | None:
             os.replace(tmp, dest)
         return dest
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    dest = work_dir / "bin" / f"rai-pty-{digest}"
+    dest = bin_dir(work_dir) / f"rai-pty-{digest}"
     if os.access(dest, os.X_OK):
         return dest
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -70,3 +80,43 @@ def pty_helper(work_dir: Path, prebuilt: Path | None = None) -> Path | None:
 
 def no_terminal_note() -> str:
     return "note: this worker has no pty helper, so output is not on a terminal and programs may buffer stdout"
+
+
+class Frames:
+    """Docker's multiplexed stream format (8-byte headers: stream id, size; then the payload), which
+    the Docker executor reads from an exec and the Slurm agent writes to its output file."""
+
+    STREAMS = {1: LogStream.out, 2: LogStream.err}
+
+    def __init__(self, sink: LogSink):
+        self.sink = sink
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        """Consecutive frames of one stream go to the sink as one chunk (one batch in Redis)."""
+        self.buf += data
+        run_stream = -1  # no frame yet
+        run: list[bytes] = []
+        pos = 0
+        while len(self.buf) - pos >= 8:
+            stream, size = self.buf[pos], struct.unpack(">I", self.buf[pos + 4:pos + 8])[0]
+            if len(self.buf) - pos < 8 + size:
+                break
+            if stream != run_stream and run:
+                self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
+                run = []
+            run_stream = stream
+            run.append(bytes(self.buf[pos + 8:pos + 8 + size]))
+            pos += 8 + size
+        del self.buf[:pos]
+        if run:
+            self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
+
+    def drain(self, raw: socket.socket) -> None:
+        """What is already on the wire after the process ended."""
+        raw.settimeout(0.1)
+        try:
+            while data := raw.recv(65536):
+                self.feed(data)
+        except OSError:
+            pass

@@ -66,6 +66,22 @@ class _Watch:
 
 class Executor(ABC):
     name: str = "?"
+    started_phase: str = "processes started"  # the job's timeline step once start() returned
+
+    @classmethod
+    def create(cls, settings: WorkerSettings) -> Executor:
+        """The executor for one job."""
+        return cls()
+
+    @classmethod
+    def prepare_host(cls, settings: WorkerSettings, gpu_indexes: list[int]) -> list[str]:
+        """Once, as the worker starts, before its pool: tidy what an earlier run left and check the
+        host can run jobs (ExecutorUnavailable if not). Returns lines for the worker's log."""
+        return []
+
+    @classmethod
+    def host_stopping(cls, settings: WorkerSettings) -> None:
+        """Once, as the worker's pool has stopped."""
 
     @abstractmethod
     def start(self, ctx: JobContext, sink: LogSink) -> str:
@@ -130,7 +146,7 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         if cancel.is_set():
             return Outcome(JobState.cancelled, message="cancelled before it started")
         sink.system(executor.start(ctx, sink))
-        ctx.phase({"docker": "container started", "slurm": "slurm started"}.get(executor.name, "processes started"), ctx.image)
+        ctx.phase(executor.started_phase, ctx.image)
         # the wall clock runs from here: time waiting for a container or in a batch queue is not the job's
         wall_deadline = watch.wall_deadline = ctx.wall_deadline = time.monotonic() + ctx.wall_seconds
         timing: str | None = None

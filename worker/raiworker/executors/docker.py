@@ -14,12 +14,12 @@ needs anything else gets a container of its own as before, and the spare one is 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import secrets
 import shlex
 import shutil
 import socket
-import struct
 import tarfile
 import threading
 import time
@@ -35,14 +35,18 @@ from docker.utils.socket import STDOUT, frames_iter
 
 from raiprotocol.archive import OverLimit, safe_extract
 from raiprotocol.markers import repeat_line, running_line
-from raiprotocol.models import JobState, LogStream, MeasuredRun, TimedRun
+from raiprotocol.models import JobState, MeasuredRun, TimedRun
 
 from .. import gpu_access
+from ..config import WorkerSettings
 from ..errors import ExecutorUnavailable
 from ..images import COURSE_LABEL, is_offered, named_images
 from ..logsink import LogSink
-from ..terminal import IN_CONTAINER, no_terminal_note, pty_helper, terminal_env
+from ..terminal import IN_CONTAINER, Frames, no_terminal_note, pty_helper, terminal_env
+from ..workdir import slot_dir
 from .base import Executor, JobContext, Outcome
+
+log = logging.getLogger("raiworker")
 
 LABEL = "rai.job"
 SPARE = "spare"  # the rai.job label of a container started ahead of time, before it has a job
@@ -232,13 +236,37 @@ def _empty(folder: Path) -> bool:
     return not any(folder.iterdir())
 
 
-def slot_dir(work_dir: Path) -> Path:
-    """This process's folder, bound at /src of its spare containers (removed at worker start)."""
-    return work_dir / "slots" / str(os.getpid())
 
 
 class DockerExecutor(Executor):
     name = "docker"
+    started_phase = "container started"
+
+    @classmethod
+    def create(cls, settings: WorkerSettings) -> DockerExecutor:
+        return cls(spares=settings.spare_containers)
+
+    @classmethod
+    def prepare_host(cls, settings: WorkerSettings, gpu_indexes: list[int]) -> list[str]:
+        """The engine answers; containers an earlier run of this worker left are removed (a lost
+        run must not go on beside its re-run); how jobs get their GPUs is decided once, here."""
+        client = docker_client()
+        lines = []
+        removed = reap_containers(client, settings.worker_name)
+        if removed:
+            lines.append(f"removed {removed} container(s) left by an earlier run")
+        if gpu_indexes:  # the pool processes inherit the decision
+            lines.append(gpu_access.current(settings, gpu_indexes, lambda: client.info().get("Runtimes")).line)
+        return lines
+
+    @classmethod
+    def host_stopping(cls, settings: WorkerSettings) -> None:
+        """The pool has stopped: its spare containers have no next job."""
+        if settings.spare_containers:
+            try:
+                reap_containers(docker_client(), settings.worker_name, spares_only=True)
+            except Exception as exc:  # noqa: BLE001 - the next start removes them
+                log.warning("spare containers not removed: %s", exc)
 
     def __init__(self, client: docker.DockerClient | None = None, spares: bool = True):
         self.client = client or docker_client()
@@ -360,7 +388,7 @@ class DockerExecutor(Executor):
             return 137  # the container is gone (killed under us)
         raw = getattr(conn, "_sock", conn)
         raw.settimeout(0.5)
-        frames = _Frames(sink)
+        frames = Frames(sink)
         try:
             while True:
                 try:
@@ -657,42 +685,3 @@ class _IterReader(io.RawIOBase):
         buf[:n] = self.rest[:n]
         self.rest = self.rest[n:]
         return n
-
-
-class _Frames:
-    """Docker's multiplexed stream: 8-byte headers (stream id, size) before each payload."""
-
-    STREAMS = {1: LogStream.out, 2: LogStream.err}
-
-    def __init__(self, sink: LogSink):
-        self.sink = sink
-        self.buf = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        """Consecutive frames of one stream go to the sink as one chunk (one batch in Redis)."""
-        self.buf += data
-        run_stream = -1  # no frame yet
-        run: list[bytes] = []
-        pos = 0
-        while len(self.buf) - pos >= 8:
-            stream, size = self.buf[pos], struct.unpack(">I", self.buf[pos + 4:pos + 8])[0]
-            if len(self.buf) - pos < 8 + size:
-                break
-            if stream != run_stream and run:
-                self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
-                run = []
-            run_stream = stream
-            run.append(bytes(self.buf[pos + 8:pos + 8 + size]))
-            pos += 8 + size
-        del self.buf[:pos]
-        if run:
-            self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
-
-    def drain(self, raw: socket.socket) -> None:
-        """What is already on the wire after the process ended."""
-        raw.settimeout(0.1)
-        try:
-            while data := raw.recv(65536):
-                self.feed(data)
-        except OSError:
-            pass

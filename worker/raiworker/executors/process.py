@@ -9,7 +9,6 @@ point at the job's folders, so the same rai_build.yml runs here and in a contain
 from __future__ import annotations
 
 import os
-import re
 import resource
 import selectors
 import signal
@@ -20,13 +19,8 @@ from raiprotocol.models import LogStream
 
 from ..logsink import LogSink
 from ..terminal import no_terminal_note, pty_helper, terminal_env
+from ..workdir import rewrite_paths
 from .base import Executor, JobContext
-
-_PATHS = re.compile(r"(?<![\w./~-])/(src|build)(?=/|\s|$|[\"';:*)])")
-
-
-def rewrite_paths(command: str, src: str, build: str) -> str:
-    return _PATHS.sub(lambda m: src if m.group(1) == "src" else build, command)
 
 
 class ProcessExecutor(Executor):

@@ -29,10 +29,9 @@ from raiprotocol.models import JobState
 
 from ..errors import SlurmError
 from ..logsink import LogSink
-from ..terminal import pty_helper, terminal_env
+from ..terminal import Frames, pty_helper, terminal_env
+from ..workdir import rewrite_paths
 from .base import Executor, JobContext, Outcome
-from .docker import _Frames
-from .process import rewrite_paths
 
 POLL = 0.02  # how often the growing output file is read: well under the ~1 s promise
 # reasons a pending job never leaves: the request does not fit the partition or the account
@@ -93,6 +92,7 @@ def pending_position(slurm_id: str, partition: str | None) -> tuple[int, int] | 
 
 class SlurmExecutor(Executor):
     name = "slurm"
+    started_phase = "slurm started"
 
     def __init__(self) -> None:
         self.slurm_id: str | None = None
@@ -208,7 +208,7 @@ class SlurmExecutor(Executor):
         tmp.write_text(real + "\n")
         os.replace(tmp, self.ctl / f"{n}.cmd")
         out, status = self.ctl / f"{n}.out", self.ctl / f"{n}.status"
-        frames = _Frames(sink)
+        frames = Frames(sink)
         pos = 0
         checked = time.monotonic()
         while True:
