@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh docker.io busybox-static redis-server postgresql dataset-fashion-mnist chromium gcc libc6-dev \
-  slurmctld slurmd slurm-client munge openssl
+  slurmctld slurmd slurm-client munge openssl docker-compose mmdebstrap
 
 # PostgreSQL: use the one running on 127.0.0.1:5432, else start the installed cluster with trust
 # auth on loopback (a throwaway test machine only).

@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, field_validator
+from pydantic import BeforeValidator, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from raiprotocol.settings import CommaList, SharedSettings
@@ -22,9 +22,20 @@ def _pairs(value: Any) -> Any:
 
 class WorkerSettings(SharedSettings):
     server_url: str = "http://127.0.0.1:8000"
-    worker_name: str = socket.gethostname()
+    # unset: the host's name and a suffix made once and kept in the work folder (workdir.own_name):
+    # unique without configuration (two workers on one host, or containers on the host's network,
+    # share a host name), and the same after a restart, which recovery relies on
+    worker_name: str = ""
     queues: CommaList = ["gpu"]
     executor: str = "docker"  # a name in executors.EXECUTORS
+
+    @model_validator(mode="after")
+    def _named(self) -> WorkerSettings:
+        if not self.worker_name:
+            from .workdir import own_name
+
+            self.worker_name = own_name(self.work_dir, socket.gethostname())
+        return self
 
     @field_validator("executor")
     @classmethod

@@ -8,6 +8,7 @@ is on a file system its nodes share, so these paths are the nodes' too.
     bin/                           the pty helper, built or copied here (mountable into containers)
     metrics/                       the pool processes' Prometheus files
     image-pulls/                   images staff asked for, downloaded before loading
+    name                           the worker's own name, when RAI_WORKER_NAME does not give one
 
 A job's build file names ``/src`` and ``/build``; where the job has no container of its own
 (process and Slurm executors) ``rewrite_paths`` points them at the job's folders.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from pathlib import Path
 
 
@@ -55,6 +57,28 @@ def metrics_dir(work_dir: Path) -> Path:
 
 def pulls_dir(work_dir: Path) -> Path:
     return work_dir / "image-pulls"
+
+
+def own_name(work_dir: Path, host: str) -> str:
+    """The worker's name when RAI_WORKER_NAME is unset: ``HOST-xxxxxx``, made at its first start
+    and kept in ``work_dir/name``; the host name alone if the folder cannot be written."""
+    path = work_dir / "name"
+    try:
+        return path.read_text().strip() or host
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return host
+    name = f"{host}-{secrets.token_hex(3)}"
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        with open(path, "x") as fh:  # two processes at once: the first one's name stands
+            fh.write(name + "\n")
+    except FileExistsError:
+        return path.read_text().strip() or host
+    except OSError:
+        return host
+    return name
 
 
 _PATHS = re.compile(r"(?<![\w./~-])/(src|build)(?=/|\s|$|[\"';:*)])")
