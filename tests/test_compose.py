@@ -227,3 +227,50 @@ def test_a_second_worker_host_joins_with_the_url_and_the_secrets_file(stack, tmp
         assert final["state"] == "succeeded" and final["worker"] != holder, final
     finally:
         stack.compose("down", "-v", project=project2, file=second, check=False, timeout=300)
+
+
+def test_a_crashed_server_or_worker_container_comes_back_and_the_job_ends_definite(stack, tmp_path):
+    """The container's main process killed from the host (a crash, not `docker stop`): the
+    restart policy starts it again; the worker, under the name its work folder keeps, gives back
+    the run it lost and the job runs again; the student's client follows through the server's
+    restart and exits with the job's status."""
+    import signal
+    import sys
+
+    admin = stack.root / "admin.profile"
+    from raiprotocol.profile import read_profile_file
+
+    p = read_profile_file(admin)
+
+    def crash(service: str) -> None:
+        pid = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"{stack.project}_{service}_1"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        os.kill(int(pid), signal.SIGKILL)
+
+    stack.compose("up", "-d", "worker")  # the previous test may have killed this one (`docker kill`: it stays down)
+    stack.workers_alive(admin, 1)
+
+    def restarts() -> dict[str, int]:
+        return {s: int(subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}}", f"{stack.project}_{s}_1"],
+                                      capture_output=True, text=True).stdout.strip() or 0) for s in ("server", "worker")}
+
+    before = restarts()
+    proj = make_project(tmp_path / "crash", ["echo started", "sleep 6", "echo finished"], image="rai/busybox:latest")
+    env = {**os.environ, "RAI_PROFILE": str(admin), "PYTHONUNBUFFERED": "1"}
+    follow = subprocess.Popen([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = ""
+    while "started" not in seen.splitlines()[-1:] and follow.poll() is None:
+        seen += follow.stdout.readline()
+    job_id = re.search(r"Job (\S+) queued", seen).group(1)
+    crash("worker")
+    time.sleep(1)
+    crash("server")
+    out, _ = follow.communicate(timeout=240)
+    out = seen + out
+    assert follow.returncode == 0 and "finished" in out, out
+    assert "the run it held was lost; the job goes back in the queue" in out or "stopped answering" in out, out
+    final = httpx.get(f"{stack.url}/api/v1/jobs/{job_id}", auth=(p.access_key, p.secret_key), timeout=10).json()
+    assert final["state"] == "succeeded", final
+    after = restarts()
+    assert after == {s: before[s] + 1 for s in before}, (before, after)  # the restart policy brought each back
