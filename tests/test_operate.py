@@ -34,7 +34,22 @@ def fresh_database() -> str:
     return f"{PG_BASE}/{name}"
 
 
-def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_url, pg_url):
+def drop_database(url: str) -> None:
+    with psycopg.connect(f"{libpq(PG_BASE)}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+
+
+@pytest.fixture
+def own_pg(pg_url):
+    """A database of this test's own (the session's pg_url is shared with other tests, already at
+    the head migration): the upgrade must start from the old schema, the backup hold only this."""
+    url = fresh_database()
+    yield url
+    drop_database(url)
+
+
+def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_url, own_pg):
+    pg_url = own_pg
     from raiserver.auth import hash_secret
     from raiserver.db import HERE
 
@@ -44,6 +59,7 @@ def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_ur
     with engine.begin() as conn:  # the schema the previous release left, with its data
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, PREVIOUS_RELEASE_HEAD)
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == PREVIOUS_RELEASE_HEAD
         conn.execute(text("INSERT INTO users (id, username, role, access_key, secret_hash, active, created_at) VALUES "
                           "(100, 'old_student', 'student', 'oldkey', :h, true, now())"), {"h": hash_secret("oldsecret")})
         conn.execute(text(
@@ -69,7 +85,8 @@ def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_ur
         svc.shutdown()
 
 
-def test_a_backup_restores_into_a_fresh_database_and_folder(tmp_path, redis_url, pg_url):
+def test_a_backup_restores_into_a_fresh_database_and_folder(tmp_path, redis_url, own_pg):
+    pg_url = own_pg
     svc = start_service(tmp_path / "old", redis_url, pg_url, "process")
     student = svc.add_user("keeper")
     try:
@@ -103,5 +120,4 @@ def test_a_backup_restores_into_a_fresh_database_and_folder(tmp_path, redis_url,
         finally:
             restored.shutdown()
     finally:
-        with psycopg.connect(f"{libpq(PG_BASE)}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{new_db.rsplit("/", 1)[1]}" WITH (FORCE)')
+        drop_database(new_db)

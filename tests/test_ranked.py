@@ -95,6 +95,9 @@ def test_printed_op_time_and_correctness_are_shown_never_ranked(course, tmp_path
     assert any("the program printed an op time of 1e-06 s; the service measured" in f for f in m["flags"])
     row = next(e for e in ranked(course) if e["name"] == "printer")
     assert row["op_time"] >= 0.3 and row["flags"]  # staff see why to look
+    with course.http() as h:  # and the staff's CSV carries the measured time and the flag
+        line = next(x for x in h.get("/api/v1/leaderboard.csv").text.splitlines() if x.split(",")[1] == "printer")
+    assert f"{m['op_time']:.9f}" in line and "the program printed an op time of 1e-06 s" in line
     # wrong answers with a printed perfect correctness: measured accuracy decides, and it is off the board
     job, _ = submit(course, tmp_path, "printf '0\\n0\\n0\\n0\\n0\\n0\\n0\\n0\\n' > predictions.txt; echo Correctness: 1.0 Model: x",
                     name="guesser")

@@ -16,10 +16,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicC
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from .permissions import ROLES, is_staff
 from .tables import RevokedKey, User
-
-ROLES = ("student", "ta", "instructor", "admin")
-STAFF = ("ta", "instructor", "admin")
 
 basic = HTTPBasic(auto_error=False)
 bearer = HTTPBearer(auto_error=False)
@@ -77,7 +75,7 @@ class Principal:
 
     @property
     def is_staff(self) -> bool:
-        return self.user.role in STAFF
+        return is_staff(self.user.role)
 
 
 def get_db(request: Request):

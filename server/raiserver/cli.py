@@ -12,11 +12,12 @@ from rich.console import Console
 
 from raiprotocol.profile import Profile, write_profile
 
-from .auth import ROLES, create_user, rotate_keys
+from .auth import create_user, rotate_keys
 from .config import Settings, load_settings
 from .db import Database, migrate
 from .guard import UVICORN_OPTIONS
 from .hardening import check_deployment, write_secrets_file
+from .permissions import ROLES
 from .retention import apply_retention, mib
 from .storage import Storage
 from .tables import User

@@ -26,6 +26,11 @@ class NotFound(DomainError):
     status, refusal = 404, "not_found"
 
 
+class Forbidden(DomainError):
+    """A rule of permissions.py says no."""
+    status, refusal = 403, "forbidden"
+
+
 class Conflict(DomainError):
     status, refusal = 409, "conflict"
 

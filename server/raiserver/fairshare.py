@@ -20,6 +20,7 @@ from raiprotocol.models import JobState
 
 from .db import utcnow
 from .fleet import live_slots
+from .permissions import is_staff
 from .tables import Job
 
 STALE_DISPATCH = timedelta(seconds=120)  # released but never claimed (message lost): release again
@@ -28,7 +29,7 @@ STALE_DISPATCH = timedelta(seconds=120)  # released but never claimed (message l
 def _priority(job: Job, staff_priority: bool, priority_kinds: set[str]) -> int:
     if job.kind in priority_kinds:
         return 0
-    if staff_priority and job.owner.role in ("ta", "instructor", "admin"):
+    if staff_priority and is_staff(job.owner.role):
         return 0
     return 1
 

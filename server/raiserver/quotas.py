@@ -11,10 +11,10 @@ from sqlalchemy.orm import Session
 
 from raiprotocol.models import JobState
 
-from .auth import STAFF
 from .config import Settings
 from .db import utcnow
 from .errors import OverQuota
+from .permissions import STAFF
 from .tables import Job, User
 
 

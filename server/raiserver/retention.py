@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session
 
 from raiprotocol.models import JobState
 
-from .auth import STAFF
 from .config import Settings
 from .db import utcnow
 from .errors import Conflict, OverQuota
+from .permissions import STAFF
 from .storage import Storage
 from .tables import Job, User
 

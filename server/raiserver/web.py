@@ -32,7 +32,8 @@ from .db import utcnow
 from .fleet import is_alive
 from .jobs import QueueView, cancel_job, job_out
 from .leaderboard import hidden, leaderboard
-from .routes.jobs import can_cancel, cancellable_job, visible_job
+from .permissions import can_cancel
+from .routes.jobs import cancellable_job, visible_job
 from .tables import Job, User, Worker
 
 HERE = Path(__file__).parent

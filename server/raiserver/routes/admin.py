@@ -14,31 +14,14 @@ from raiprotocol.models import AuditRow, CourseBuildIn, CourseBuildOut, IssuedKe
 
 from .. import course
 from ..audit import audit
-from ..auth import ROLES, create_user, revoke_keys, rotate_keys
+from ..auth import create_user, revoke_keys, rotate_keys
 from ..errors import DomainError
 from ..images import BadImage, blob_path, request_pull, tar_images
+from ..permissions import ROLES, may_change, may_grant
 from ..tables import AuditEntry, CourseBuild, User
 from .deps import InstructorUser, SessionDep, StaffUser
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
-
-
-RANK = {role: i for i, role in enumerate(ROLES)}  # student < ta < instructor < admin
-
-
-def may_change(actor: User, target: User, where: str = "") -> None:
-    """Nobody changes a user of their own rank or higher (keys, role, team), except admins and
-    oneself: an instructor who could rotate an admin's keys would receive a working admin secret."""
-    if actor.role == "admin" or actor.id == target.id:
-        return
-    if RANK[target.role] >= RANK[actor.role]:
-        raise HTTPException(status.HTTP_403_FORBIDDEN,
-                            f"{where}{actor.role}s cannot change {target.username}, who is {'an' if target.role[0] in 'aeiou' else 'a'} {target.role}")
-
-
-def may_grant(actor: User, role: str, where: str = "") -> None:
-    if role in ("instructor", "admin") and actor.role != "admin":
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"{where}only admins may grant the {role} role")
 
 
 def _issued(user: User, secret: str) -> IssuedKeys:

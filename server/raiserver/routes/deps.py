@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from ..auth import Principal, current_user, get_db, require_staff
 from ..jobs import Services
+from ..permissions import is_instructor
 
 
 def services(request: Request) -> Services:
@@ -18,7 +19,7 @@ def services(request: Request) -> Services:
 
 
 def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
-    if p.user.role not in ("instructor", "admin"):
+    if not is_instructor(p.user.role):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "instructors and admins only")
     return p
 

@@ -21,23 +21,13 @@ from ..errors import Conflict, DomainError
 from ..fleet import live_workers
 from ..jobs import QueueView, cancel_job, job_out, shown_state
 from ..logstream import log_events, plain_text
+from ..permissions import can_cancel, can_see
 from ..retention import delete_files, usage
 from ..submissions import accept_submission
 from ..tables import Job, User
 from .deps import CurrentUser, SessionDep, services
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
-
-
-def can_see(p: Principal, job: Job) -> bool:
-    if p.is_staff or job.owner_id == p.user.id:
-        return True
-    return bool(p.user.team) and job.owner.team == p.user.team
-
-
-def can_cancel(p: Principal, job: Job) -> bool:
-    """Teammates see each other's jobs but may not stop them: the owner or staff only (API and web)."""
-    return p.is_staff or job.owner_id == p.user.id
 
 
 def cancellable_job(db: Session, p: Principal, job_id: str) -> Job:

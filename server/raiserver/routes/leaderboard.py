@@ -28,9 +28,9 @@ def get_leaderboard(request: Request, *, n: int | None = Query(None, ge=1, le=10
 def leaderboard_csv(request: Request, p: StaffUser, db: SessionDep) -> PlainTextResponse:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["rank", "team", "members", "op_time_s", "op_times_s", "correctness", "when", "gpu", "kind", "verified", "job"])
+    w.writerow(["rank", "team", "members", "op_time_s", "op_times_s", "correctness", "when", "gpu", "kind", "verified", "job", "flags"])
     for e in leaderboard(db, request.app.state.settings, p):
         w.writerow([e.rank, e.name, " ".join(e.members or []), f"{e.op_time:.9f}", " ".join(f"{t:.9f}" for t in e.op_times),
-                    e.correctness, e.when.isoformat(), e.gpu or "", e.kind, e.verified, e.job_id])
+                    e.correctness, e.when.isoformat(), e.gpu or "", e.kind, e.verified, e.job_id, "; ".join(e.flags)])
     return PlainTextResponse(buf.getvalue(), media_type="text/csv",
                              headers={"Content-Disposition": 'attachment; filename="leaderboard.csv"'})
