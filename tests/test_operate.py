@@ -121,3 +121,18 @@ def test_a_backup_restores_into_a_fresh_database_and_folder(tmp_path, redis_url,
             restored.shutdown()
     finally:
         drop_database(new_db)
+
+
+def test_four_server_processes_starting_together_migrate_a_fresh_database_once(own_pg):
+    """What `docker compose up` does: four server processes migrate the same empty database at the
+    same moment. Each must start (none may die on a table another is creating); one row of
+    alembic_version says the schema was made once."""
+    import sys
+
+    script = ("import sys; from raiserver.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')")
+    procs = [subprocess.Popen([sys.executable, "-c", script, own_pg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in results]
+    with psycopg.connect(libpq(own_pg)) as conn:
+        assert conn.execute("SELECT count(*), min(version_num) FROM alembic_version").fetchone() == (1, "0009")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import DateTime, Engine, create_engine, event
+from sqlalchemy import DateTime, Engine, create_engine, event, text
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
@@ -60,10 +60,19 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
+MIGRATION_LOCK = 0x7261692D6D6967  # "rai-mig": the PostgreSQL advisory lock migrations take
+
+
 def migrate(engine: Engine) -> None:
+    """Bring the schema to the head revision. Every server process calls this as it starts (four
+    at once under compose): on PostgreSQL they take turns on an advisory lock held to the end of
+    the transaction, so one migrates and the others find the schema done (without it they raced
+    to create the same tables). SQLite serialises writers itself."""
     cfg = Config()
     cfg.set_main_option("script_location", str(HERE / "migrations"))
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
