@@ -40,19 +40,22 @@ def https_service(tmp_path_factory, redis_url):
     ca, cert, key = make_ca(d)
     port = launch.free_port()
     svc = start_service(d / "svc", redis_url, None, "process", extra_env={"RAI_PUBLIC_URL": f"https://127.0.0.1:{port}"})
-    # the same service on a second, HTTPS port (the worker keeps talking to the plain one)
-    command = [*launch.server_command("127.0.0.1", port), "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
-    part = launch.Part("https", command, svc.env, svc.logs / "https.log").start()
-    svc.procs["https"] = part
-    def up() -> bool:
-        try:
-            return httpx.get(f"https://127.0.0.1:{port}/healthz", verify=str(ca), timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
+    try:
+        # the same service on a second, HTTPS port (the worker keeps talking to the plain one)
+        command = [*launch.server_command("127.0.0.1", port), "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+        part = launch.Part("https", command, svc.env, svc.logs / "https.log").start()
+        svc.procs["https"] = part
 
-    launch.wait_until(up, part, "https server", timeout=40)
-    yield svc, f"https://127.0.0.1:{port}", ca
-    svc.shutdown()
+        def up() -> bool:
+            try:
+                return httpx.get(f"https://127.0.0.1:{port}/healthz", verify=str(ca), timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        launch.wait_until(up, part, "https server", timeout=40)
+        yield svc, f"https://127.0.0.1:{port}", ca
+    finally:  # also when starting failed: nothing of the test outlives it
+        svc.shutdown()
 
 
 def client(svc, url: str, *args: str, ca: Path | None = None) -> subprocess.CompletedProcess:
