@@ -147,18 +147,18 @@ def access() -> None:
     figures["nvidia_smi"] = results
 
 
-def job() -> None:
-    paths()
+def service(w: Path, token: str) -> tuple[dict[str, str], list[subprocess.Popen]]:
+    """The whole service on this host in folder ``w``: Redis, the server, a Docker worker named
+    h100 using the GPUs, and an admin (``w/alice.profile``); returns once the worker is alive."""
     import httpx
 
     from raiserver.launch import free_port
 
-    w = Path("/tmp/rai-gpu-svc")
     subprocess.run(["rm", "-rf", str(w)])
-    w.mkdir()
+    w.mkdir(parents=True)
     port, rport = free_port(), free_port()
     env = {**os.environ, "RAI_DATA_DIR": f"{w}/data", "RAI_REDIS_URL": f"redis://127.0.0.1:{rport}/0",
-           "RAI_WORKER_TOKEN": "gpu-container-bench-token", "RAI_SERVER_URL": f"http://127.0.0.1:{port}",
+           "RAI_WORKER_TOKEN": token, "RAI_SERVER_URL": f"http://127.0.0.1:{port}",
            "RAI_EXECUTOR": "docker", "RAI_GPUS": "auto", "RAI_WORK_DIR": f"{w}/worker", "RAI_WORKER_NAME": "h100",
            "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1", "RAI_METRICS_PORT": "0"}
     procs = [subprocess.Popen(["redis-server", "--port", str(rport), "--save", "", "--appendonly", "no"],
@@ -169,14 +169,21 @@ def job() -> None:
                                   stdout=open(w / "server.log", "w"), stderr=subprocess.STDOUT))
     procs.append(subprocess.Popen([sys.executable, "-m", "raiworker.cli"], env=env, stdout=open(w / "worker.log", "w"),
                                   stderr=subprocess.STDOUT))
+    for _ in range(200):
+        try:
+            if any(x["alive"] for x in httpx.get(f"{env['RAI_SERVER_URL']}/api/v1/workers", auth=_auth(w), timeout=2).json()):
+                break
+        except Exception:  # noqa: BLE001
+            pass
+        time.sleep(0.3)
+    return env, procs
+
+
+def job() -> None:
+    paths()
+    w = Path("/tmp/rai-gpu-svc")
+    env, procs = service(w, "gpu-container-bench-token")
     try:
-        for _ in range(200):
-            try:
-                if any(x["alive"] for x in httpx.get(f"{env['RAI_SERVER_URL']}/api/v1/workers", auth=_auth(w), timeout=2).json()):
-                    break
-            except Exception:  # noqa: BLE001
-                pass
-            time.sleep(0.3)
         cenv = {**env, "RAI_PROFILE": f"{w}/alice.profile"}
         spans = []
         for _ in range(RUNS):  # the first starts its container, the next ones find one started ahead of time

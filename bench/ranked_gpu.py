@@ -68,24 +68,8 @@ def main() -> None:
     gc.paths()
     import httpx
 
-    from raiserver.launch import free_port
-
     w = Path("/tmp/rai-ranked-svc")
-    shutil.rmtree(w, ignore_errors=True)
-    w.mkdir(parents=True)
-    port, rport = free_port(), free_port()
-    env = {**os.environ, "RAI_DATA_DIR": f"{w}/data", "RAI_REDIS_URL": f"redis://127.0.0.1:{rport}/0",
-           "RAI_WORKER_TOKEN": "ranked-bench-token", "RAI_SERVER_URL": f"http://127.0.0.1:{port}",
-           "RAI_EXECUTOR": "docker", "RAI_GPUS": "auto", "RAI_WORK_DIR": f"{w}/worker", "RAI_WORKER_NAME": "h100",
-           "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1", "RAI_METRICS_PORT": "0"}
-    procs = [subprocess.Popen(["redis-server", "--port", str(rport), "--save", "", "--appendonly", "no"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    subprocess.run([sys.executable, "-m", "raiserver.cli", "add-user", "alice", "--role", "admin", "--server-url",
-                    env["RAI_SERVER_URL"], "--profile", f"{w}/alice.profile"], env=env, check=True, capture_output=True)
-    procs.append(subprocess.Popen([sys.executable, "-m", "raiserver.cli", "serve", "--port", str(port)], env=env,
-                                  stdout=open(w / "server.log", "w"), stderr=subprocess.STDOUT))
-    procs.append(subprocess.Popen([sys.executable, "-m", "raiworker.cli"], env=env, stdout=open(w / "worker.log", "w"),
-                                  stderr=subprocess.STDOUT))
+    env, procs = gc.service(w, "ranked-bench-token")
     auth = gc._auth(w)
     cenv = {**env, "RAI_PROFILE": f"{w}/alice.profile"}
 
@@ -102,13 +86,6 @@ def main() -> None:
         return job, res.stdout, took
 
     try:
-        for _ in range(200):
-            try:
-                if any(x["alive"] for x in httpx.get(f"{env['RAI_SERVER_URL']}/api/v1/workers", auth=auth, timeout=2).json()):
-                    break
-            except Exception:  # noqa: BLE001
-                pass
-            time.sleep(0.3)
         labels = w / "labels.txt"
         labels.write_text(subprocess.run([sys.executable, str(EXAMPLE / "instructor/labels.py"), str(gc.GPU / "fmnist/t10k-labels-idx1-ubyte.gz")],
                                          capture_output=True, text=True, check=True).stdout)

@@ -21,6 +21,7 @@ from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
 
 from .audit import audit
 from .config import Settings
+from .course import spec_of
 from .db import utcnow
 from .dispatch import Dispatcher
 from .errors import Conflict, NotFound
@@ -180,7 +181,7 @@ def create_job(
     db.commit()
     s = svc.settings
     if course is not None:
-        files = ", ".join(parse_course_spec(course.spec_yaml).ranked.student_files)
+        files = ", ".join(spec_of(course).ranked.student_files)
         svc.logs.system(job.id, f"A ranked '{kind}' run: built and timed by the course's build file (version {course.version}); "
                                 f"your rai_build.yml is not used, only your {files}")
     elif kind in s.ranked_kind_set:
@@ -221,7 +222,7 @@ def finish_job(
     summary = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id)))
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)
-        summary.measured = summarize(measured, parse_course_spec(course.spec_yaml), course.version, course.labels,
+        summary.measured = summarize(measured, spec_of(course), course.version, course.labels,
                                      summary.op_time_total)
         if state is not JobState.succeeded and summary.measured.problem is None:
             summary.measured.problem = f"the job {state.value.replace('_', ' ')}"

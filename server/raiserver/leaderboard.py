@@ -63,7 +63,7 @@ class Run:
         return float(m["accuracy"]) if m else min(self.results["correctness"].values())
 
 
-def _ranks(job: Job, settings: Settings) -> bool:
+def _ranks(job: Job) -> bool:
     """Measured by the service, with nothing that keeps it off the board."""
     m = (job.results or {}).get("measured") or {}
     return m.get("problem") is None and m.get("op_time") is not None and m.get("accuracy") is not None
@@ -77,7 +77,7 @@ def board_run(job: Job, settings: Settings, board: str = "ranked") -> Run | None
     if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
         return None  # a final submission after the deadline is kept, not ranked
     if board == "ranked":
-        run = Run(job, r, job.finished_at) if _ranks(job, settings) else None
+        run = Run(job, r, job.finished_at) if _ranks(job) else None
     elif job.course_build_id is None and r.get("op_time_total") is not None and r.get("correctness"):
         run = Run(job, r, job.finished_at)
     else:

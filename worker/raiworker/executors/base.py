@@ -182,8 +182,8 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
                 plan = [(timing, repeat_line(r, ctx.repeat_timing, timing)) for r in range(2, ctx.repeat_timing + 1)]
                 repeated = True
         timed = ctx.timed
-        for r in range(1, timed.repeats + 1) if timed is not None and not watch.reason else ():
-            assert timed is not None
+        for r in range(1, (timed.repeats if timed is not None and not watch.reason else 0) + 1):
+            assert timed is not None  # for mypy: no round runs without it
             watch.deadline = min(wall_deadline, time.monotonic() + ctx.command_seconds) if ctx.command_seconds else wall_deadline
             watch.command = timed.command
             ctx.phase("timed run started", str(r))

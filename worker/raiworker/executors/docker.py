@@ -450,14 +450,13 @@ class DockerExecutor(Executor):
             started = time.monotonic()
             code = self.run_command(ctx, timed.command, sink)
             wall = time.monotonic() - started
-            attached = [0]
         if self._exec_as(self.user, END_PROCESSES)[0] != 0:
             return MeasuredRun(exit_code=code, wall_seconds=wall, problem="a process of the job survived the end of its timed run")
         status, out = self._exec_as(self.user, READ_PREDICTIONS.format(limit=READ_LIMIT), timed.predictions)
         predictions = out.decode("utf-8", "replace") if status == 0 else None
         report = None
         if timed.measure == "kernels":
-            if attached != [0]:
+            if not attached or attached[-1] != 0:  # the last try decides: the first may come before the launcher listens
                 return MeasuredRun(exit_code=code, wall_seconds=wall, predictions=predictions,
                                    problem=f"the profiler could not attach to the timed run (ncu status "
                                            f"{attached[-1] if attached else 'none'}: {self.attach_said.strip()})")
