@@ -5,7 +5,9 @@ worker's "devices" GPU access, proven step by step. Prints figures; writes them 
     python3 bench/gpu_container.py setup     # engine up, base image from this host, rai/ece408:cuda13
     python3 bench/gpu_container.py access    # nvidia-smi -L in containers: its GPU only, or none
     python3 bench/gpu_container.py job       # examples/ece408-conv through the service vs a plain docker run
-    python3 bench/gpu_container.py twogpu    # two GPUs (nvidia-h200-x2): two jobs at once, each sees only its own
+    python3 bench/gpu_container.py twogpu    # two GPUs (nvidia-h200-x2): two containers at once, each sees only its own
+    python3 bench/gpu_container.py twojobs   # the same through the service: one worker, two jobs at once, one GPU each
+    python3 bench/gpu_container.py probe     # the host: GPUs, driver, where nsys is
 
 Carried (ignored, 64 MiB in all): .gpu/engine.tar.xz (dockerd, containerd, shim, runc, docker-init,
 libdevmapper from Debian's docker.io), .gpu/whl (the service's wheels for Python 3.12),
@@ -63,6 +65,15 @@ def engine():
     return docker.from_env(timeout=600)
 
 
+def probe() -> None:
+    """What this GPU host has: its GPUs, driver, and where (if anywhere) Nsight Systems lives."""
+    out = sh("nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1; "
+             "command -v nsys ncu nvcc; ls -d /opt/nvidia/* /usr/local/cuda*/nsight* 2>/dev/null; "
+             "find / -xdev -name nsys -type f -perm -u+x 2>/dev/null | head -5").stdout
+    figures["probe"] = out
+    say(out)
+
+
 def setup() -> None:
     t0 = time.monotonic()
     if not (ENGINE / "bin" / "dockerd").exists():
@@ -118,7 +129,7 @@ def setup() -> None:
     figures["image_build_s"] = round(time.monotonic() - t2, 1)
     image = client.images.get(IMAGE)
     figures["image_labels"] = image.labels
-    check = client.containers.run(IMAGE, ["sh", "-c", "id; command -v nvcc make ncu nsys /usr/bin/time; ls $FASHION_MNIST_DIR"],
+    check = client.containers.run(IMAGE, ["sh", "-c", "id; command -v nvcc make ncu nsys /usr/bin/time; nsys --version; ls $FASHION_MNIST_DIR"],
                                   remove=True, network_mode="none").decode()
     say(f"{IMAGE} built in {figures['image_build_s']} s:\n{check}")
     figures["image_check"] = check
@@ -180,48 +191,64 @@ def service(w: Path, token: str) -> tuple[dict[str, str], list[subprocess.Popen]
 
 
 def job() -> None:
+    """examples/ece408-conv through the service against one plain `docker run` of the same commands,
+    interleaved (service, plain, service, ...) so that drift in the GPU's clocks or nvcc's speed
+    falls on both alike; the job's own timeline says where the service's extra time goes."""
     paths()
+    import httpx
+
     w = Path("/tmp/rai-gpu-svc")
     env, procs = service(w, "gpu-container-bench-token")
     try:
         cenv = {**env, "RAI_PROFILE": f"{w}/alice.profile"}
-        spans = []
-        for _ in range(RUNS):  # the first starts its container, the next ones find one started ahead of time
-            t0 = time.monotonic()
-            sub = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(ROOT / "examples/ece408-conv")],
-                                 env=cenv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            spans.append(round(time.monotonic() - t0, 2))
-        figures["service_runs_s"] = spans
-        figures["service_s"] = statistics.median(spans)
-        (OUT / "submit.txt").write_text(sub.stdout)
-        say(f"raiclient submit: exit {sub.returncode} in {figures['service_s']} s\n{sub.stdout[-3500:]}")
-        figures["service_op_times"] = re.findall(r"^Op Time: ([\d.e-]+)", sub.stdout, re.M)
-        worker_line = next((line for line in open(w / "worker.log") if "GPU access" in line), "")
-        figures["worker_line"] = worker_line.strip()
-        # the same commands in one plain `docker run` of the same image, the same GPU and limits
+        from docker.types import Mount
+
         from raiworker.gpu_access import detect
         from raiworker.gpus import discover
 
         client = engine()
         acc = detect("auto", [], client.info().get("Runtimes"), [g.index for g in discover("auto")])
         opts = acc.container_options(["0"], client.images.get(IMAGE).attrs["Config"]["Env"])
+        opts["mounts"] = opts.get("mounts", []) + [Mount("/src", str(ROOT / "examples/ece408-conv"), type="bind", read_only=True)]
         cmds = " && ".join(["cp -r /src/* /build", "make m2", "/usr/bin/time ./m2 10000",
                             "(ncu --section SpeedOfLight ./m2 100 || true)", "(nsys profile --stats=true -o profile ./m2 1000 || true)"])
-        from docker.types import Mount
+        # the job's limits, as the worker sets them by default: the same container, only run plainly
+        from raiworker.config import WorkerSettings
 
-        opts["mounts"] = opts.get("mounts", []) + [Mount("/src", str(ROOT / "examples/ece408-conv"), type="bind", read_only=True)]
-        plain_spans = []
-        for _ in range(RUNS):
+        d = {k: WorkerSettings.model_fields[k].default for k in ("cpus", "memory_mb", "pids")}
+        limits = dict(nano_cpus=int(min(d["cpus"], os.cpu_count() or 1) * 1e9), mem_limit=f"{d['memory_mb']}m",
+                      memswap_limit=f"{d['memory_mb']}m", pids_limit=d["pids"])
+        figures["plain_limits"] = limits
+        spans, plain_spans, timelines = [], [], []
+        plain = ""
+        for _ in range(RUNS):  # the first starts its container, the next ones find one started ahead of time
+            t0, wall0 = time.monotonic(), time.time()
+            sub = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(ROOT / "examples/ece408-conv")],
+                                 env=cenv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            spans.append(round(time.monotonic() - t0, 2))
+            wall1 = time.time()
+            found = re.search(r"Job (\w+) queued", sub.stdout)
+            if found:
+                jobdoc = httpx.get(f"{env['RAI_SERVER_URL']}/api/v1/jobs/{found[1]}", auth=_auth(w), timeout=10).json()
+                timelines.append(_gaps(jobdoc.get("phases") or [], wall0, wall1))
             t1 = time.monotonic()
             plain = client.containers.run(IMAGE, ["sh", "-c", cmds], remove=True, network_mode="none", user="1000:1000",
                                           tmpfs={"/build": "rw,exec,size=2048m,uid=1000", "/tmp": "rw,exec,size=1024m,mode=1777"},
-                                          working_dir="/build", stderr=True, **opts).decode()
+                                          working_dir="/build", stderr=True, **limits, **opts).decode()
             plain_spans.append(round(time.monotonic() - t1, 2))
-        figures["docker_run_runs_s"] = plain_spans
-        figures["docker_run_s"] = statistics.median(plain_spans)
+        figures["service_runs_s"], figures["docker_run_runs_s"] = spans, plain_spans
+        figures["service_s"], figures["docker_run_s"] = statistics.median(spans), statistics.median(plain_spans)
+        figures["timelines"] = timelines
+        (OUT / "submit.txt").write_text(sub.stdout)
+        say(f"raiclient submit: exit {sub.returncode}; runs {spans}\n{sub.stdout[-3000:]}")
+        figures["service_op_times"] = re.findall(r"^Op Time: ([\d.e-]+)", sub.stdout, re.M)
+        figures["worker_line"] = next((line for line in open(w / "worker.log") if "GPU access" in line), "").strip()
         figures["docker_run_op_times"] = re.findall(r"^Op Time: ([\d.e-]+)", plain, re.M)
+        figures["docker_run_nsys"] = [line for line in plain.splitlines() if "nsys" in line.lower()][:5]
         figures["ratio_service_to_docker_run"] = round(figures["service_s"] / figures["docker_run_s"], 3)
-        say(f"plain docker run: {figures['docker_run_s']} s; service/docker run = {figures['ratio_service_to_docker_run']}")
+        figures["ratio_pairs"] = [round(a / b, 3) for a, b in zip(spans, plain_spans)]
+        say(f"plain docker run: runs {plain_spans}; median service/docker run = {figures['ratio_service_to_docker_run']}; "
+            f"pairs {figures['ratio_pairs']}\ntimelines (s between phases): {timelines}")
         # the process executor's view: the program on the host itself, three runs each way
         host = sh(f"cd /tmp && rm -rf p && cp -r {ROOT}/examples/ece408-conv p && cd p && make -s m2 >/dev/null && "
                   f"for i in 1 2 3; do FASHION_MNIST_DIR={GPU}/fmnist RAI_WEIGHTS={ROOT}/examples/ece408-conv/weights/ece408.bin "
@@ -238,6 +265,111 @@ def job() -> None:
         if h and c:
             figures["container_vs_host_op_time"] = round(statistics.median(c) / statistics.median(h), 4)
         say(f"op times host {h}\n         container {c}\n         ratio {figures.get('container_vs_host_op_time')}")
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        time.sleep(1)
+
+
+def nsys() -> None:
+    """Nsight Systems inside the job image as the job's non-root user, on GPU 0."""
+    paths()
+    from docker.types import Mount
+
+    from raiworker.gpu_access import detect
+    from raiworker.gpus import discover
+
+    client = engine()
+    acc = detect("auto", [], client.info().get("Runtimes"), [g.index for g in discover("auto")])
+    opts = acc.container_options(["0"], client.images.get(IMAGE).attrs["Config"]["Env"])
+    opts["mounts"] = opts.get("mounts", []) + [Mount("/src", str(ROOT / "examples/ece408-conv"), type="bind", read_only=True)]
+    out = client.containers.run(IMAGE, ["sh", "-c", "cp -r /src/* /build && make -s m2 >/dev/null && command -v nsys && "
+                                        "nsys profile --stats=true -o profile ./m2 1000 2>&1; echo exit $?; ls -la /build"],
+                                remove=True, network_mode="none", user="1000:1000", working_dir="/build",
+                                tmpfs={"/build": "rw,exec,size=2048m,uid=1000", "/tmp": "rw,exec,size=1024m,mode=1777"},
+                                **opts).decode()
+    figures["nsys"] = out[-6000:]
+    say(f"nsys in the image:\n{out[-6000:]}")
+
+
+def _gaps(phases: list[dict], start: float, end: float) -> list[tuple[str, float]]:
+    """Seconds from each step of a submit to the next, named by the later one: the client's start,
+    the job's timeline, the client's exit."""
+    from datetime import datetime
+
+    at = [("client started", start), *((p["name"], datetime.fromisoformat(p["at"]).timestamp()) for p in phases),
+          ("client exited", end)]
+    return [(b[0], round(b[1] - a[1], 3)) for a, b in zip(at, at[1:])]
+
+
+def twojobs() -> None:
+    """Issue 24's two-GPU check through the service (nvidia-h200-x2): one worker, one slot per GPU,
+    two jobs at once. Each job sets CUDA_VISIBLE_DEVICES=0,1 and still lists only the GPU it was
+    granted; each one's op time is within 3% of the same job alone on the same GPU (alone on GPU 1:
+    this script holds GPU 0's lock, as a job would)."""
+    paths()
+    import fcntl
+    import threading
+
+    from raiworker.gpus import discover
+    from raiworker.workdir import locks_dir
+
+    gpus = discover("auto")
+    if len(gpus) < 2:
+        raise SystemExit(f"twojobs needs two GPUs; this host has {len(gpus)}")
+    uuids = dict(re.findall(r"^GPU (\d+): .*\(UUID: (GPU-[\w-]+)\)", sh("nvidia-smi -L").stdout, re.M))
+    figures["host_gpus"] = [f"{g.index}: {g.name}" for g in gpus]
+    w = Path("/tmp/rai-gpu-two")
+    env, procs = service(w, "two-gpu-bench-token")
+    proj = Path("/tmp/rai-two-project")
+    subprocess.run(["rm", "-rf", str(proj)])
+    subprocess.run(["cp", "-r", str(ROOT / "examples/ece408-conv"), str(proj)], check=True)
+    runs = int(os.environ.get("TWO_RUNS", "5"))
+    (proj / "rai_build.yml").write_text(
+        "rai:\n  version: 0.2\n  image: rai/ece408:cuda13\nresources:\n  gpu:\n    count: 1\n  network: false\n"
+        "commands:\n  build:\n"
+        "    - /bin/sh -c \"CUDA_VISIBLE_DEVICES=0,1 nvidia-smi -L; ls /dev | grep -c '^nvidia[0-9]'\"\n"
+        "    - /bin/sh -c \"cp -r /src/* /build\"\n    - make -s m2\n"
+        + "".join("    - /bin/sh -c \"CUDA_VISIBLE_DEVICES=0,1 ./m2 10000\"\n" for _ in range(runs)))
+    cenv = {**env, "RAI_PROFILE": f"{w}/alice.profile"}
+
+    def submit() -> str:
+        done = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=cenv,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        return f"{done.stdout}\nexit {done.returncode}\n"
+
+    def seen(out: str) -> dict:
+        listed = re.findall(r"^GPU \d+: .*\(UUID: (GPU-[\w-]+)\)", out, re.M)
+        per_run = _per_run(out)
+        return {"listed": [next((i for i, u in uuids.items() if u == x), x) for x in listed],
+                "nodes": re.findall(r"^(\d+)$", out, re.M)[:1], "op": statistics.median(per_run) if per_run else None,
+                "exit": out.rsplit("exit ", 1)[-1].strip()}
+
+    try:
+        submit()  # warms the container start and nvcc's caches
+        alone = {"0": seen(submit())}
+        lock = os.open(locks_dir(Path(env["RAI_WORK_DIR"])) / f"gpu{gpus[0].index}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(lock, fcntl.LOCK_EX)  # GPU 0 taken: the job alone gets GPU 1
+        alone["1"] = seen(submit())
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+        outs: list[str] = ["", ""]
+        threads = [threading.Thread(target=lambda i=i: outs.__setitem__(i, submit())) for i in range(2)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        figures["together_s"] = round(time.monotonic() - t0, 1)
+        (OUT / "twojobs-a.txt").write_text(outs[0])
+        (OUT / "twojobs-b.txt").write_text(outs[1])
+        together = [seen(o) for o in outs]
+        figures["alone"], figures["together"] = alone, together
+        for t in together:
+            gpu = t["listed"][0] if len(t["listed"]) == 1 else None
+            base = alone.get(gpu or "", {}).get("op")
+            t["ratio_to_alone"] = round(t["op"] / base, 4) if base and t["op"] else None
+        say(f"alone: {alone}\ntogether ({figures['together_s']} s): {together}")
     finally:
         for p in reversed(procs):
             p.terminate()
@@ -300,6 +432,6 @@ if __name__ == "__main__":
     OUT.mkdir(parents=True, exist_ok=True)
     for step in sys.argv[1:] or ["setup", "access", "job"]:
         try:
-            {"setup": setup, "access": access, "job": job, "twogpu": twogpu}[step]()
+            {"setup": setup, "probe": probe, "access": access, "job": job, "twogpu": twogpu, "twojobs": twojobs, "nsys": nsys}[step]()
         finally:
             (OUT / f"figures-{step}.json").write_text(json.dumps(figures, indent=2, default=str))

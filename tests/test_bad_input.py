@@ -53,7 +53,7 @@ def test_a_bad_build_file_is_one_line_and_no_job_and_a_big_project_is_refused_be
     assert message in res.stderr and "Traceback" not in res.stderr
     assert "Uploading" not in res.stdout and "queued on" not in res.stdout
     # a big one is checked here first: the client refuses without reaching any server
-    (proj / "weights.bin").write_bytes(__import__("os").urandom(300_000))
+    (proj / "weights.bin").write_bytes(__import__("os").urandom(1_200_000))
     res = docker_service.client("submit", "-p", str(proj), env={"RAI_SERVER": f"http://127.0.0.1:{free_port()}"})
     assert res.returncode == 2
     assert message in res.stderr and "cannot reach" not in res.stderr and "Traceback" not in res.stderr

@@ -256,13 +256,18 @@ def safe_extract(tar: tarfile.TarFile, dest: Path, max_bytes: int | None = None,
     return written
 
 
+# gzip level for build folders: a job's slot (and its GPU) waits for the packing. A 3 MB compiled
+# binary packs 12x faster at 3 than at tarfile's default 9 for 4% more bytes (measured here).
+BUILD_GZIP_LEVEL = 3
+
+
 def pack_directory(directory: Path, out: Path, max_bytes: int | None = None, max_entries: int | None = None) -> int:
     """Tar+gzip a folder as is (the build folder coming back); returns the number of entries.
     Past ``max_entries`` entries or ``max_bytes`` of file sizes (as stat says: a sparse file counts
     whole, since that is what tar writes), raises OverLimit and leaves no archive."""
     count, total = 0, 0
     try:
-        with tarfile.open(out, "w:gz") as tar:
+        with tarfile.open(out, "w:gz", compresslevel=BUILD_GZIP_LEVEL) as tar:
             for root, dirs, filenames in os.walk(directory):
                 for entry in sorted(dirs) + sorted(filenames):
                     full = Path(root) / entry
