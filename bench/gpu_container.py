@@ -68,7 +68,7 @@ def engine():
 def probe() -> None:
     """What this GPU host has: its GPUs, driver, and where (if anywhere) Nsight Systems lives."""
     out = sh("nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1; "
-             "command -v nsys ncu nvcc; ls -d /opt/nvidia/* /usr/local/cuda*/nsight* 2>/dev/null; "
+             "grep RmProfilingAdminOnly /proc/driver/nvidia/params; command -v nsys ncu nvcc; ls -d /opt/nvidia/* /usr/local/cuda*/nsight* 2>/dev/null; "
              "find / -xdev -name nsys -type f -perm -u+x 2>/dev/null | head -5").stdout
     figures["probe"] = out
     say(out)

@@ -127,3 +127,23 @@ def test_a_ranked_run_repeats_the_timed_command(job):
     assert outcome.state is JobState.succeeded
     assert ex.ran == ["nvcc", "./m 100", "nsys ./m 100", "./m 100", "./m 100"]  # the profiled run is not timed
     assert [x for s, x in log if x.startswith("Repeat")] == ["Repeat 2 of 3: ./m 100", "Repeat 3 of 3: ./m 100"]
+
+
+NCU_REFUSED = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
+               "Counters on the target device 0. For instructions on enabling permissions and to get more "
+               "information see https://developer.nvidia.com/ERR_NVGPUCTRPERM")
+
+
+def test_a_profiler_refused_the_counters_gets_one_line_saying_why(job):
+    script = {"ncu ./m 100": Step(["Op Time: 1.0 ms", NCU_REFUSED]), "ncu ./m 10": Step([NCU_REFUSED]), "echo done": Step(["done"])}
+    outcome, _, log, _ = run(job, ["ncu ./m 100", "ncu ./m 10", "echo done"], script)
+    assert outcome.state is JobState.succeeded  # ncu's own exit status decides, not the line
+    said = [i for i, (s, x) in enumerate(log) if s == LogStream.sys.value and "performance counters" in x]
+    assert len(said) == 1, log
+    assert log[said[0] - 1][1] == NCU_REFUSED and "NVreg_RestrictProfilingToAdminUsers=0" in log[said[0]][1]
+    assert log[said[0] + 1][1].startswith("Running: ncu ./m 10")
+
+
+def test_a_job_without_the_refusal_gets_no_such_line(job):
+    _, _, log, _ = run(job, ["ncu ./m 100"], {"ncu ./m 100": Step(["==PROF== Connected to process 110", "Op Time: 1 ms"])})
+    assert not any("performance counters" in x for _, x in log)

@@ -25,6 +25,7 @@ from raiprotocol.logwire import APPEND_LUA, append_args
 from raiprotocol.markers import one_line
 from raiprotocol.models import LogStream
 
+from .counters import REFUSED
 from .metrics import lines_shipped
 
 
@@ -50,6 +51,7 @@ class LogSink:
         self.lines = 0
         self.truncated = False
         self.op_time_seen = False  # did the current command print "Op Time:"? (timing repeats)
+        self.counters_refused = False  # did a profiler print that the GPU's counters were refused it?
         self.progress_seconds = progress_seconds  # a progress bar still running shows this often
         self._shown: dict[LogStream, float] = {}
         self._append = r.register_script(APPEND_LUA)
@@ -136,6 +138,8 @@ class LogSink:
         text = b"\n".join(parts).decode("utf-8", errors="replace")
         if stream is LogStream.out and "Op Time:" in text:
             self.op_time_seen = True
+        if not self.counters_refused and REFUSED in text:
+            self.counters_refused = True
         self._write(stream, text, len(parts))
 
     def _write(self, stream: LogStream, text: str, count: int) -> None:

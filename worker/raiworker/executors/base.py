@@ -16,6 +16,7 @@ from pathlib import Path
 from raiprotocol.markers import command_of, is_profiled, repeat_line, running_line
 from raiprotocol.models import JobState, MeasuredRun, Phase, TimedRun
 
+from .. import counters
 from ..config import WorkerSettings
 from ..logsink import LogSink
 
@@ -76,8 +77,10 @@ class Executor(ABC):
     @classmethod
     def prepare_host(cls, settings: WorkerSettings, gpu_indexes: list[int]) -> list[str]:
         """Once, as the worker starts, before its pool: tidy what an earlier run left and check the
-        host can run jobs (ExecutorUnavailable if not). Returns lines for the worker's log."""
-        return []
+        host can run jobs (ExecutorUnavailable if not). Returns lines for the worker's log: here,
+        whether jobs on this host's GPUs may read their profiling counters."""
+        line = counters.startup_line() if gpu_indexes else None
+        return [line] if line else []
 
     @classmethod
     def host_stopping(cls, settings: WorkerSettings) -> None:
@@ -150,7 +153,7 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         # the wall clock runs from here: time waiting for a container or in a batch queue is not the job's
         wall_deadline = watch.wall_deadline = ctx.wall_deadline = time.monotonic() + ctx.wall_seconds
         timing: str | None = None
-        repeated = False
+        repeated = refusal_said = False
         plan = [(command, running_line(command)) for command in ctx.commands]
         while plan:
             command, announce = plan.pop(0)
@@ -164,6 +167,9 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
             ctx.phase("command started", command)
             code = executor.run_command(ctx, command, sink)
             sink.flush()
+            if sink.counters_refused and not refusal_said:  # once, after the command whose profiler was refused
+                refusal_said = True
+                sink.system(counters.refused_line(ctx.settings.worker_name))
             ctx.phase("command ended", f"exit {code}")
             if watch.reason:
                 break

@@ -251,7 +251,7 @@ class DockerExecutor(Executor):
         """The engine answers; containers an earlier run of this worker left are removed (a lost
         run must not go on beside its re-run); how jobs get their GPUs is decided once, here."""
         client = docker_client()
-        lines = []
+        lines = super().prepare_host(settings, gpu_indexes)
         removed = reap_containers(client, settings.worker_name)
         if removed:
             lines.append(f"removed {removed} container(s) left by an earlier run")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from raiprotocol.models import JobState
 
+from ..config import WorkerSettings
 from ..errors import SlurmError
 from ..logsink import LogSink
 from ..terminal import Frames, pty_helper, terminal_env
@@ -93,6 +94,11 @@ def pending_position(slurm_id: str, partition: str | None) -> tuple[int, int] | 
 class SlurmExecutor(Executor):
     name = "slurm"
     started_phase = "slurm started"
+
+    @classmethod
+    def prepare_host(cls, settings: WorkerSettings, gpu_indexes: list[int]) -> list[str]:
+        """Nothing to say of this host: the jobs run on the cluster's nodes, whose GPUs are theirs."""
+        return []
 
     def __init__(self) -> None:
         self.slurm_id: str | None = None
