@@ -17,38 +17,10 @@ from . import __version__, entry
 from .api import Api
 from .console import SERVER_OPT, connected, fail, open_api, out
 from .errors import ApiError
-from .output import LogPrinter, WaitNotes, cell, detached_line, finish, kib, print_results, say, warn
+from .output import cell, kib, print_results, say
 
 # plain help (click's): typer's rich help shows "<bool>" after every flag, as if it took a value
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=entry.SUMMARY, rich_markup_mode=None)
-
-
-def follow_job(api: Api, job_id: str, after: int = 0) -> int:
-    """Print the job's log as it comes; Ctrl-C detaches without cancelling."""
-    notes = WaitNotes()
-    printer = LogPrinter()
-    try:
-        for kind, payload in api.follow(job_id, after=after):
-            if kind == "lines":
-                printer.batches(payload)
-            elif kind == "status":
-                note = notes.line(payload)
-                if note:
-                    say(note)
-            elif kind == "reconnecting":
-                line, pause = payload
-                printer.flush()
-                warn(f"connection lost; reconnecting in {pause:.1f} s (resuming after line {line})…")
-            elif kind == "end":
-                return finish(payload.model_dump(mode="json"), api.server)
-    except KeyboardInterrupt:
-        printer.flush()
-        say(detached_line(job_id, printer.last or after))
-        return ExitCode.DETACHED
-    except ApiError as exc:
-        fail(str(exc), exc.code)
-    fail("the log stream ended before the job did; 'raiclient status " + job_id + "' tells where it is", ExitCode.INFRA_ERROR)
-    return ExitCode.INFRA_ERROR
 
 
 @app.command()
@@ -73,17 +45,13 @@ def logs(
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Print a job's log (whole, or live with --follow)."""
+    from .follow import print_so_far, watch
+
     with connected(server) as api:
         job = api.job(job_id)
         if follow or job.state.finished:
-            raise typer.Exit(follow_job(api, job_id, after=after))
-        # not following a running job: print what exists so far and stop
-        printer = LogPrinter()
-        for kind, payload in api.follow(job_id, after=after, live=False):
-            if kind == "lines":
-                printer.batches(payload)
-            elif kind in ("end", "caught_up"):
-                break
+            raise typer.Exit(watch(api.http, job_id, after=after))
+        print_so_far(api.http, job_id, after=after)  # not following a running job: what exists so far
         say(f"The job is {job.state.value}; follow it: raiclient logs {job_id} --follow")
 
 
@@ -284,17 +252,9 @@ def _known_server() -> str | None:
 def version(server: Optional[str] = SERVER_OPT) -> None:
     """Print the client's version (and the server's, when a profile names one that answers)."""
     out.print(f"raiclient {__version__}")
-    try:
-        api = Api(load_profile(server), timeout=5)
-    except ProfileError:
-        return
-    try:
-        info = api.client.get("/healthz").json()
-        out.print(f"server {api.server}: raiserver {info.get('version', '?')}")
-    except Exception:  # noqa: BLE001 - the server's version is a courtesy
-        out.print(f"server {api.server}: not reachable")
-    finally:
-        api.close()
+    line = entry.server_version(server)
+    if line:
+        out.print(line)
 
 
 def main() -> None:

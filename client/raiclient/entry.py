@@ -80,41 +80,30 @@ def help_text() -> str:
             f"Commands:\n{rows}\n\nraiclient COMMAND --help tells more about one command.\n")
 
 
-def _server_version(argv: list[str]) -> str | None:
-    """The server's version line, over the standard library's HTTP (a courtesy: never fails)."""
-    server = os.environ.get("RAI_SERVER")
-    if "--server" in argv[1:]:
-        at = argv.index("--server", 1)
-        server = argv[at + 1] if at + 1 < len(argv) else None
+def server_version(server: str | None) -> str | None:
+    """The server's version line (a courtesy: never fails); None without a server to ask. The
+    server is ``--server``'s, else RAI_SERVER, else the profile's."""
+    server = server or os.environ.get("RAI_SERVER")
     try:
         if not server:
             from raiprotocol.profile import load_profile  # reads the YAML profile; no network library
 
             server = load_profile(None).server
-    except Exception:  # noqa: BLE001 - no profile: nothing to ask
-        return None
-    import http.client
-    import json
-    from urllib.parse import urlsplit
-
-    try:
         from raiprotocol.profile import server_url
 
-        url = urlsplit(server_url(server))
-        if url.scheme == "https":
-            from .tls import context
+        url = server_url(server)
+    except Exception:  # noqa: BLE001 - no profile: nothing to ask
+        return None
+    from .transport import Http
 
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(url.hostname or "", url.port, timeout=5, context=context())
-        else:
-            conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=5)
-        try:
-            conn.request("GET", url.path.rstrip("/") + "/healthz")
-            info = json.loads(conn.getresponse().read(4096))
-        finally:
-            conn.close()
+    conn = Http(None, timeout=5, server=url)
+    try:
+        info = conn.json("GET", "/healthz")
         return f"server {server}: raiserver {info.get('version', '?')}"
     except Exception:  # noqa: BLE001
         return f"server {server}: not reachable"
+    finally:
+        conn.close()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     if args == ["--version"] or (args[:1] == ["version"] and all(a != "--help" for a in args)
                                  and (len(args) == 1 or (args[1] == "--server" and len(args) == 3))):
         print(f"raiclient {__version__}", flush=True)
-        line = _server_version(argv) if args[:1] == ["version"] else None
+        line = server_version(args[2] if args[1:2] == ["--server"] else None) if args[:1] == ["version"] else None
         if line:
             print(line)
         return

@@ -1,5 +1,4 @@
-"""What a failed call to the server tells the student: one sentence and the exit status, the same
-whichever HTTP library made the call (httpx in ``api.py``, the standard library in ``submit.py``)."""
+"""What a failed call to the server tells the student: one sentence and the exit status."""
 
 from __future__ import annotations
 
@@ -9,10 +8,13 @@ from raiprotocol.states import ExitCode
 
 
 class ApiError(Exception):
-    def __init__(self, message: str, code: int = ExitCode.CLIENT_ERROR, status: int | None = None):
+    def __init__(self, message: str, code: int = ExitCode.CLIENT_ERROR, status: int | None = None,
+                 retry_after: str | None = None, transient: bool = False):
         super().__init__(message)
         self.code = code
         self.status = status
+        self.retry_after = retry_after  # the server's Retry-After, where it gave one
+        self.transient = transient  # the connection's trouble, not an answer: trying again may work
 
 
 def detail_of(body: bytes, reason: str) -> str:
@@ -29,7 +31,12 @@ def detail_of(body: bytes, reason: str) -> str:
 
 def refusal(status: int, body: bytes, reason: str, retry_after: str | None) -> ApiError:
     """The error for an answer that is not a success."""
-    detail = detail_of(body, reason)
+    error = _refusal(status, detail_of(body, reason), retry_after)
+    error.retry_after = retry_after
+    return error
+
+
+def _refusal(status: int, detail: str, retry_after: str | None) -> ApiError:
     if status == 401:
         return ApiError(f"the server rejected your credentials ({detail}); run 'raiclient login' or ask your instructor for a new profile",
                         status=status)
@@ -44,7 +51,8 @@ def refusal(status: int, body: bytes, reason: str, retry_after: str | None) -> A
 
 
 def unreachable(server: str) -> ApiError:
-    return ApiError(f"cannot reach the rai server at {server} (is it running? check RAI_SERVER or your profile)")
+    return ApiError(f"cannot reach the rai server at {server} (is it running? check RAI_SERVER or your profile)",
+                    transient=True)
 
 
 def untrusted(server: str, why: str) -> ApiError:
@@ -54,8 +62,8 @@ def untrusted(server: str, why: str) -> ApiError:
 
 
 def no_answer(server: str) -> ApiError:
-    return ApiError(f"the rai server at {server} did not answer in time; try again")
+    return ApiError(f"the rai server at {server} did not answer in time; try again", transient=True)
 
 
 def broke_off(server: str) -> ApiError:
-    return ApiError(f"the connection to {server} broke off (the server may have restarted); try again")
+    return ApiError(f"the connection to {server} broke off (the server may have restarted); try again", transient=True)

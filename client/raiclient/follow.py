@@ -1,0 +1,116 @@
+"""Following a job's log: one reconnecting reader of the server's event stream, and the one
+printer that ``submit`` and ``logs --follow`` share. Standard library only (submit's path)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from raiprotocol import logwire
+from raiprotocol.states import ExitCode
+
+from .errors import ApiError
+from .output import LogPrinter, WaitNotes, detached_line, error, finish, say, warn
+from .transport import Http
+
+
+def stream(conn: Http, job_id: str, after: int = 0, live: bool = True,
+           give_up_after: float | None = None) -> Iterator[tuple[str, Any]]:
+    """Yield ("lines", [Batch]), ("status", dict), ("reconnecting", (last line, pause)) and finally
+    ("end", job as a dict); with ``live=False``, ("caught_up", dict) instead once the lines written
+    so far are out.
+
+    Reconnects with exponential back-off and ``Last-Event-ID`` when the connection drops (bad
+    Wi-Fi, a server restart, a stream cut off for reading too slowly), so no line is lost or
+    printed twice; honours ``Retry-After`` when the server is at its stream limit. Gives up
+    (ApiError) after ``give_up_after`` seconds without progress (``RAI_RECONNECT_SECONDS``, 300).
+    """
+    if give_up_after is None:
+        give_up_after = float(os.environ.get("RAI_RECONNECT_SECONDS", "300"))
+    last = after
+    failing_since: float | None = None
+    delay = 0.25
+    while True:
+        wait: float | None = None
+        try:
+            headers = {"Last-Event-ID": str(last)} if last else None
+            for name, data, _ in conn.events(f"/api/v1/jobs/{job_id}/log", params=None if live else {"follow": "false"},
+                                             headers=headers):
+                if name == "lines":
+                    fresh = [b for b in (x.after(last) for x in logwire.loads(data)) if b is not None]
+                    if fresh:
+                        last = fresh[-1].last
+                        failing_since, delay = None, 0.25
+                        yield "lines", fresh
+                elif name == "status":
+                    failing_since, delay = None, 0.25
+                    yield "status", json.loads(data)
+                elif name in ("end", "caught_up"):
+                    yield name, json.loads(data)
+                    return
+        except ApiError as exc:
+            if exc.status in (429, 503) and (exc.retry_after or "").isdigit():
+                wait = float(exc.retry_after or 0)
+            elif not exc.transient and (exc.status is None or exc.status < 500):
+                raise  # refused for good (no such job, not yours, an untrusted certificate)
+        except (http.client.HTTPException, OSError, ValueError):
+            conn.close()  # broke mid-stream: the next try opens a fresh connection
+        now = time.monotonic()
+        failing_since = failing_since or now
+        if now - failing_since >= give_up_after:
+            raise ApiError(f"lost the connection to {conn.server} for {give_up_after:.0f} s; the job goes on. "
+                           f"Resume with: raiclient logs {job_id} --follow --after {last}")
+        pause = wait if wait is not None else delay * (0.5 + random.random())
+        pause = min(pause, max(0.0, failing_since + give_up_after - now))
+        yield "reconnecting", (last, pause)
+        time.sleep(pause)
+        delay = min(delay * 2, 30.0)
+
+
+def watch(conn: Http, job_id: str, after: int = 0, position: int | None = None, eta: float | None = None) -> int:
+    """Print the job's log as it comes and how it ended; returns the exit status (the job's, or
+    the client's trouble). Ctrl-C detaches without cancelling. ``position``/``eta``: what the
+    submit line already said (not said again)."""
+    printer = LogPrinter()
+    notes = WaitNotes(position, eta)
+    try:
+        for kind, payload in stream(conn, job_id, after=after):
+            if kind == "lines":
+                printer.batches(payload)
+            elif kind == "status":
+                note = notes.line(payload)
+                if note:
+                    say(note)
+            elif kind == "reconnecting":
+                line, pause = payload
+                printer.flush()
+                warn(f"connection lost; reconnecting in {pause:.1f} s (resuming after line {line})…")
+            elif kind == "end":
+                return finish(payload, conn.server)
+    except KeyboardInterrupt:
+        printer.flush()
+        say(detached_line(job_id, printer.last or after))
+        return ExitCode.DETACHED
+    except ApiError as exc:
+        printer.flush()
+        for line in str(exc).split("\n"):
+            error(line)
+        return exc.code
+    error(f"the log stream ended before the job did; 'raiclient status {job_id}' tells where it is")
+    return ExitCode.INFRA_ERROR
+
+
+def print_so_far(conn: Http, job_id: str, after: int = 0) -> None:
+    """The lines a job has written until now, without waiting for more."""
+    printer = LogPrinter()
+    for kind, payload in stream(conn, job_id, after=after, live=False):
+        if kind == "lines":
+            printer.batches(payload)
+        elif kind in ("end", "caught_up"):
+            break
+    printer.flush()
