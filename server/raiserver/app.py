@@ -168,7 +168,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return {"ok": True, "version": __version__}
 
     @app.exception_handler(DomainError)
-    async def _refused(request: Request, exc: DomainError) -> JSONResponse:
+    async def _refused(request: Request, exc: DomainError) -> Response:
+        if web.wants_page(request):  # a browser gets the page with a way back, as for HTTP errors
+            return await run_in_threadpool(web.error_page, request, exc.status, str(exc))
         return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(ClientDisconnect)

@@ -11,16 +11,12 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from fastapi import Depends, HTTPException, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
+from fastapi import HTTPException, Request, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from .permissions import ROLES, is_staff
 from .tables import RevokedKey, User
-
-basic = HTTPBasic(auto_error=False)
-bearer = HTTPBearer(auto_error=False)
 
 
 def hash_secret(secret: str) -> str:
@@ -78,11 +74,6 @@ class Principal:
         return is_staff(self.user.role)
 
 
-def get_db(request: Request):
-    with request.app.state.db.session() as s:
-        yield s
-
-
 def key_tag(access_key: str) -> str:
     """What a web session remembers of the key it logged in with: a new or revoked key ends it."""
     return hashlib.sha256(access_key.encode()).hexdigest()[:24]
@@ -114,49 +105,3 @@ def too_many_failures(request: Request, access_key: str) -> None:
     if wait is not None:
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
                             f"too many failed logins; try again in {wait} s", headers={"Retry-After": str(wait)})
-
-
-UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
-
-
-def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(basic)) -> Principal:
-    """Who is calling. Uses its own short session, so no database connection is held while a
-    slow upload streams in (students on bad Wi-Fi must not exhaust the pool)."""
-    with request.app.state.db.session() as db:
-        user: User | None = None
-        if creds is not None:
-            too_many_failures(request, creds.username)
-            user = authenticate(db, creds.username, creds.password)
-            if user is None:
-                wait = request.app.state.login_limiter.failed(client_ip(request), creds.username)
-                if wait is not None:
-                    raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, f"too many failed logins; try again in {wait} s",
-                                        headers={"Retry-After": str(wait)})
-                retired = db.get(RevokedKey, creds.username)
-                detail = (f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; use your new profile or ask your instructor for one"
-                          if retired else "unknown access key or wrong secret key")
-                raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Basic"})
-        else:
-            user = session_user(db, request)
-            if user is not None and request.method in UNSAFE:
-                # a browser sends the cookie with any request to us: a write needs the page's token
-                expected = request.session.get("csrf", "")
-                if not expected or not hmac.compare_digest(expected, request.headers.get("x-csrf-token", "")):
-                    raise HTTPException(status.HTTP_403_FORBIDDEN, "a cookie-authenticated write needs the X-CSRF-Token header")
-        if user is None:
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "credentials required", headers={"WWW-Authenticate": "Basic"})
-        if not user.active:
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"account {user.username} is deactivated")
-        return Principal(user)
-
-
-def require_staff(p: Principal = Depends(current_user)) -> Principal:
-    if not p.is_staff:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "staff only")
-    return p
-
-
-def require_worker(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-    token = request.app.state.settings.worker_token
-    if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "worker token required")

@@ -14,8 +14,9 @@ import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request, status
+from fastapi import APIRouter, Form, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -26,23 +27,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from raiprotocol.models import JobState
 
-from .auth import Principal, authenticate, client_ip, get_db, key_tag, session_user
+from .auth import Principal, authenticate, client_ip, key_tag, session_user
 from .config import Settings
 from .db import utcnow
+from .deps import LoginRequired, SessionDep, WebUser
 from .fleet import is_alive
+from .job_lookup import cancellable_job, visible_job
 from .jobs import QueueView, cancel_job, job_out
 from .leaderboard import hidden, leaderboard
 from .permissions import can_cancel
-from .routes.jobs import cancellable_job, visible_job
 from .tables import Job, User, Worker
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 router = APIRouter(include_in_schema=False)
-
-
-class LoginRequired(Exception):
-    pass
 
 
 def csrf_token(request: Request) -> str:
@@ -59,14 +57,6 @@ def check_csrf(request: Request, token: str) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "the form expired; reload the page and try again")
 
 
-def web_user(request: Request, db: Session = Depends(get_db)) -> Principal:
-    user = session_user(db, request)
-    if user is None:
-        request.session.pop("user_id", None)
-        raise LoginRequired()
-    return Principal(user)
-
-
 def render(request: Request, name: str, p: Principal | None, **ctx) -> HTMLResponse:
     nonce = request.scope.get("state", {}).get("csp_nonce", "")
     return templates.TemplateResponse(request, name, {"me": p, "csrf": csrf_token(request), "nonce": nonce, **ctx})
@@ -78,8 +68,8 @@ def login_page(request: Request, error: str | None = None) -> HTMLResponse:
 
 
 @router.post("/login")
-def login(request: Request, access_key: str = Form(...), secret_key: str = Form(...), csrf: str = Form(...),
-          db: Session = Depends(get_db)) -> Response:
+def login(request: Request, access_key: Annotated[str, Form()], secret_key: Annotated[str, Form()], csrf: Annotated[str, Form()],
+          db: SessionDep) -> Response:
     check_csrf(request, csrf)
     key = access_key.strip()
     limiter = request.app.state.login_limiter
@@ -100,7 +90,7 @@ def login(request: Request, access_key: str = Form(...), secret_key: str = Form(
 
 
 @router.post("/logout")
-def logout(request: Request, csrf: str = Form(...), db: Session = Depends(get_db)) -> Response:
+def logout(request: Request, csrf: Annotated[str, Form()], db: SessionDep) -> Response:
     """Ends this user's browser sessions for good, not only this cookie: a copy of the signed
     cookie would otherwise answer until it expires (12 h)."""
     check_csrf(request, csrf)
@@ -183,7 +173,7 @@ class QueueFeed:
 
 
 @router.get("/queue")
-def queue_page(request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+def queue_page(request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
     return render(request, "queue.html", p, snapshot=queue_snapshot(db, request.app.state.settings, p))
 
 
@@ -227,7 +217,7 @@ async def queue_events(request: Request) -> EventSourceResponse:
 
 
 @router.get("/workers")
-def workers_page(request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+def workers_page(request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
     if not p.is_staff:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "the workers page is for staff")
     dead_after = request.app.state.settings.worker_dead_after
@@ -238,15 +228,15 @@ def workers_page(request: Request, p: Principal = Depends(web_user), db: Session
 
 
 @router.get("/jobs/{job_id}")
-def job_page(job_id: str, request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
     job = visible_job(db, p, job_id)
     return render(request, "job.html", p, job=job_out(db, job, QueueView(db, request.app.state.settings)), spec=job.spec_yaml,
                   can_cancel=can_cancel(p, job))
 
 
 @router.post("/jobs/{job_id}/cancel")
-def cancel_from_web(job_id: str, request: Request, csrf: str = Form(...), p: Principal = Depends(web_user),
-                    db: Session = Depends(get_db)) -> Response:
+def cancel_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()], p: WebUser,
+                    db: SessionDep) -> Response:
     check_csrf(request, csrf)
     job = cancellable_job(db, p, job_id)
     cancel_job(db, request.app.state.services, job, p.user)
@@ -255,7 +245,7 @@ def cancel_from_web(job_id: str, request: Request, csrf: str = Form(...), p: Pri
 
 
 @router.get("/leaderboard")
-def leaderboard_page(request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+def leaderboard_page(request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
     settings = request.app.state.settings
     entries = leaderboard(db, settings, p)
     unverified = leaderboard(db, settings, p, board="unverified")
@@ -266,7 +256,7 @@ def leaderboard_page(request: Request, p: Principal = Depends(web_user), db: Ses
 
 
 @router.get("/users/{username}")
-def user_page(username: str, request: Request, p: Principal = Depends(web_user), db: Session = Depends(get_db)) -> HTMLResponse:
+def user_page(username: str, request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
     user = db.scalar(select(User).where(User.username == username))
     if user is None or not (p.is_staff or user.id == p.user.id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {username}")

@@ -15,11 +15,11 @@ from raiprotocol.models import AuditRow, CourseBuildIn, CourseBuildOut, IssuedKe
 from .. import course
 from ..audit import audit
 from ..auth import create_user, revoke_keys, rotate_keys
+from ..deps import InstructorUser, SessionDep, StaffUser
 from ..errors import DomainError
 from ..images import BadImage, blob_path, request_pull, tar_images
 from ..permissions import ROLES, may_change, may_grant
 from ..tables import AuditEntry, CourseBuild, User
-from .deps import InstructorUser, SessionDep, StaffUser
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 

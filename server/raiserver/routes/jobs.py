@@ -10,64 +10,23 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 
 from raiprotocol.models import FilesFreed, JobList, JobOut, JobState, QueueSummary, UserOut
 
 from ..auth import Principal
 from ..db import utcnow
+from ..deps import CurrentUser, SessionDep, services
 from ..errors import Conflict, DomainError
 from ..fleet import live_workers
+from ..job_lookup import cancellable_job, visible_job
 from ..jobs import QueueView, cancel_job, job_out, shown_state
 from ..logstream import log_events, plain_text
-from ..permissions import can_cancel, can_see
 from ..retention import delete_files, usage
 from ..submissions import accept_submission
 from ..tables import Job, User
-from .deps import CurrentUser, SessionDep, services
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
-
-
-def cancellable_job(db: Session, p: Principal, job_id: str) -> Job:
-    job = visible_job(db, p, job_id)
-    if not can_cancel(p, job):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, f"job {job.id} is {job.owner.username}'s: only its owner or staff can cancel it")
-    return job
-
-
-ID_LENGTH, MIN_PREFIX = 26, 6
-
-
-def visible_job(db: Session, p: Principal, job_id: str) -> Job:
-    """The job if this user may see it; 404 otherwise, so ids of others' jobs leak nothing. Any
-    unique start of an id (6 characters or more, any case) stands for it, among the jobs this user
-    may see: what a student copied from a narrow table still works."""
-    job_id = job_id.strip().upper()
-    if len(job_id) < ID_LENGTH:
-        return _job_by_prefix(db, p, job_id)
-    job = db.get(Job, job_id)
-    if job is None or not can_see(p, job):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {job_id} (or not yours)")
-    return job
-
-
-def _job_by_prefix(db: Session, p: Principal, prefix: str) -> Job:
-    if len(prefix) < MIN_PREFIX or not prefix.isalnum():
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {prefix}: give at least {MIN_PREFIX} characters of its id")
-    q = select(Job).where(Job.id.startswith(prefix, autoescape=True)).order_by(Job.id).limit(50)
-    if not p.is_staff:
-        mates = select(User.id).where(User.team == p.user.team) if p.user.team else None
-        q = q.where(Job.owner_id == p.user.id if mates is None else (Job.owner_id == p.user.id) | Job.owner_id.in_(mates))
-    found = [j for j in db.scalars(q) if can_see(p, j)][:4]
-    if not found:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {prefix} (none of yours starts with it)")
-    if len(found) > 1:
-        more = ", …" if len(found) > 3 else ""
-        raise HTTPException(status.HTTP_409_CONFLICT, f"{prefix} is the start of several jobs ({', '.join(j.id for j in found[:3])}{more}); "
-                                                      "give more characters")
-    return found[0]
 
 
 def job_snapshot(request: Request, p: Principal, job_id: str) -> Callable[[], JobOut]:

@@ -11,8 +11,8 @@ from fastapi.responses import PlainTextResponse
 
 from raiprotocol.models import Entry
 
+from ..deps import CurrentUser, SessionDep, StaffUser
 from ..leaderboard import leaderboard
-from .deps import CurrentUser, SessionDep, StaffUser
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
 

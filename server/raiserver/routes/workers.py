@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from sqlalchemy import select
@@ -12,19 +12,18 @@ from sqlalchemy import select
 from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate, QueueImages, WorkerOut
 from raiprotocol.spec import normalize_image
 
-from ..auth import require_worker
 from ..db import utcnow
+from ..deps import WORKER_ONLY, CurrentUser, SessionDep, StaffUser, services
 from ..fleet import is_alive, queue_images
 from ..images import blob_path, wanted_by
 from ..jobs import add_phase, claim_job, reconcile, update_job
 from ..tables import Job, Worker
-from .deps import CurrentUser, SessionDep, StaffUser, services
 
 log = logging.getLogger("raiserver")
 router = APIRouter(prefix="/api/v1", tags=["workers"])
 
 
-@router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=[Depends(require_worker)])
+@router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=WORKER_ONLY)
 def heartbeat(hb: Heartbeat, request: Request, db: SessionDep) -> HeartbeatReply:
     w = db.get(Worker, hb.name)
     if w is None:
@@ -65,18 +64,18 @@ def images(request: Request, _: CurrentUser, db: SessionDep) -> list[QueueImages
     return queue_images(db, services(request).settings.worker_dead_after)
 
 
-@router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=[Depends(require_worker)])
+@router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=WORKER_ONLY)
 def claim(job_id: str, body: Claim, request: Request, db: SessionDep) -> ClaimGranted:
     return claim_job(db, services(request), job_id, body)
 
 
-@router.post("/worker/jobs/{job_id}/state", dependencies=[Depends(require_worker)])
+@router.post("/worker/jobs/{job_id}/state", dependencies=WORKER_ONLY)
 def state(job_id: str, body: JobUpdate, request: Request, db: SessionDep) -> dict:
     job = update_job(db, services(request), job_id, body)
     return {"state": job.state.value}
 
 
-@router.get("/worker/jobs/{job_id}/archive", dependencies=[Depends(require_worker)])
+@router.get("/worker/jobs/{job_id}/archive", dependencies=WORKER_ONLY)
 def archive(job_id: str, request: Request, db: SessionDep) -> FileResponse:
     job = db.get(Job, job_id)
     if job is None:
@@ -87,7 +86,7 @@ def archive(job_id: str, request: Request, db: SessionDep) -> FileResponse:
     return FileResponse(path, media_type="application/gzip")
 
 
-@router.get("/worker/images/{sha256}", dependencies=[Depends(require_worker)])
+@router.get("/worker/images/{sha256}", dependencies=WORKER_ONLY)
 def image_blob(sha256: str, request: Request) -> FileResponse:
     """A `docker save` tar staff uploaded, for workers to load."""
     if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
@@ -98,7 +97,7 @@ def image_blob(sha256: str, request: Request) -> FileResponse:
     return FileResponse(path, media_type="application/x-tar")
 
 
-@router.put("/worker/jobs/{job_id}/build", dependencies=[Depends(require_worker)])
+@router.put("/worker/jobs/{job_id}/build", dependencies=WORKER_ONLY)
 async def upload_build(job_id: str, request: Request, attempt: int = Query(...)) -> dict:
     svc = services(request)
 
