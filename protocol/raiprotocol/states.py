@@ -17,7 +17,10 @@ class JobState(str, Enum):
 
     @property
     def finished(self) -> bool:
-        return self not in (JobState.queued, JobState.running)
+        return self not in UNFINISHED
+
+
+UNFINISHED = (JobState.queued, JobState.running)  # a job's "active" states, everywhere they are asked for
 
 
 class ExitCode(IntEnum):

@@ -9,7 +9,7 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiprotocol.models import JobState
+from raiprotocol.states import UNFINISHED
 
 from .config import Settings
 from .db import utcnow
@@ -24,7 +24,7 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
     if settings.staff_exempt and user.role in STAFF:
         return
     active = db.scalars(
-        select(Job.id).where(Job.owner_id == user.id, Job.state.in_([JobState.queued, JobState.running]))
+        select(Job.id).where(Job.owner_id == user.id, Job.state.in_(UNFINISHED))
         .order_by(Job.created_at)
     ).all()
     if len(active) >= settings.max_active_jobs:

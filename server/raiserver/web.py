@@ -26,6 +26,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from raiprotocol.models import JobState
+from raiprotocol.states import UNFINISHED
 
 from .auth import Principal, authenticate, client_ip, key_tag, session_user
 from .config import Settings
@@ -111,7 +112,7 @@ def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
     """Every waiting and running job, as staff see it (``owner_id`` to tell whose it is)."""
     jobs = db.scalars(
         select(Job).options(joinedload(Job.owner))
-        .where(Job.state.in_([JobState.queued, JobState.running])).order_by(Job.created_at)
+        .where(Job.state.in_(UNFINISHED)).order_by(Job.created_at)
     ).all()
     now = utcnow()
     rows: dict[str, list[dict]] = {"queued": [], "running": []}

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from sse_starlette.sse import EventSourceResponse
 
 from raiprotocol.models import FilesFreed, JobList, JobOut, JobState, QueueSummary, UserOut
+from raiprotocol.states import UNFINISHED
 
 from ..auth import Principal
 from ..db import utcnow
@@ -92,13 +93,13 @@ def queue_summary(request: Request, p: CurrentUser, db: SessionDep) -> list[Queu
     counts: Counter[tuple[str, JobState]] = Counter()
     held = Job.waiting.is_not(None)  # claimed, but still waiting in Slurm: shown as waiting
     for queue, state, waits, n in db.execute(select(Job.queue, Job.state, held, func.count()).where(
-            Job.state.in_([JobState.queued, JobState.running])).group_by(Job.queue, Job.state, held)):
+            Job.state.in_(UNFINISHED)).group_by(Job.queue, Job.state, held)):
         counts[queue, shown_state(state, waits)] += n
     live = live_workers(db, dead_after)
     served = {q for w in live for q in (w.queues or [])}
     view = QueueView(db, services(request).settings)
     mine = db.scalars(select(Job).where(Job.owner_id == p.user.id,
-                                        Job.state.in_([JobState.queued, JobState.running])).order_by(Job.created_at)).all()
+                                        Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
     # answering: alive, and heard from within a few heartbeats (a killed worker is silent long
     # before it is declared dead)
     settings = services(request).settings
