@@ -64,9 +64,9 @@ def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_ur
                           "(100, 'old_student', 'student', 'oldkey', :h, true, now())"), {"h": hash_secret("oldsecret")})
         conn.execute(text(
             "INSERT INTO jobs (id, owner_id, queue, kind, state, image, spec_yaml, archive_sha256, archive_bytes, gpu_count, "
-            "created_at, finished_at, attempt, cancel_requested, has_build, results) VALUES "
+            "created_at, dispatched_at, finished_at, attempt, cancel_requested, has_build, results) VALUES "
             "('01JOLDJOBOLDJOBOLDJOBOLDJO', 100, 'gpu', 'final', 'succeeded', 'rai/busybox:latest', 'x', 'abc', 10, 0, "
-            "now(), now(), 1, false, false, :r)"), {"r": '{"op_times": [0.5], "op_time_total": 0.5, "correctness": {"m": 0.9}}'})
+            "now(), '2026-01-02T03:04:05+00:00', now(), 1, false, false, :r)"), {"r": '{"op_times": [0.5], "op_time_total": 0.5, "correctness": {"m": 0.9}}'})
     engine.dispose()
     svc = start_service(tmp_path / "svc", redis_url, pg_url, "process", worker=False)  # migrates at start
     try:
@@ -75,10 +75,11 @@ def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_ur
         r = httpx.get(f"{svc.url}/api/v1/jobs/01JOLDJOBOLDJOBOLDJOBOLDJO", auth=("oldkey", "oldsecret"), timeout=10)
         assert r.status_code == 200, r.text
         assert r.json()["state"] == "succeeded" and r.json()["results"]["op_time_total"] == 0.5
+        assert r.json()["released_at"].startswith("2026-01-02T03:04:05")  # the column's new name kept its value
         with psycopg.connect(libpq(pg_url)) as conn:
             head = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
             kept = conn.execute("SELECT archive_kept, build_bytes, course_build_id FROM jobs").fetchone()
-        assert head == "0009" and kept == (True, 0, None)
+        assert head == "0010" and kept == (True, 0, None)
         board = httpx.get(f"{svc.url}/api/v1/leaderboard", params={"board": "unverified"}, auth=("oldkey", "oldsecret")).json()
         assert [e["op_time"] for e in board] == [0.5]  # its printed result is still shown, apart
     finally:
@@ -135,4 +136,4 @@ def test_four_server_processes_starting_together_migrate_a_fresh_database_once(o
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in results]
     with psycopg.connect(libpq(own_pg)) as conn:
-        assert conn.execute("SELECT count(*), min(version_num) FROM alembic_version").fetchone() == (1, "0009")
+        assert conn.execute("SELECT count(*), min(version_num) FROM alembic_version").fetchone() == (1, "0010")

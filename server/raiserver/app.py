@@ -1,4 +1,4 @@
-"""The FastAPI application: wiring of settings, database, storage, logs, dispatch and routes."""
+"""The FastAPI application: wiring of settings, database, storage, logs, the fair-share release and routes."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from .config import Settings, load_settings
 from .db import Database, migrate
 from .dispatch import Dispatcher
 from .errors import DomainError
-from .fairshare import dispatch, release_stale
+from .fairshare import release_jobs, release_stale
 from .feed import LogHub
 from .hardening import LoginLimiter, SecurityHeaders
 from .jobs import QueueView, Services, job_out, reap
@@ -88,7 +88,7 @@ def dispatch_pass(app: FastAPI) -> int:
             return 0
         with app.state.db.session() as db:
             release_stale(db)
-            return dispatch(db, lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
+            return release_jobs(db, lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
                             s.worker_dead_after, s.staff_priority, set(s.priority_kinds))
 
 

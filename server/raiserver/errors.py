@@ -31,6 +31,11 @@ class Forbidden(DomainError):
     status, refusal = 403, "forbidden"
 
 
+class Missing(DomainError):
+    """It was there and is gone (a job's archive no longer in storage)."""
+    status, refusal = 410, "gone"
+
+
 class Conflict(DomainError):
     status, refusal = 409, "conflict"
 

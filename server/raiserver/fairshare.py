@@ -38,14 +38,14 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
     """The queue's waiting (not yet released) jobs in the order they will be released."""
     waiting = db.scalars(
         select(Job).options(joinedload(Job.owner))
-        .where(Job.queue == queue, Job.state == JobState.queued, Job.dispatched_at.is_(None))
+        .where(Job.queue == queue, Job.state == JobState.queued, Job.released_at.is_(None))
         .order_by(Job.created_at, Job.id)
     ).all()
     if not waiting:
         return []
     owners = {j.owner_id for j in waiting}
     last = dict(db.execute(
-        select(Job.owner_id, func.max(Job.dispatched_at)).where(Job.owner_id.in_(owners), Job.dispatched_at.is_not(None))
+        select(Job.owner_id, func.max(Job.released_at)).where(Job.owner_id.in_(owners), Job.released_at.is_not(None))
         .group_by(Job.owner_id)
     ).all())
     per_owner: dict[int, list[Job]] = {}
@@ -77,7 +77,7 @@ def free_slots(db: Session, queue: str, dead_after: float) -> int:
         select(func.count()).select_from(Job).where(
             Job.queue == queue,
             or_(Job.state == JobState.running,
-                (Job.state == JobState.queued) & Job.dispatched_at.is_not(None)),
+                (Job.state == JobState.queued) & Job.released_at.is_not(None)),
         )
     )
     return max(slots - int(busy or 0), 0)
@@ -92,16 +92,16 @@ def release_stale(db: Session) -> int:
     under a new attempt number, so the lost message, should it reappear, is refused."""
     cutoff = utcnow() - STALE_DISPATCH
     stale = db.scalars(
-        select(Job).where(Job.state == JobState.queued, Job.dispatched_at.is_not(None), Job.dispatched_at < cutoff)
+        select(Job).where(Job.state == JobState.queued, Job.released_at.is_not(None), Job.released_at < cutoff)
     ).all()
     for job in stale:
         job.attempt += 1
-        job.dispatched_at = None
+        job.released_at = None
     db.commit()
     return len(stale)
 
 
-def dispatch(db: Session, send, dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> int:
+def release_jobs(db: Session, send, dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> int:
     """Release as many jobs as there are free slots, in fair order. ``send(job)`` hands one to Celery."""
     released = 0
     for queue in queues_with_work(db):
@@ -109,7 +109,7 @@ def dispatch(db: Session, send, dead_after: float, staff_priority: bool = True, 
         if free <= 0:
             continue
         for job in fair_order(db, queue, staff_priority, priority_kinds)[:free]:
-            job.dispatched_at = utcnow()
+            job.released_at = utcnow()
             db.commit()  # durable before the message exists: a crash here leaves it for release_stale
             send(job)
             released += 1

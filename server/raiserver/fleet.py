@@ -10,12 +10,28 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiprotocol.models import ImageOffer, QueueImages
+from raiprotocol.models import Heartbeat, ImageOffer, QueueImages
 from raiprotocol.spec import BuildSpec, normalize_image
 
 from .db import utcnow
 from .errors import Invalid
 from .tables import Worker
+
+
+def record_heartbeat(db: Session, hb: Heartbeat) -> Worker:
+    """What a worker says of itself every few seconds, kept (a new name is a new worker)."""
+    w = db.get(Worker, hb.name)
+    if w is None:
+        w = Worker(name=hb.name)
+        db.add(w)
+    w.queues, w.executor, w.slots, w.busy = hb.queues, hb.executor, hb.slots, hb.busy
+    w.gpus = [g.model_dump() for g in hb.gpus]
+    w.running, w.version, w.last_seen = hb.running, hb.version, utcnow()
+    w.images = None if hb.images is None else sorted({normalize_image(i) for i in hb.images})
+    w.pulls = dict(hb.pulls) or None
+    w.arch = hb.arch
+    db.commit()
+    return w
 
 
 def is_alive(w: Worker, dead_after: float, now: datetime | None = None) -> bool:

@@ -16,13 +16,14 @@ from raiprotocol.keys import IMAGE_PULLS
 from raiprotocol.models import PullRequest
 from raiprotocol.spec import normalize_image
 
+from .errors import Invalid
 from .storage import Storage
 
 IMAGE_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@")
 
 
-class BadImage(ValueError):
-    pass
+class BadImage(Invalid):
+    """An image name or archive the workers cannot be asked to use (422)."""
 
 
 def check_name(image: str) -> str:

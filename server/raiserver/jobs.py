@@ -22,7 +22,7 @@ from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
 from .audit import audit
 from .config import Settings
 from .course import spec_of
-from .db import utcnow
+from .db import Database, utcnow
 from .dispatch import Dispatcher
 from .errors import Conflict, NotFound
 from .fairshare import fair_order
@@ -52,8 +52,8 @@ def phases_of(job: Job) -> list[Phase]:
     """The job's timeline: the steps the server and the worker noted, with the ones its columns
     already hold (submitted, released, finished), in the order they happened."""
     phases = [Phase(name="submitted", at=job.created_at)]
-    if job.dispatched_at:
-        phases.append(Phase(name="released", at=job.dispatched_at, detail=job.queue))
+    if job.released_at:
+        phases.append(Phase(name="released", at=job.released_at, detail=job.queue))
     phases += [Phase.model_validate(p) for p in job.phases or []]
     if job.finished_at:
         phases.append(Phase(name="finished", at=job.finished_at, detail=job.state.value))
@@ -78,7 +78,7 @@ class QueueView:
         """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
         if job.state != JobState.queued:
             return None
-        if job.dispatched_at is not None:
+        if job.released_at is not None:
             return 1
         if job.queue not in self._positions:
             s = self.settings
@@ -142,7 +142,7 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         waiting=job.waiting,
         image=job.image,
         created_at=job.created_at,
-        released_at=job.dispatched_at,
+        released_at=job.released_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
         worker=job.worker,
@@ -342,7 +342,7 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
     job.state = JobState.queued
     job.waiting = None
     job.worker = None
-    job.dispatched_at = None
+    job.released_at = None
     db.commit()
     svc.logs.system(job.id, f"{reason}; the job goes back in the queue (attempt {job.attempt} of {svc.settings.max_attempts})")
 
@@ -381,3 +381,22 @@ def reap(db: Session, svc: Services) -> int:
             requeue_lost(db, svc, job, f"Worker {job.worker} stopped answering")
             n += 1
     return n
+
+
+def check_build_attempt(db: Database, job_id: str, attempt: int) -> None:
+    """A worker may upload a job's build folder only for the attempt that is still running."""
+    with db.session() as s:
+        job = s.get(Job, job_id)
+        if job is None:
+            raise NotFound("no such job")
+        if job.attempt != attempt or job.state.finished:
+            raise Conflict("stale attempt")
+
+
+def note_build(db: Database, job_id: str, size: int) -> None:
+    """The build folder is stored: the job's timeline and its size say so."""
+    with db.session() as s:
+        job = s.get(Job, job_id)
+        if job is not None:
+            add_phase(job, "build uploaded", f"{size} bytes")
+            job.build_bytes = size

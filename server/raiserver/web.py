@@ -32,6 +32,7 @@ from .auth import Principal, authenticate, client_ip, key_tag, session_user
 from .config import Settings
 from .db import utcnow
 from .deps import LoginRequired, SessionDep, WebUser
+from .errors import Forbidden, NotFound
 from .fleet import is_alive
 from .job_lookup import cancellable_job, visible_job
 from .jobs import QueueView, cancel_job, job_out
@@ -55,7 +56,7 @@ def csrf_token(request: Request) -> str:
 def check_csrf(request: Request, token: str) -> None:
     expected = request.session.get("csrf", "")
     if not expected or not hmac.compare_digest(expected, token):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "the form expired; reload the page and try again")
+        raise Forbidden("the form expired; reload the page and try again")
 
 
 def render(request: Request, name: str, p: Principal | None, **ctx) -> HTMLResponse:
@@ -220,7 +221,7 @@ async def queue_events(request: Request) -> EventSourceResponse:
 @router.get("/workers")
 def workers_page(request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
     if not p.is_staff:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "the workers page is for staff")
+        raise Forbidden("the workers page is for staff")
     dead_after = request.app.state.settings.worker_dead_after
     now = utcnow()
     rows = [{"w": w, "alive": is_alive(w, dead_after, now), "age": round((now - w.last_seen).total_seconds())}
@@ -260,7 +261,7 @@ def leaderboard_page(request: Request, p: WebUser, db: SessionDep) -> HTMLRespon
 def user_page(username: str, request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
     user = db.scalar(select(User).where(User.username == username))
     if user is None or not (p.is_staff or user.id == p.user.id):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {username}")
+        raise NotFound(f"no user {username}")
     jobs = db.scalars(select(Job).where(Job.owner_id == user.id).order_by(Job.created_at.desc()).limit(200)).all()
     view = QueueView(db, request.app.state.settings)
     history = [

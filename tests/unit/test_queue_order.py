@@ -1,4 +1,4 @@
-"""The positions a student is shown are the order in which dispatch really releases jobs, under
+"""The positions a student is shown are the order in which the fair-share release really sends jobs, under
 every fairness setting."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from raiserver.config import Settings
-from raiserver.fairshare import dispatch
+from raiserver.fairshare import release_jobs
 from raiserver.jobs import QueueView
 
 from .conftest import add_job, add_user, add_worker
@@ -14,7 +14,7 @@ from .conftest import add_job, add_user, add_worker
 
 def released_order(db, settings: Settings, slots: int) -> list[str]:
     sent: list[str] = []
-    dispatch(db, lambda job: sent.append(job.id), settings.worker_dead_after, settings.staff_priority,
+    release_jobs(db, lambda job: sent.append(job.id), settings.worker_dead_after, settings.staff_priority,
              set(settings.priority_kinds))
     return sent
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import csv
-import io
-
-from fastapi import APIRouter, Body, HTTPException, Query, Request, status
+from fastapi import APIRouter, Body, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -14,19 +11,15 @@ from raiprotocol.models import AuditRow, CourseBuildIn, CourseBuildOut, IssuedKe
 
 from .. import course
 from ..audit import audit
-from ..auth import create_user, revoke_keys, rotate_keys
+from ..auth import revoke_keys, rotate_keys
 from ..deps import InstructorUser, SessionDep, StaffUser
-from ..errors import DomainError
-from ..images import BadImage, blob_path, request_pull, tar_images
-from ..permissions import ROLES, may_change, may_grant
+from ..errors import NotFound
+from ..images import blob_path, request_pull, tar_images
+from ..permissions import may_change
+from ..roster import import_csv, issued
 from ..tables import AuditEntry, CourseBuild, User
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
-
-
-def _issued(user: User, secret: str) -> IssuedKeys:
-    return IssuedKeys(username=user.username, access_key=user.access_key, secret_key=secret, firstname=user.firstname,
-                      lastname=user.lastname, email=user.email, team=user.team)
 
 
 @router.post("/roster", response_model=RosterResult)
@@ -34,52 +27,7 @@ def import_roster(*, csv_text: str = Body(..., media_type="text/csv"), p: Instru
                   db: SessionDep) -> RosterResult:
     """CSV with a header: username (required), name or firstname/lastname, email, team, role.
     New users get keys (returned once); students missing from the CSV are deactivated, history kept."""
-    reader = csv.DictReader(io.StringIO(csv_text.lstrip("\ufeff")))
-    if not reader.fieldnames or "username" not in [f.strip().lower() for f in reader.fieldnames]:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "roster: the first line must name the columns, with at least 'username'")
-    result = RosterResult()
-    listed: set[str] = set()
-    for lineno, raw in enumerate(reader, start=2):
-        row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
-        username = row.get("username", "")
-        if not username:
-            continue
-        if not username.replace("_", "").replace("-", "").replace(".", "").isalnum() or len(username) > 64:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"roster line {lineno}: bad username {username!r}")
-        role = row.get("role") or None  # no role column, or an empty cell: the role is not changed
-        if role is not None and role not in ROLES:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, f"roster line {lineno}: unknown role {role!r}")
-        if role is not None:
-            may_grant(p.user, role, f"roster line {lineno}: ")
-        first, last = row.get("firstname"), row.get("lastname")
-        if not first and row.get("name"):
-            first, _, last = row["name"].partition(" ")
-        fields = {"firstname": first or None, "lastname": last or None, "email": row.get("email") or None,
-                  "team": row.get("team") or None}
-        if role is not None:
-            fields["role"] = role
-        listed.add(username)
-        user = db.scalar(select(User).where(User.username == username))
-        if user is None:
-            user, secret = create_user(db, username, **{"role": "student", **fields})  # type: ignore[arg-type]
-            result.created.append(_issued(user, secret))
-            continue
-        changed = {k: v for k, v in fields.items() if getattr(user, k) != v}
-        if changed or not user.active:
-            may_change(p.user, user, f"roster line {lineno}: ")
-        for k, v in changed.items():
-            setattr(user, k, v)
-        if not user.active:
-            user.active = True
-            result.reactivated.append(username)
-        elif changed:
-            result.updated.append(username)
-        else:
-            result.unchanged.append(username)
-    for user in db.scalars(select(User).where(User.role == "student", User.active.is_(True))):
-        if user.username not in listed:
-            user.active = False
-            result.deactivated.append(user.username)
+    result = import_csv(db, p.user, csv_text)
     audit(db, p.user.username, "roster.import", "", created=[c.username for c in result.created],
           updated=result.updated, deactivated=result.deactivated, reactivated=result.reactivated)
     return result
@@ -88,7 +36,7 @@ def import_roster(*, csv_text: str = Body(..., media_type="text/csv"), p: Instru
 def _user(db: Session, username: str) -> User:
     user = db.scalar(select(User).where(User.username == username))
     if user is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no user {username}")
+        raise NotFound(f"no user {username}")
     return user
 
 
@@ -99,7 +47,7 @@ def rotate(username: str, p: InstructorUser, db: SessionDep) -> IssuedKeys:
     may_change(p.user, user)
     secret = rotate_keys(db, user, reason="rotated")
     audit(db, p.user.username, "keys.rotate", username)
-    return _issued(user, secret)
+    return issued(user, secret)
 
 
 @router.post("/users/{username}/revoke", response_model=UserRow)
@@ -129,10 +77,7 @@ def audit_log(*, limit: int = Query(100, ge=1, le=1000), _: InstructorUser,
 def pull_image(body: PullBody, request: Request, p: InstructorUser,
                db: SessionDep) -> PullRequest:
     """Ask every worker to pull an image from its registry (on the worker host: jobs have no network)."""
-    try:
-        req = request_pull(request.app.state.services.logs.redis, body.image)
-    except BadImage as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+    req = request_pull(request.app.state.services.logs.redis, body.image)
     audit(db, p.user.username, "image.pull", req.image)
     db.commit()
     return req
@@ -146,10 +91,7 @@ async def load_image(request: Request, p: InstructorUser) -> list[PullRequest]:
                                             "the image archive (RAI_MAX_IMAGE_BYTES)")
 
     def _keep() -> list[PullRequest]:
-        try:
-            names = tar_images(tmp)
-        except BadImage as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+        names = tar_images(tmp)
         dest = blob_path(svc.storage, sha)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp.replace(dest)
@@ -176,10 +118,7 @@ def _course_out(row: CourseBuild) -> CourseBuildOut:
 def install_course_build(kind: str, body: CourseBuildIn, request: Request, p: InstructorUser, db: SessionDep) -> CourseBuildOut:
     """A new version of a ranked kind's build file: submissions from now on run it (issue 23)."""
     settings = request.app.state.services.settings
-    try:
-        row = course.install(db, kind, body.build_file, body.labels, p.user.username, settings.ranked_kind_set)
-    except DomainError as exc:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from None
+    row = course.install(db, kind, body.build_file, body.labels, p.user.username, settings.ranked_kind_set)
     audit(db, p.user.username, "course.install", kind, version=row.version)
     db.commit()
     return _course_out(row)

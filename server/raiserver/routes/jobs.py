@@ -2,27 +2,23 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request, status
+from fastapi import APIRouter, Header, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
-from raiprotocol.models import FilesFreed, JobList, JobOut, JobState, QueueSummary, UserOut
-from raiprotocol.states import UNFINISHED
+from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
 
 from ..auth import Principal
-from ..db import utcnow
 from ..deps import CurrentUser, SessionDep, services
-from ..errors import Conflict, DomainError
-from ..fleet import live_workers
+from ..errors import Conflict, DomainError, NotFound
 from ..job_lookup import cancellable_job, visible_job
-from ..jobs import QueueView, cancel_job, job_out, shown_state
+from ..jobs import QueueView, cancel_job, job_out
 from ..logstream import log_events, plain_text
+from ..queues import summaries
 from ..retention import delete_files, usage
 from ..submissions import accept_submission
 from ..tables import Job, User
@@ -89,32 +85,7 @@ def history(
 def queue_summary(request: Request, p: CurrentUser, db: SessionDep) -> list[QueueSummary]:
     """Every queue: jobs waiting and running, live workers and slots serving it, and the caller's
     own jobs in it with their positions."""
-    dead_after = services(request).settings.worker_dead_after
-    counts: Counter[tuple[str, JobState]] = Counter()
-    held = Job.waiting.is_not(None)  # claimed, but still waiting in Slurm: shown as waiting
-    for queue, state, waits, n in db.execute(select(Job.queue, Job.state, held, func.count()).where(
-            Job.state.in_(UNFINISHED)).group_by(Job.queue, Job.state, held)):
-        counts[queue, shown_state(state, waits)] += n
-    live = live_workers(db, dead_after)
-    served = {q for w in live for q in (w.queues or [])}
-    view = QueueView(db, services(request).settings)
-    mine = db.scalars(select(Job).where(Job.owner_id == p.user.id,
-                                        Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
-    # answering: alive, and heard from within a few heartbeats (a killed worker is silent long
-    # before it is declared dead)
-    settings = services(request).settings
-    recent = utcnow() - timedelta(seconds=2.5 * settings.heartbeat_seconds)
-    answering = {w.name for w in live if w.last_seen >= recent}
-    unanswered: Counter[str] = Counter(q for q, worker in db.execute(select(Job.queue, Job.worker).where(
-        Job.state == JobState.running, Job.waiting.is_(None))) if worker not in answering)
-    out = []
-    for queue in sorted(served | {q for q, _ in counts} | {j.queue for j in mine}):
-        serving = [w for w in live if queue in (w.queues or [])]
-        out.append(QueueSummary(queue=queue, waiting=counts[queue, JobState.queued], running=counts[queue, JobState.running],
-                                slots=sum(w.slots for w in serving), workers=len(serving),
-                                mine=[job_out(db, j, view) for j in mine if j.queue == queue],
-                                unanswered=unanswered[queue], dead_after=dead_after))
-    return out
+    return summaries(db, services(request).settings, p.user)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
@@ -140,7 +111,7 @@ def delete_job_files(job_id: str, request: Request, p: CurrentUser, db: SessionD
     job = cancellable_job(db, p, job_id)
     settings = services(request).settings
     if job.kind == settings.verified_kind and not p.is_staff:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job.id} is a '{job.kind}' run: it is kept for grading")
+        raise Conflict(f"job {job.id} is a '{job.kind}' run: it is kept for grading")
     freed = delete_files(db, services(request).storage, job)
     left = usage(db, p.user.id)
     return FilesFreed(job_id=job.id, freed_bytes=freed, stored_bytes=left.total,
@@ -153,7 +124,7 @@ def build_folder(job_id: str, request: Request, p: CurrentUser, db: SessionDep) 
     path = services(request).storage.build_path(job.id)
     if not job.has_build or not path.exists():
         detail = "the job has not finished yet" if not job.state.finished else "this job left no build folder"
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail)
+        raise NotFound(detail)
     return FileResponse(path, media_type="application/gzip", filename=f"build-{job.id}.tar.gz")
 
 
@@ -185,6 +156,6 @@ async def log_text(job_id: str, request: Request, p: CurrentUser) -> StreamingRe
     svc = services(request)
     job = await run_in_threadpool(job_snapshot(request, p, job_id))
     if not job.state.finished:
-        raise HTTPException(status.HTTP_409_CONFLICT, f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
+        raise Conflict(f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
     return StreamingResponse(plain_text(svc, job.id), media_type="text/plain; charset=utf-8",
                              headers={"Content-Disposition": f'attachment; filename="log-{job.id}.txt"'})

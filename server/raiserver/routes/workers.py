@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from sqlalchemy import select
 
 from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate, QueueImages, WorkerOut
-from raiprotocol.spec import normalize_image
 
 from ..db import utcnow
-from ..deps import WORKER_ONLY, CurrentUser, SessionDep, StaffUser, services
-from ..fleet import is_alive, queue_images
+from ..deps import WORKER_ONLY, CurrentUser, DatabaseDep, SessionDep, StaffUser, services
+from ..errors import Missing, NotFound
+from ..fleet import is_alive, queue_images, record_heartbeat
 from ..images import blob_path, wanted_by
-from ..jobs import add_phase, claim_job, reconcile, update_job
+from ..jobs import check_build_attempt, claim_job, note_build, reconcile, update_job
 from ..tables import Job, Worker
 
 log = logging.getLogger("raiserver")
@@ -25,17 +25,7 @@ router = APIRouter(prefix="/api/v1", tags=["workers"])
 
 @router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=WORKER_ONLY)
 def heartbeat(hb: Heartbeat, request: Request, db: SessionDep) -> HeartbeatReply:
-    w = db.get(Worker, hb.name)
-    if w is None:
-        w = Worker(name=hb.name)
-        db.add(w)
-    w.queues, w.executor, w.slots, w.busy = hb.queues, hb.executor, hb.slots, hb.busy
-    w.gpus = [g.model_dump() for g in hb.gpus]
-    w.running, w.version, w.last_seen = hb.running, hb.version, utcnow()
-    w.images = None if hb.images is None else sorted({normalize_image(i) for i in hb.images})
-    w.pulls = dict(hb.pulls) or None
-    w.arch = hb.arch
-    db.commit()
+    w = record_heartbeat(db, hb)
     svc = services(request)
     lost = reconcile(db, svc, hb.name, hb.running)
     if lost:
@@ -79,10 +69,10 @@ def state(job_id: str, body: JobUpdate, request: Request, db: SessionDep) -> dic
 def archive(job_id: str, request: Request, db: SessionDep) -> FileResponse:
     job = db.get(Job, job_id)
     if job is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
+        raise NotFound("no such job")
     path = services(request).storage.archive_path(job.archive_sha256)
     if not path.exists():
-        raise HTTPException(status.HTTP_410_GONE, "the project archive is missing from storage")
+        raise Missing("the project archive is missing from storage")
     return FileResponse(path, media_type="application/gzip")
 
 
@@ -90,35 +80,19 @@ def archive(job_id: str, request: Request, db: SessionDep) -> FileResponse:
 def image_blob(sha256: str, request: Request) -> FileResponse:
     """A `docker save` tar staff uploaded, for workers to load."""
     if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such image archive")
+        raise NotFound("no such image archive")
     path = blob_path(services(request).storage, sha256)
     if not path.exists():
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such image archive")
+        raise NotFound("no such image archive")
     return FileResponse(path, media_type="application/x-tar")
 
 
 @router.put("/worker/jobs/{job_id}/build", dependencies=WORKER_ONLY)
-async def upload_build(job_id: str, request: Request, attempt: int = Query(...)) -> dict:
+async def upload_build(job_id: str, request: Request, database: DatabaseDep, attempt: int = Query(...)) -> dict:
     svc = services(request)
 
-    def _check() -> None:
-        with request.app.state.db.session() as db:
-            job = db.get(Job, job_id)
-            if job is None:
-                raise HTTPException(status.HTTP_404_NOT_FOUND, "no such job")
-            if job.attempt != attempt or job.state.finished:
-                raise HTTPException(status.HTTP_409_CONFLICT, "stale attempt")
-
-    await run_in_threadpool(_check)
+    await run_in_threadpool(check_build_attempt, database, job_id, attempt)
     tmp, _, size = await svc.storage.receive(request.stream(), svc.settings.max_build_bytes, "the build folder")
     svc.storage.keep_build(tmp, job_id)
-
-    def _note() -> None:
-        with request.app.state.db.session() as db:
-            job = db.get(Job, job_id)
-            if job is not None:
-                add_phase(job, "build uploaded", f"{size} bytes")
-                job.build_bytes = size
-
-    await run_in_threadpool(_note)
+    await run_in_threadpool(note_build, database, job_id, size)
     return {"bytes": size}
