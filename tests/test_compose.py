@@ -22,10 +22,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from helpers import ROOT, make_project
 
 from raiserver.launch import free_port
-
-from conftest import ROOT, make_project
 
 pytestmark = [pytest.mark.timeout(1500),
               pytest.mark.skipif(shutil.which("docker-compose") is None and os.environ.get("RAI_REQUIRE_DOCKER") != "1",

@@ -12,8 +12,7 @@ import time
 
 import httpx
 import pytest
-
-from conftest import ROOT, make_project, read_log, wait_for
+from helpers import ROOT, events, make_project, read_log, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -157,22 +156,18 @@ def test_reconnecting_reader_gets_every_line_exactly_once(docker_service, tmp_pa
         # read a few lines at a time, dropping the connection each time, resuming with Last-Event-ID
         for _ in range(200):
             headers = {"Last-Event-ID": str(last)} if last else {}
-            event, event_id, got, ended = None, None, 0, False
+            got, ended = 0, False
             with h.stream("GET", f"/api/v1/jobs/{jid}/log", headers=headers, timeout=60) as resp:
-                for raw in resp.iter_lines():
-                    if raw.startswith("event:"):
-                        event = raw.split(":", 1)[1].strip()
-                    elif raw.startswith("id:"):
-                        event_id = int(raw.split(":", 1)[1])
-                    elif raw.startswith("data:") and event == "lines":
-                        for b in json.loads(raw.split(":", 1)[1]):
+                for event, data, event_id in events(resp.iter_lines()):
+                    if event == "lines":
+                        for b in json.loads(data):
                             seen.extend({"n": b["n"] + i, "s": b["s"], "text": t} for i, t in enumerate(b["x"].split("\n")))
-                        assert event_id == seen[-1]["n"], "the event id is its last line's number"
-                        last = event_id
+                        assert event_id is not None and int(event_id) == seen[-1]["n"], "the event id is its last line's number"
+                        last = int(event_id)
                         got += 1
                         if got == 2:
                             break
-                    elif raw.startswith("data:") and event == "end":
+                    elif event == "end":
                         ended = True
                         break
             if ended:

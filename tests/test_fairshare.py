@@ -8,10 +8,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers import start_service
 
 from raiprotocol.profile import read_profile_file
-
-from conftest import start_service
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from deadline_rush import max_behind_one_user, run_rush  # noqa: E402

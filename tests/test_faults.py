@@ -7,8 +7,7 @@ import signal
 import time
 
 import pytest
-
-from conftest import make_project, start_service, wait_for
+from helpers import make_project, start_service, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,7 +79,7 @@ def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(
     import subprocess
     import sys
 
-    from conftest import free_port, wait_for
+    from helpers import free_port, wait_for
 
     port = free_port()
     env = {**os.environ, "HOME": str(tmp_path)}
@@ -201,7 +200,7 @@ def _live_parts(folder) -> dict[int, str]:
 def test_raid_dev_stops_gracefully_and_cleans_up_after_a_kill(tmp_path):
     """Issue 28: SIGTERM of `raid dev` killed the running job (it re-ran from its first line);
     SIGKILL left Redis, server and worker running, and the next start crash-looped beside them."""
-    from conftest import free_port
+    from helpers import free_port
 
     port = free_port()
     raid, out = _raid(tmp_path, port)
@@ -307,7 +306,7 @@ def test_raid_dev_started_with_ampersand_stops_on_sigint(tmp_path):
     import subprocess
     import sys
 
-    from conftest import free_port
+    from helpers import free_port
 
     port = free_port()
     script = (f"{sys.executable} -m raiserver.dev dev --data-dir {tmp_path / 'd'} --port {port} --executor process "

@@ -8,8 +8,7 @@ import subprocess
 import time
 
 import pytest
-
-from conftest import BUSYBOX, make_project, wait_for
+from helpers import BUSYBOX, make_project, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-
-from conftest import BUSYBOX, wait_for
+from helpers import BUSYBOX, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

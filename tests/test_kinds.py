@@ -8,8 +8,7 @@ import io
 import tarfile
 
 import pytest
-
-from conftest import make_project, start_service
+from helpers import make_project, start_service
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import make_project, read_log, start_service
+from helpers import make_project, read_log, start_service
 
 TICKER_C = r"""
 #include <stdio.h>

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import redis
+from helpers import make_project, read_log, start_service
 
 from raiprotocol.keys import stream_key
 from raiprotocol.logwire import END
@@ -13,8 +14,6 @@ from raiprotocol.models import LogStream
 from raiserver.logs import LogStore
 from raiserver.storage import Storage
 from raiworker.logsink import LogSink
-
-from conftest import make_project, read_log, start_service
 
 
 def _store(url: str, tmp_path) -> LogStore:
@@ -136,7 +135,7 @@ def test_a_whole_job_and_exact_resume_on_this_redis(any_redis, tmp_path):
 
 def test_logs_resume_after_a_given_line(docker_service, tmp_path):
     """Issue 28: after the client was killed, `raiclient logs JOB --follow` replayed from line 1."""
-    from conftest import make_project, read_log
+    from helpers import make_project, read_log
 
     proj = make_project(tmp_path / "p", ["sh -c 'for k in $(seq 1 10); do echo n$k; done'"])
     res = docker_service.client("submit", "-p", str(proj))

@@ -14,9 +14,8 @@ import psycopg
 import pytest
 from alembic import command
 from alembic.config import Config
+from helpers import PG_BASE, make_project, start_service
 from sqlalchemy import create_engine, text
-
-from conftest import PG_BASE, make_project, start_service
 
 pytestmark = pytest.mark.timeout(240)
 

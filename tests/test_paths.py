@@ -5,8 +5,7 @@ from __future__ import annotations
 import tarfile
 
 import pytest
-
-from conftest import ROOT, make_project
+from helpers import ROOT, make_project
 
 pytestmark = pytest.mark.timeout(240)
 

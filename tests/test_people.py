@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from helpers import make_project, start_service
 
 from raiprotocol.profile import read_profile_file
-
-from conftest import make_project, start_service
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -122,7 +121,7 @@ def test_staff_cancel_of_a_students_job_is_audited(svc, tmp_path):
 
 
 def test_raiclient_queue_shows_each_queue_and_where_my_jobs_stand(tmp_path, redis_url):
-    from conftest import make_project, start_service
+    from helpers import make_project, start_service
 
     svc = start_service(tmp_path, redis_url, None, "process", worker=False)
     try:

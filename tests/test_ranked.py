@@ -12,8 +12,7 @@ import re
 import tarfile
 
 import pytest
-
-from conftest import BUSYBOX, make_project
+from helpers import BUSYBOX, make_project
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def normalized(text: str) -> list[str]:

@@ -15,12 +15,11 @@ import time
 import httpx
 import pytest
 import redis
+from helpers import aevents, events, free_port, make_project, read_log, redis_binary, start_redis, start_service, wait_for
 
 from raiprotocol import logwire
 from raiprotocol.models import LogStream
 from raiprotocol.profile import read_profile_file
-
-from conftest import free_port, make_project, read_log, redis_binary, start_redis, start_service, wait_for
 
 HEALTH_PROBE = """
 import sys, threading, time, urllib.request
@@ -42,19 +41,17 @@ def svc(tmp_path_factory, redis_url):
 
 
 async def _watch(client: httpx.AsyncClient, jid: str, got: list, broken: list) -> None:
-    lines, event = [], None
+    lines: list[int] = []
     try:
         async with client.stream("GET", f"/api/v1/jobs/{jid}/log", timeout=120) as resp:
             if resp.status_code != 200:
                 broken.append(resp.status_code)
                 return
-            async for raw in resp.aiter_lines():
-                if raw.startswith("event:"):
-                    event = raw[6:].strip()
-                elif raw.startswith("data:") and event == "lines":
-                    for b in logwire.loads(raw[5:]):
+            async for event, data, _ in aevents(resp.aiter_lines()):
+                if event == "lines":
+                    for b in logwire.loads(data):
                         lines.extend(range(b.n, b.last + 1))
-                elif raw.startswith("data:") and event == "end":
+                elif event == "end":
                     got.append(lines)
                     return
         broken.append("closed without end")
@@ -186,12 +183,9 @@ def test_a_three_million_line_log_replays_in_bounded_memory_while_the_server_ans
     total, started = 0, time.perf_counter()
     try:
         with svc.http() as h, h.stream("GET", f"/api/v1/jobs/{jid}/log", timeout=120) as resp:
-            event = None
-            for raw in resp.iter_lines():
-                if raw.startswith("event:"):
-                    event = raw[6:].strip()
-                elif raw.startswith("data:") and event == "lines":
-                    total += sum(b.c for b in logwire.loads(raw[5:]))
+            for event, data, _ in events(resp.iter_lines()):
+                if event == "lines":
+                    total += sum(b.c for b in logwire.loads(data))
                 elif event == "end":
                     break
     finally:

@@ -8,9 +8,9 @@ import subprocess
 import time
 
 import pytest
+from helpers import make_project, start_service, wait_for
 
 import slurm_cluster
-from conftest import make_project, start_service, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 IMAGE = "rai/busybox:latest"  # named, not used: no container runtime on the test cluster

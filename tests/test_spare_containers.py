@@ -6,8 +6,7 @@ one is removed. Real Docker engine, one slot."""
 from __future__ import annotations
 
 import pytest
-
-from conftest import make_project, start_service, wait_for
+from helpers import make_project, start_service, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import make_project, start_service
 
 from raiserver import launch
-
-from conftest import make_project, start_service
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import BUSYBOX, make_project
+from helpers import BUSYBOX, make_project
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-
-from conftest import free_port, make_project, wait_for
+from helpers import free_port, make_project, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

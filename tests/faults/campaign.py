@@ -36,10 +36,10 @@ import docker
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from helpers import make_project, read_log, start_service, wait_for  # noqa: E402
+
 from raiprotocol.states import JobState, exit_code_for  # noqa: E402
 from raiserver.launch import Part, free_port  # noqa: E402
-
-from conftest import make_project, read_log, start_service, wait_for  # noqa: E402
 
 FAULTS = ["worker", "pool", "server", "redis", "client", "container"]
 MOMENTS = ["upload", "queued", "first-command", "mid-output", "packing", "build-upload"]

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-import io
-import json
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from conftest import read_log, start_service  # noqa: E402
-
-GOOD_SPEC = b'rai:\n  version: 0.2\n  image: rai/busybox:latest\ncommands:\n  build:\n    - "echo healthy"\n'
-
-
-def tar_gz(members: list[tuple[tarfile.TarInfo, bytes | None]], spec: bytes | None = GOOD_SPEC) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.GNU_FORMAT) as tar:
-        if spec is not None:
-            info = tarfile.TarInfo("rai_build.yml")
-            info.size = len(spec)
-            tar.addfile(info, io.BytesIO(spec))
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return buf.getvalue()
-
-
-def build_file(commands: list[str], extra: str = "") -> bytes:
-    cmds = "".join(f"    - {json.dumps(c)}\n" for c in commands)
-    return f"rai:\n  version: 0.2\n  image: rai/busybox:latest\n{extra}commands:\n  build:\n{cmds}".encode()
+from helpers import GOOD_SPEC, build_file, read_log, start_service, tar_gz  # noqa: E402,F401 - the suite's own imports
 
 
 class Hostile:

@@ -14,10 +14,9 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+from helpers import build_file, start_service, tar_gz
 
 from raiprotocol.profile import read_profile_file
-
-from .conftest import build_file, start_service, tar_gz
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -237,7 +236,7 @@ def test_failed_logins_never_lock_out_the_right_secret_from_elsewhere(svc):
 
 def test_storage_per_student_is_capped_and_the_student_can_free_it(svc, tmp_path):
     """One job stored 1.13 GB in 44 s: now a student past the quota is told what to delete, and can."""
-    from conftest import make_project
+    from helpers import make_project
 
     hoarder = svc.add_user("hoarder")
     with svc.http(hoarder) as h:

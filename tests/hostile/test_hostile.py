@@ -9,8 +9,7 @@ import io
 import tarfile
 
 import pytest
-
-from .conftest import build_file, tar_gz
+from helpers import build_file, tar_gz
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import build_file, tar_gz
 
 from raiprotocol.archive import ArchiveError, inspect_archive, safe_extract
-
-from .conftest import build_file, tar_gz
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from helpers.rows import add_job, add_user, add_worker
 
 from raiprotocol.logwire import END
 from raiprotocol.models import Claim, JobState, JobUpdate
 from raiserver.errors import Conflict, NotFound
 from raiserver.jobs import cancel_job, claim_job, reap, update_job
-
-from .conftest import add_job, add_user, add_worker
 
 
 def log_of(services, job_id: str) -> list[tuple[str, str]]:

@@ -5,13 +5,12 @@ Redis is away waits and arrives in order, numbered on, once a Redis answers agai
 from __future__ import annotations
 
 import redis
+from helpers import free_port, redis_binary, start_redis
 
 from raiprotocol.keys import stream_key
 from raiprotocol.logwire import decode_entry
 from raiprotocol.models import LogStream
 from raiworker.logsink import LogSink
-
-from conftest import free_port, redis_binary, start_redis
 
 
 def lines(r: redis.Redis, job_id: str) -> list[tuple[str, str, int]]:

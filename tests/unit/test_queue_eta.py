@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from helpers.rows import add_job, add_user, add_worker
+
 from raiprotocol.models import JobState
 from raiserver.config import Settings
 from raiserver.db import utcnow
 from raiserver.jobs import QueueView, add_phase
-
-from .conftest import add_job, add_user, add_worker
 
 
 def finished(db, owner, seconds: float) -> None:

@@ -4,12 +4,11 @@ every fairness setting."""
 from __future__ import annotations
 
 import pytest
+from helpers.rows import add_job, add_user, add_worker
 
 from raiserver.config import Settings
 from raiserver.fairshare import release_jobs
 from raiserver.jobs import QueueView
-
-from .conftest import add_job, add_user, add_worker
 
 
 def released_order(db, settings: Settings, slots: int) -> list[str]:

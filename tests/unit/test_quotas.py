@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from helpers.rows import add_job, add_user
 
 from raiprotocol.models import JobState
 from raiserver.config import Settings
@@ -13,8 +14,6 @@ from raiserver.db import utcnow
 from raiserver.errors import OverQuota
 from raiserver.quotas import check_quotas
 from raiserver.tables import Job
-
-from .conftest import add_job, add_user
 
 
 def refusal(db, user, settings: Settings) -> OverQuota:

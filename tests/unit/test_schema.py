@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from helpers.rows import add_job, add_user
 from sqlalchemy import text
 
 from raiprotocol.models import JobState
 from raiserver.db import Base
 from raiserver.tables import Job
-
-from .conftest import add_job, add_user
 
 
 def test_migrations_match_the_tables(db):

@@ -7,14 +7,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from helpers.rows import add_job, add_user
 
 from raiprotocol.models import JobState
 from raiserver.config import Settings
 from raiserver.db import utcnow
 from raiserver.errors import Conflict, OverQuota
 from raiserver.retention import apply_retention, check_storage, delete_files, usage
-
-from .conftest import add_job, add_user
 
 MiB = 1024**2
 
