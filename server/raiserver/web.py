@@ -31,7 +31,7 @@ from raiprotocol.states import UNFINISHED
 from .auth import Principal, authenticate, client_ip, key_tag, session_user
 from .config import Settings
 from .db import utcnow
-from .deps import LoginRequired, SessionDep, WebUser
+from .deps import LoginRequired, ServicesDep, SessionDep, SettingsDep, WebUser
 from .errors import Forbidden, NotFound
 from .fleet import is_alive
 from .job_lookup import cancellable_job, visible_job
@@ -175,8 +175,8 @@ class QueueFeed:
 
 
 @router.get("/queue")
-def queue_page(request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
-    return render(request, "queue.html", p, snapshot=queue_snapshot(db, request.app.state.settings, p))
+def queue_page(request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
+    return render(request, "queue.html", p, snapshot=queue_snapshot(db, settings, p))
 
 
 @router.get("/web/queue/events")
@@ -219,10 +219,10 @@ async def queue_events(request: Request) -> EventSourceResponse:
 
 
 @router.get("/workers")
-def workers_page(request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
+def workers_page(request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
     if not p.is_staff:
         raise Forbidden("the workers page is for staff")
-    dead_after = request.app.state.settings.worker_dead_after
+    dead_after = settings.worker_dead_after
     now = utcnow()
     rows = [{"w": w, "alive": is_alive(w, dead_after, now), "age": round((now - w.last_seen).total_seconds())}
             for w in db.scalars(select(Worker).order_by(Worker.name))]
@@ -230,25 +230,24 @@ def workers_page(request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
 
 
 @router.get("/jobs/{job_id}")
-def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
+def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
     job = visible_job(db, p, job_id)
-    return render(request, "job.html", p, job=job_out(db, job, QueueView(db, request.app.state.settings)), spec=job.spec_yaml,
+    return render(request, "job.html", p, job=job_out(db, job, QueueView(db, settings)), spec=job.spec_yaml,
                   can_cancel=can_cancel(p, job))
 
 
 @router.post("/jobs/{job_id}/cancel")
 def cancel_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()], p: WebUser,
-                    db: SessionDep) -> Response:
+                    db: SessionDep, svc: ServicesDep) -> Response:
     check_csrf(request, csrf)
     job = cancellable_job(db, p, job_id)
-    cancel_job(db, request.app.state.services, job, p.user)
+    cancel_job(db, svc, job, p.user)
     back = request.headers.get("referer") or f"/jobs/{job_id}"
     return RedirectResponse(back if back.startswith(str(request.base_url)) else f"/jobs/{job_id}", status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/leaderboard")
-def leaderboard_page(request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
-    settings = request.app.state.settings
+def leaderboard_page(request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
     entries = leaderboard(db, settings, p)
     unverified = leaderboard(db, settings, p, board="unverified")
     return render(request, "leaderboard.html", p, entries=entries, unverified=unverified,
@@ -258,12 +257,12 @@ def leaderboard_page(request: Request, p: WebUser, db: SessionDep) -> HTMLRespon
 
 
 @router.get("/users/{username}")
-def user_page(username: str, request: Request, p: WebUser, db: SessionDep) -> HTMLResponse:
+def user_page(username: str, request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
     user = db.scalar(select(User).where(User.username == username))
     if user is None or not (p.is_staff or user.id == p.user.id):
         raise NotFound(f"no user {username}")
     jobs = db.scalars(select(Job).where(Job.owner_id == user.id).order_by(Job.created_at.desc()).limit(200)).all()
-    view = QueueView(db, request.app.state.settings)
+    view = QueueView(db, settings)
     history = [
         {"t": j.finished_at.isoformat(), "ms": j.results["op_time_total"] * 1000, "id": j.id}
         for j in reversed(jobs)

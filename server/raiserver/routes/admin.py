@@ -12,7 +12,7 @@ from raiprotocol.models import AuditRow, CourseBuildIn, CourseBuildOut, IssuedKe
 from .. import course
 from ..audit import audit
 from ..auth import revoke_keys, rotate_keys
-from ..deps import InstructorUser, SessionDep, StaffUser
+from ..deps import DatabaseDep, InstructorUser, ServicesDep, SessionDep, SettingsDep, StaffUser
 from ..errors import NotFound
 from ..images import blob_path, request_pull, tar_images
 from ..permissions import may_change
@@ -74,19 +74,18 @@ def audit_log(*, limit: int = Query(100, ge=1, le=1000), _: InstructorUser,
 
 
 @router.post("/images/pull", response_model=PullRequest)
-def pull_image(body: PullBody, request: Request, p: InstructorUser,
+def pull_image(body: PullBody, svc: ServicesDep, p: InstructorUser,
                db: SessionDep) -> PullRequest:
     """Ask every worker to pull an image from its registry (on the worker host: jobs have no network)."""
-    req = request_pull(request.app.state.services.logs.redis, body.image)
+    req = request_pull(svc.logs.redis, body.image)
     audit(db, p.user.username, "image.pull", req.image)
     db.commit()
     return req
 
 
 @router.post("/images/load", response_model=list[PullRequest])
-async def load_image(request: Request, p: InstructorUser) -> list[PullRequest]:
+async def load_image(request: Request, p: InstructorUser, svc: ServicesDep, database: DatabaseDep) -> list[PullRequest]:
     """Body: a `docker save` tar. Every worker downloads it from here and loads it (no registry needed)."""
-    svc = request.app.state.services
     tmp, sha, _ = await svc.storage.receive(request.stream(), svc.settings.max_image_bytes,
                                             "the image archive (RAI_MAX_IMAGE_BYTES)")
 
@@ -96,7 +95,7 @@ async def load_image(request: Request, p: InstructorUser) -> list[PullRequest]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp.replace(dest)
         reqs = [request_pull(svc.logs.redis, name, blob=sha) for name in names]
-        with request.app.state.db.session() as db:
+        with database.session() as db:
             audit(db, p.user.username, "image.load", ", ".join(names), sha256=sha)
             db.commit()
         return reqs
@@ -115,9 +114,8 @@ def _course_out(row: CourseBuild) -> CourseBuildOut:
 
 
 @router.put("/course/{kind}", response_model=CourseBuildOut)
-def install_course_build(kind: str, body: CourseBuildIn, request: Request, p: InstructorUser, db: SessionDep) -> CourseBuildOut:
+def install_course_build(kind: str, body: CourseBuildIn, p: InstructorUser, db: SessionDep, settings: SettingsDep) -> CourseBuildOut:
     """A new version of a ranked kind's build file: submissions from now on run it (issue 23)."""
-    settings = request.app.state.services.settings
     row = course.install(db, kind, body.build_file, body.labels, p.user.username, settings.ranked_kind_set)
     audit(db, p.user.username, "course.install", kind, version=row.version)
     db.commit()
@@ -125,8 +123,8 @@ def install_course_build(kind: str, body: CourseBuildIn, request: Request, p: In
 
 
 @router.get("/course", response_model=list[CourseBuildOut])
-def course_builds(request: Request, _: StaffUser, db: SessionDep) -> list[CourseBuildOut]:
+def course_builds(_: StaffUser, db: SessionDep, settings: SettingsDep) -> list[CourseBuildOut]:
     """The build file each ranked kind runs now."""
-    rows = [course.current(db, kind) for kind in sorted(request.app.state.services.settings.ranked_kind_set)]
+    rows = [course.current(db, kind) for kind in sorted(settings.ranked_kind_set)]
     return [_course_out(row) for row in rows if row is not None]
 
