@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import os
 import tarfile
 
 import pytest
-from helpers import free_port, make_project
+from helpers import free_port, make_project, tar_gz
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def raw_tar(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
-    return buf.getvalue()
+    return tar_gz(members, spec=None)  # the build file, if any, is one of the members
 
 
 def spec_member(text: bytes) -> tuple[tarfile.TarInfo, bytes]:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import tarfile
 from pathlib import Path
 
 import pytest
+from helpers import tar_gz
 
 from raiclient.pack import pack_project
 from raiprotocol.archive import ArchiveError, ArchiveLimits, extract_archive, inspect_archive
@@ -14,15 +14,7 @@ from raiprotocol.archive import ArchiveError, ArchiveLimits, extract_archive, in
 
 def tar_with(tmp_path: Path, *members: tuple[tarfile.TarInfo, bytes | None]) -> Path:
     path = tmp_path / "a.tar.gz"
-    with tarfile.open(path, "w:gz") as tar:
-        spec = b"rai:\n  image: x\ncommands:\n  build: [echo]\n"
-        info = tarfile.TarInfo("rai_build.yml")
-        info.size = len(spec)
-        tar.addfile(info, io.BytesIO(spec))
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    path.write_bytes(tar_gz(list(members), spec=b"rai:\n  image: x\ncommands:\n  build: [echo]\n"))
     return path
 
 

@@ -9,7 +9,7 @@ import pytest
 from raiprotocol.models import LogLine, LogStream
 from raiserver.results import parse_log, parse_text_lines
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).parent.parent / "fixtures"
 
 
 def test_op_times_correctness_and_time_from_a_real_report():
