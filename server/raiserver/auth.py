@@ -11,10 +11,11 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from fastapi import HTTPException, Request, status
+from fastapi import Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from .errors import TooManyAttempts
 from .permissions import ROLES, is_staff
 from .tables import RevokedKey, User
 
@@ -103,5 +104,4 @@ def client_ip(request: Request) -> str:
 def too_many_failures(request: Request, access_key: str) -> None:
     wait = request.app.state.login_limiter.retry_after(client_ip(request), access_key)
     if wait is not None:
-        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS,
-                            f"too many failed logins; try again in {wait} s", headers={"Retry-After": str(wait)})
+        raise TooManyAttempts(f"too many failed logins; try again in {wait} s", wait)

@@ -9,14 +9,14 @@ import hmac
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from .auth import Principal, authenticate, client_ip, session_user, too_many_failures
 from .config import Settings
 from .db import Database
-from .errors import Forbidden
+from .errors import Forbidden, TooManyAttempts, Unauthorized
 from .jobs import Services
 from .permissions import is_instructor
 from .tables import RevokedKey, User
@@ -59,23 +59,22 @@ def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(
             if user is None:
                 wait = request.app.state.login_limiter.failed(client_ip(request), creds.username)
                 if wait is not None:
-                    raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, f"too many failed logins; try again in {wait} s",
-                                        headers={"Retry-After": str(wait)})
+                    raise TooManyAttempts(f"too many failed logins; try again in {wait} s", wait)
                 retired = db.get(RevokedKey, creds.username)
                 detail = (f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; use your new profile or ask your instructor for one"
                           if retired else "unknown access key or wrong secret key")
-                raise HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Basic"})
+                raise Unauthorized(detail)
         else:
             user = session_user(db, request)
             if user is not None and request.method in UNSAFE:
                 # a browser sends the cookie with any request to us: a write needs the page's token
                 expected = request.session.get("csrf", "")
                 if not expected or not hmac.compare_digest(expected, request.headers.get("x-csrf-token", "")):
-                    raise HTTPException(status.HTTP_403_FORBIDDEN, "a cookie-authenticated write needs the X-CSRF-Token header")
+                    raise Forbidden("a cookie-authenticated write needs the X-CSRF-Token header")
         if user is None:
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "credentials required", headers={"WWW-Authenticate": "Basic"})
+            raise Unauthorized("credentials required")
         if not user.active:
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"account {user.username} is deactivated")
+            raise Unauthorized(f"account {user.username} is deactivated", challenge=False)
         return Principal(user)
 
 
@@ -94,7 +93,7 @@ def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
 def require_worker(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
     token = request.app.state.settings.worker_token
     if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "worker token required")
+        raise Unauthorized("worker token required", challenge=False)
 
 
 def web_user(request: Request, db: Session = Depends(get_db)) -> Principal:

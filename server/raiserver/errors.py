@@ -26,6 +26,28 @@ class NotFound(DomainError):
     status, refusal = 404, "not_found"
 
 
+class Unauthorized(DomainError):
+    """No valid credentials. ``challenge``: the answer asks for Basic credentials (the API's
+    clients then send their keys); a deactivated account or a worker without its token is not asked."""
+    status, refusal = 401, "unauthorized"
+
+    def __init__(self, message: str, challenge: bool = True):
+        super().__init__(message)
+        self.challenge = challenge
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Basic"} if self.challenge else {}
+
+
+class TooManyAttempts(DomainError):
+    """Failed logins from one address or on one key: wait (Retry-After) before trying again."""
+    status, refusal = 429, "throttled"
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message, retry_after)
+
+
 class Forbidden(DomainError):
     """A rule of permissions.py says no."""
     status, refusal = 403, "forbidden"

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import redis
-from fastapi import APIRouter, HTTPException, Request, status
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from raiprotocol.models import JobState
 
+from .errors import Forbidden
 from .fleet import live_workers
 from .hardening import is_loopback
 from .tables import Job
@@ -156,7 +157,7 @@ def metrics(request: Request) -> Response:
     given = request.headers.get("authorization", "").removeprefix("Bearer ")
     allowed = hmac.compare_digest(given, token) if token else is_loopback(request.client.host if request.client else "")
     if not allowed:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "metrics are served to loopback or with RAI_METRICS_TOKEN")
+        raise Forbidden("metrics are served to loopback or with RAI_METRICS_TOKEN")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(request.app))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

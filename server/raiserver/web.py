@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Form, HTTPException, Request, status
+from fastapi import APIRouter, Form, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -32,7 +32,7 @@ from .auth import Principal, authenticate, client_ip, key_tag, session_user
 from .config import Settings
 from .db import utcnow
 from .deps import LoginRequired, ServicesDep, SessionDep, SettingsDep, WebUser
-from .errors import Forbidden, NotFound
+from .errors import Forbidden, NotFound, Unauthorized
 from .fleet import is_alive
 from .job_lookup import cancellable_job, visible_job
 from .jobs import QueueView, cancel_job, job_out
@@ -185,7 +185,7 @@ async def queue_events(request: Request) -> EventSourceResponse:
         with request.app.state.db.session() as db:
             user = session_user(db, request)
             if user is None:
-                raise HTTPException(status.HTTP_401_UNAUTHORIZED, "log in first")
+                raise Unauthorized("log in first", challenge=False)
             return Principal(user)
 
     p = await run_in_threadpool(who)
