@@ -240,6 +240,12 @@ def job() -> None:
         figures["service_s"], figures["docker_run_s"] = statistics.median(spans), statistics.median(plain_spans)
         figures["timelines"] = timelines
         (OUT / "submit.txt").write_text(sub.stdout)
+        if found:  # the build folder back on the student's side, as the submit's last line offers
+            dl = subprocess.run([sys.executable, "-m", "raiclient", "download", found[1], "-o", f"{w}/build.tar.gz"], env=cenv,
+                                capture_output=True, text=True)
+            listing = sh(f"tar -tzvf {w}/build.tar.gz | head -20").stdout
+            figures["download"] = {"exit": dl.returncode, "said": dl.stdout.strip() + dl.stderr.strip(), "listing": listing}
+            say(f"raiclient download: {dl.stdout.strip()}{dl.stderr.strip()}\n{listing}")
         say(f"raiclient submit: exit {sub.returncode}; runs {spans}\n{sub.stdout[-3000:]}")
         figures["service_op_times"] = re.findall(r"^Op Time: ([\d.e-]+)", sub.stdout, re.M)
         figures["worker_line"] = next((line for line in open(w / "worker.log") if "GPU access" in line), "").strip()
