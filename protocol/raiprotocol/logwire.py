@@ -21,17 +21,33 @@ from dataclasses import dataclass
 END = "end"  # the stream's last entry: the job ended (x: its state); it holds no line
 
 # KEYS[1] the stream; ARGV: count, t, s, x, and optionally the writer's last known line number
-# (numbering never goes back below it, even if Redis lost the stream in a restart). Returns
-# {number of the entry's last line, number of the last line Redis still had}.
+# (numbering never goes back below it, even if Redis lost the stream in a restart) and the batch's
+# id: a batch whose id is among the last entries is already there (its first write went through,
+# but Redis went away before the writer heard so) and is not written twice. Returns {number of the
+# entry's last line, number of the last line Redis still had}.
 APPEND_LUA = """
 local last = 0
-local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 8)
 if top[1] then last = tonumber(string.match(top[1][1], '%-(%d+)$')) end
 local had = last
+if ARGV[6] then
+  for _, entry in ipairs(top) do
+    local f = entry[2]
+    for i = 1, #f, 2 do
+      if f[i] == 'b' and f[i + 1] == ARGV[6] then
+        return {tonumber(string.match(entry[1], '%-(%d+)$')), had}
+      end
+    end
+  end
+end
 local floor = tonumber(ARGV[5] or '0')
 if last < floor then last = floor end
 local n = last + tonumber(ARGV[1])
-redis.call('XADD', KEYS[1], '0-' .. n, 't', ARGV[2], 's', ARGV[3], 'c', ARGV[1], 'x', ARGV[4])
+if ARGV[6] then
+  redis.call('XADD', KEYS[1], '0-' .. n, 't', ARGV[2], 's', ARGV[3], 'c', ARGV[1], 'x', ARGV[4], 'b', ARGV[6])
+else
+  redis.call('XADD', KEYS[1], '0-' .. n, 't', ARGV[2], 's', ARGV[3], 'c', ARGV[1], 'x', ARGV[4])
+end
 return {n, had}
 """
 

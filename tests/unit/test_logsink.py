@@ -48,3 +48,27 @@ def test_output_waits_while_redis_is_away_and_arrives_in_order(tmp_path):
         r.close()
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_batch_whose_answer_was_lost_is_not_written_twice(redis_url):
+    """Redis went away after writing a batch but before the worker heard so (the campaign's Redis
+    kill hit this): the batch is sent again, and must not show up twice."""
+    r = redis.Redis.from_url(redis_url)
+    sink = LogSink(r, "sink-lost-answer", output_bytes=1 << 20, line_bytes=1024)
+    real, calls = sink._append, []
+
+    def answer_lost_once(keys, args):
+        result = real(keys=keys, args=args)
+        calls.append(args)
+        if len(calls) == 1:
+            raise redis.ConnectionError("connection closed before the reply")
+        return result
+
+    sink._append = answer_lost_once
+    sink.feed(LogStream.out, b"line 1\n")  # written, but the sink believes it was not: it waits
+    sink.feed(LogStream.out, b"line 2\n")  # the waiting batch goes again, then this one
+    sink.flush()
+    assert len(calls) == 3
+    assert lines(r, "sink-lost-answer") == [("out", "line 1", 1), ("out", "line 2", 2)]
+    assert sink.last_line == 2
+    r.delete(stream_key("sink-lost-answer"))

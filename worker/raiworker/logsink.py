@@ -14,6 +14,7 @@ last line this sink wrote, and the log says which lines were lost.
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from datetime import datetime, timezone
@@ -55,7 +56,9 @@ class LogSink:
         self.progress_seconds = progress_seconds  # a progress bar still running shows this often
         self._shown: dict[LogStream, float] = {}
         self._append = r.register_script(APPEND_LUA)
-        self._pending: list[list] = []  # batches waiting for Redis to come back
+        self._pending: list[list] = []  # batches waiting for Redis to come back: APPEND_LUA's ARGV and the batch's id
+        self._ids = f"{secrets.token_hex(4)}-"  # with a counter: each batch's id, so a retried write is not doubled
+        self._sent = 0
         self._pending_bytes = 0
         self._dropped = 0  # lines dropped while Redis was away and the wait buffer full
         self.last_line = 0  # number of the last line this sink wrote
@@ -144,7 +147,7 @@ class LogSink:
 
     def _write(self, stream: LogStream, text: str, count: int) -> None:
         lines_shipped(count)
-        args = append_args(stream.value, time.time(), text, count)
+        args = self._batch(stream.value, text, count)
         if self._pending_bytes + len(text) <= self.max_pending_bytes:
             self._pending.append(args)
             self._pending_bytes += len(text)
@@ -152,21 +155,25 @@ class LogSink:
             self._dropped += count
         self._send()
 
+    def _batch(self, stream: str, text: str, count: int) -> list:
+        self._sent += 1
+        return [*append_args(stream, time.time(), text, count), f"{self._ids}{self._sent}"]
+
     def _send(self) -> None:
         """Write what waits, in order; on a Redis error keep it for the next try."""
         try:
             if self._dropped:
                 note = f"{self._dropped} lines were dropped while Redis was unreachable"
-                self._pending.append(append_args(LogStream.sys.value, time.time(), note, 1))
+                self._pending.append(self._batch(LogStream.sys.value, note, 1))
                 self._dropped = 0
             while self._pending:
                 args = self._pending[0]
-                n, had = self._append(keys=[self.key], args=[*args, self.last_line])
+                n, had = self._append(keys=[self.key], args=[*args[:4], self.last_line, args[4]])
                 self._pending.pop(0)
                 self._pending_bytes -= len(args[3])
                 if had < self.last_line:  # Redis restarted without the stream: say what is missing
                     lost = f"lines {had + 1}–{self.last_line} of this log were lost when Redis restarted"
-                    self._pending.insert(0, append_args(LogStream.sys.value, time.time(), lost, 1))
+                    self._pending.insert(0, self._batch(LogStream.sys.value, lost, 1))
                     self._pending_bytes += len(lost)
                 self.last_line = int(n)
         except redis.RedisError:
