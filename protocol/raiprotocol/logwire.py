@@ -21,16 +21,18 @@ from dataclasses import dataclass
 END = "end"  # the stream's last entry: the job ended (x: its state); it holds no line
 
 # KEYS[1] the stream; ARGV: count, t, s, x, and optionally the writer's last known line number
-# (numbering never goes back below it, even if Redis lost the stream in a restart) and the batch's
-# id: a batch whose id is among the last entries is already there (its first write went through,
-# but Redis went away before the writer heard so) and is not written twice. Returns {number of the
-# entry's last line, number of the last line Redis still had}.
+# (numbering never goes back below it, even if Redis lost the stream in a restart), the batch's id
+# (kept with the entry) and, when the writer sends it again after an error, "again": a batch whose
+# id is among the last entries is already there (its first write went through, but Redis went away
+# before the writer heard so) and is not written twice. Only a batch sent again looks back, so an
+# ordinary append reads one entry, as before. Returns {number of the entry's last line, number of
+# the last line Redis still had}.
 APPEND_LUA = """
 local last = 0
-local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 8)
+local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[7] and 8 or 1)
 if top[1] then last = tonumber(string.match(top[1][1], '%-(%d+)$')) end
 local had = last
-if ARGV[6] then
+if ARGV[7] then
   for _, entry in ipairs(top) do
     local f = entry[2]
     for i = 1, #f, 2 do

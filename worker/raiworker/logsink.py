@@ -59,6 +59,7 @@ class LogSink:
         self._pending: list[list] = []  # batches waiting for Redis to come back: APPEND_LUA's ARGV and the batch's id
         self._ids = f"{secrets.token_hex(4)}-"  # with a counter: each batch's id, so a retried write is not doubled
         self._sent = 0
+        self._unsure = False  # the batch at the head was sent and Redis failed before answering
         self._pending_bytes = 0
         self._dropped = 0  # lines dropped while Redis was away and the wait buffer full
         self.last_line = 0  # number of the last line this sink wrote
@@ -168,7 +169,10 @@ class LogSink:
                 self._dropped = 0
             while self._pending:
                 args = self._pending[0]
-                n, had = self._append(keys=[self.key], args=[*args[:4], self.last_line, args[4]])
+                again = ["again"] if self._unsure else []  # its last try may have been written: look first
+                self._unsure = True
+                n, had = self._append(keys=[self.key], args=[*args[:4], self.last_line, args[4], *again])
+                self._unsure = False
                 self._pending.pop(0)
                 self._pending_bytes -= len(args[3])
                 if had < self.last_line:  # Redis restarted without the stream: say what is missing
