@@ -54,6 +54,9 @@ class Settings(SharedSettings):
     login_failures_per_ip: int = 100
     login_failures_per_key: int = 10
     metrics_token: str = ""  # /metrics: loopback only, or Bearer this token
+    # reverse proxies (addresses or networks, e.g. "127.0.0.1,10.0.0.0/8") whose X-Real-IP and
+    # X-Forwarded-Proto are believed; empty = no forwarding header is believed at all
+    trusted_proxies: CommaList = []
     # connections (raiserver.guard): headers due within, request body silent for at most, and open
     # connections per client address per server process (0 = no limit; behind a proxy, let it limit)
     header_seconds: float = 10.0
