@@ -21,6 +21,19 @@ def cancel_key(job_id: str) -> str:
     return f"rai:cancel:{job_id}"
 
 
+def fence_key(job_id: str) -> str:
+    """Which attempt of the job may write (its number), or ``end`` once the job ended: every log
+    append of a run checks it atomically (``logwire.APPEND_LUA``), so a superseded run's lines are
+    refused. Only ever raised (``logwire.FENCE_LUA``), so a late or repeated setter cannot lower it."""
+    return f"rai:fence:{job_id}"
+
+
+def lease_key(job_id: str) -> str:
+    """Present while the run holding the job renewed its lease through Redis lately (a TTL): the
+    server takes a run for lost only when neither this nor its HTTP renewals are fresh."""
+    return f"rai:lease:{job_id}"
+
+
 IMAGE_PULLS = "rai:image-pulls"
 """A hash: image -> ``PullRequest`` JSON, the images staff asked every worker to hold."""
 

@@ -38,6 +38,11 @@ class SharedSettings(BaseSettings):
     # read both, so they cannot disagree.
     heartbeat_seconds: float = 3.0
     worker_dead_after: float = 15.0
+    # Each run holds a lease that its worker renews every heartbeat_seconds (over HTTP and through
+    # Redis: either will do). A run that could renew neither for worker_dead_after stops itself;
+    # the server hands its job to another worker only lease_margin later, so that a run cut off
+    # from the server (paused, partitioned) has stopped before its job runs anywhere else.
+    lease_margin: float = 5.0
 
     @property
     def visibility_timeout(self) -> int:

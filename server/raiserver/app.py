@@ -7,11 +7,13 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timezone
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from starlette.requests import ClientDisconnect
 
 from . import __version__, metrics, web
@@ -19,10 +21,10 @@ from .config import Settings, load_settings
 from .db import Database, migrate
 from .dispatch import Dispatcher
 from .errors import DomainError
-from .fairshare import release_jobs, release_stale
+from .fairshare import release_jobs
 from .feed import LogHub
 from .hardening import LoginLimiter, SecurityHeaders
-from .jobs import QueueView, Services, job_out, reap
+from .jobs import QueueView, Services, job_out, reap, release_again, restore_fences
 from .logs import LogStore
 from .routes import admin as admin_routes
 from .routes import jobs as jobs_routes
@@ -51,12 +53,55 @@ def one_process_at_a_time(svc: Services, name: str, timeout: int) -> Iterator[bo
             pass
 
 
+REAPER_LAST, REAPER_AWAKE = "rai:reaper:last", "rai:reaper:awake"
+
+
+def awake_since(svc: Services, now: float) -> datetime:
+    """When the reaper last resumed after not running for a while (this server process stopped,
+    every process busy or away, Redis away or wiped): leases are judged only a full window after
+    it, so the server's own stall is never taken for the workers' silence. Kept in Redis: any
+    server process may hold the reaper's lock next."""
+    r = svc.logs.redis
+    last = r.getset(REAPER_LAST, now)
+    stalled = max(3 * svc.settings.reaper_interval, 10.0)
+    if last is None or now - float(last) > stalled:
+        r.set(REAPER_AWAKE, now)
+        if last is not None:
+            log.warning("the reaper did not run for %.0f s: every running job's lease gets a fresh window", now - float(last))
+    awake = r.get(REAPER_AWAKE)
+    return datetime.fromtimestamp(float(awake) if awake else now, timezone.utc)
+
+
+def reaper_pass(app: FastAPI, forget: bool = False) -> int:
+    """One pass, by one server process at a time: fences Redis lost put back, runs whose lease
+    lapsed requeued, and (``forget``) deliveries of dead workers dropped from Celery's keys."""
+    svc: Services = app.state.services
+    with one_process_at_a_time(svc, "reaper", 60) as mine:
+        if not mine:
+            return 0
+        since = awake_since(svc, time.time())
+        with app.state.db.session() as db:
+            restore_fences(db, svc)
+            n = reap(db, svc, since)
+            if forget:
+                gone = svc.dispatcher.forget_stale(svc.logs.redis, lambda job_id, attempt: _stale(db, job_id, attempt))
+                if gone:
+                    log.info("dropped %d delivery(ies) held by workers that died", gone)
+            return n
+
+
+def _stale(db: Session, job_id: str, attempt: int) -> bool:
+    job = db.get(Job, job_id)
+    return job is None or job.state.finished or attempt < job.attempt
+
+
 async def _reaper(app: FastAPI) -> None:
     svc: Services = app.state.services
     swept = 0.0  # the first pass sweeps at start
     while True:
         await asyncio.sleep(svc.settings.reaper_interval)
-        if time.monotonic() - swept > 60:  # temporary files a killed server process left
+        forget = time.monotonic() - swept > 60
+        if forget:  # temporary files a killed server process left
             swept = time.monotonic()
             try:
                 n = await run_in_threadpool(svc.storage.sweep_tmp)
@@ -65,16 +110,9 @@ async def _reaper(app: FastAPI) -> None:
             except OSError:
                 log.exception("sweeping temporary files failed")
         try:
-            def _run() -> int:
-                with one_process_at_a_time(svc, "reaper", 60) as mine:
-                    if not mine:
-                        return 0
-                    with app.state.db.session() as db:
-                        return reap(db, svc)
-
-            n = await run_in_threadpool(_run)
+            n = await run_in_threadpool(reaper_pass, app, forget)
             if n:
-                log.warning("requeued %d job(s) from workers that stopped answering", n)
+                log.warning("requeued %d job(s) whose run's lease lapsed", n)
         except Exception:  # keep reaping whatever one pass hit
             log.exception("reaper pass failed")
 
@@ -87,7 +125,7 @@ def dispatch_pass(app: FastAPI) -> int:
         if not mine:
             return 0
         with app.state.db.session() as db:
-            release_stale(db)
+            release_again(db, svc)
             return release_jobs(db, lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
                             s.worker_dead_after, s.staff_priority, set(s.priority_kinds))
 

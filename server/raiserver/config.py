@@ -38,6 +38,7 @@ class Settings(SharedSettings):
     max_image_bytes: int = 20 * 1024**3  # a `docker save` tar staff upload for workers to load
     max_attempts: int = 3
     reaper_interval: float = 5.0
+    release_again_seconds: float = 20.0  # a released job no worker claimed: released again (a lost message)
     log_ttl_seconds: int = 600  # live stream kept in Redis after the job, for late readers
     # concurrent log streams (SSE): past a cap the answer is 429/503 with Retry-After, never a
     # stream that breaks halfway; a watcher more than stream_buffer_lines behind is cut off and resumes

@@ -11,7 +11,7 @@ order gives queue positions, so what a student is told is what will happen.
 from __future__ import annotations
 
 import heapq
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, joinedload
@@ -22,8 +22,6 @@ from .db import utcnow
 from .fleet import live_slots
 from .permissions import is_staff
 from .tables import Job
-
-STALE_DISPATCH = timedelta(seconds=120)  # released but never claimed (message lost): release again
 
 
 def _priority(job: Job, staff_priority: bool, priority_kinds: set[str]) -> int:
@@ -87,20 +85,6 @@ def queues_with_work(db: Session) -> list[str]:
     return list(db.scalars(select(Job.queue).where(Job.state == JobState.queued).distinct()))
 
 
-def release_stale(db: Session) -> int:
-    """A released job nobody claimed for long (its Celery message was lost): release it again
-    under a new attempt number, so the lost message, should it reappear, is refused."""
-    cutoff = utcnow() - STALE_DISPATCH
-    stale = db.scalars(
-        select(Job).where(Job.state == JobState.queued, Job.released_at.is_not(None), Job.released_at < cutoff)
-    ).all()
-    for job in stale:
-        job.attempt += 1
-        job.released_at = None
-    db.commit()
-    return len(stale)
-
-
 def release_jobs(db: Session, send, dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> int:
     """Release as many jobs as there are free slots, in fair order. ``send(job)`` hands one to Celery."""
     released = 0
@@ -110,7 +94,7 @@ def release_jobs(db: Session, send, dead_after: float, staff_priority: bool = Tr
             continue
         for job in fair_order(db, queue, staff_priority, priority_kinds)[:free]:
             job.released_at = utcnow()
-            db.commit()  # durable before the message exists: a crash here leaves it for release_stale
+            db.commit()  # durable before the message exists: a crash here leaves it for jobs.release_again
             send(job)
             released += 1
     return released

@@ -1,17 +1,23 @@
 """A job's life: queued → running → succeeded | failed | timed_out | cancelled | error.
 
 Every change goes through here and is committed before anyone is told (log end marker, API), so
-the database always holds the truth. A running job whose worker disappears is requeued with a new
-attempt number; stale claims from an older attempt are refused, so a job never runs twice.
+the database always holds the truth. Each run of a job is one attempt, and only the current
+attempt may write: its claim, lease, state changes and build folder are checked against the
+database, its log lines against the job's fence in Redis (``raiprotocol.keys.fence_key``), which
+follows every change of attempt made here and turns to "end" before the log is stored. A run holds
+a lease its worker renews; the job goes to another worker only once the lease lapsed by a margin
+(the run stopped itself by then), never because the server itself was not running to hear it.
 """
 
 from __future__ import annotations
 
 import heapq
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
@@ -26,12 +32,14 @@ from .db import Database, utcnow
 from .dispatch import Dispatcher
 from .errors import Conflict, NotFound
 from .fairshare import fair_order
-from .fleet import is_alive, live_slots
+from .fleet import live_slots
 from .logs import LogStore
 from .measured import summarize
 from .results import parse_log, relevant_lines
 from .storage import Storage
 from .tables import CourseBuild, Job, User, Worker
+
+log = logging.getLogger("raiserver")
 
 
 @dataclass
@@ -41,6 +49,19 @@ class Services:
     logs: LogStore
     dispatcher: Dispatcher
     kick: Callable[[], None] = lambda: None  # run a fair-share release pass soon
+
+
+def fence(svc: Services, job: Job) -> None:
+    """Tell Redis which attempt of the job may write, once the database holds it: the job's
+    attempt, or "end". Should Redis be away, the reaper puts the fence back from the database."""
+    s = svc.settings
+    try:
+        if job.state.finished:
+            svc.logs.fence(job.id, "end", s.log_ttl_seconds + s.visibility_timeout)
+        else:
+            svc.logs.fence(job.id, job.attempt, s.visibility_timeout)
+    except redis.RedisError as exc:
+        log.warning("job %s: fence not set (%s); the reaper sets it again", job.id, exc)
 
 
 def add_phase(job: Job, name: str, detail: str | None = None) -> None:
@@ -205,9 +226,11 @@ def finish_job(
     message: str | None = None,
     announce: bool = True,
     measured: list[MeasuredRun] | None = None,
+    run_attempt: int | None = None,
 ) -> None:
     """Terminal transition: store the log and results, commit, then tell live readers.
-    ``measured``: a ranked run's timed runs, as its worker reported them."""
+    ``measured``: a ranked run's timed runs, as its worker reported them; ``run_attempt``: the
+    attempt whose run ended (its worker's copy of the log, if it sent one, makes the log whole)."""
     if job.state.finished:
         return
     if announce and message and state is not JobState.succeeded:
@@ -218,7 +241,10 @@ def finish_job(
     job.exit_code = exit_code
     job.failed_command = failed_command
     job.message = message
-    svc.logs.archive(job.id)
+    fence(svc, job)  # no line of any run lands after this: what is archived is the whole log
+    copy = svc.storage.worker_copy_path(job.id, run_attempt or job.attempt)
+    svc.logs.archive(job.id, copy if copy.exists() else None)
+    copy.unlink(missing_ok=True)
     summary = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id)))
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)
@@ -253,13 +279,6 @@ def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
     svc.logs.system(job.id, f"Cancel requested by {by.username}; stopping the container")
 
 
-def _worker_alive(db: Session, svc: Services, name: str | None) -> bool:
-    if not name:
-        return False
-    w = db.get(Worker, name)
-    return w is not None and is_alive(w, svc.settings.worker_dead_after)
-
-
 def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGranted:
     job = db.get(Job, job_id, with_for_update=True)
     if job is None:
@@ -269,13 +288,17 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     if claim.attempt != job.attempt:
         raise Conflict(f"stale delivery: attempt {claim.attempt}, job is on attempt {job.attempt}")
     if job.state == JobState.running:
-        if job.worker != claim.worker and _worker_alive(db, svc, job.worker):
+        # the same worker's pool process died with the run (its container goes before the new
+        # run starts); another worker only once the run's lease lapsed (it has stopped itself)
+        if job.worker != claim.worker and not lease_lapsed(svc, job, utcnow()):
             raise Conflict(f"job is running on {job.worker}")
-        svc.logs.system(job.id, f"Restarting on {claim.worker} (the previous run on {job.worker} was lost)")
+        job.attempt += 1  # a new run: the lost one, should it write again, is refused
+        svc.logs.system(job.id, f"Restarting on {claim.worker} as attempt {job.attempt} (the previous run on {job.worker} was lost)")
     job.state = JobState.running
     job.waiting = None
     job.worker = claim.worker
     job.started_at = job.started_at or utcnow()
+    job.lease_at = utcnow()
     add_phase(job, "claimed", claim.worker)
     w = db.get(Worker, claim.worker)
     if w is not None:
@@ -283,6 +306,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         if job.gpu_count and w.gpus:
             job.gpu_name = w.gpus[0].get("name")
     db.commit()
+    fence(svc, job)
     s = svc.settings
     spec = parse_course_spec(job.spec_yaml) if job.course_build_id is not None else parse_spec(job.spec_yaml)
     limits = spec.resources.limits
@@ -312,7 +336,11 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
     job = db.get(Job, job_id, with_for_update=True)
     if job is None:
         raise NotFound("no such job")
-    if update.attempt != job.attempt or job.state.finished:
+    if _late_end(job, update):  # its run ended before the server, stalled or cut off, heard it
+        svc.logs.system(job.id, f"The run of attempt {update.attempt} had ended after all ({update.state.value}): "
+                                "its result is kept and the job does not run again")
+        job.attempt = update.attempt
+    elif update.attempt != job.attempt or job.state.finished:
         raise Conflict(f"job {job.id} is {job.state.value} on attempt {job.attempt}; this update is stale")
     if update.phases:
         job.phases = [*(job.phases or []), *(p.model_dump(mode="json") for p in update.phases[:1000])]
@@ -326,8 +354,31 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
         if job.cancel_requested and state in (JobState.failed, JobState.error):
             state = JobState.cancelled  # killed because of the cancel, not of its own accord
         finish_job(db, svc, job, state, update.exit_code, update.failed_command, update.message, announce=False,
-                   measured=update.measured)
+                   measured=update.measured, run_attempt=update.attempt)
     return job
+
+
+def _late_end(job: Job, update: JobUpdate) -> bool:
+    """The end report of the attempt just before the job's, which was put back in the queue and
+    not yet claimed again: that run ended whole (a run still writing when it was superseded is
+    refused its next line and never reports an end), so its result is kept, not run again."""
+    return (update.state.finished and job.state is JobState.queued and job.worker is None
+            and update.attempt == job.attempt - 1 and not job.cancel_requested)
+
+
+def renew_lease(db: Session, svc: Services, job_id: str, worker: str, attempt: int) -> bool:
+    """The run of ``attempt`` on ``worker`` still holds the job; returns whether it was cancelled.
+    Conflict once it does not (another attempt owns the job, or it ended): the run stops."""
+    job = db.get(Job, job_id)
+    if job is None:
+        raise NotFound("no such job")
+    if job.state.finished:
+        raise Conflict(f"job already {job.state.value}")
+    if job.attempt != attempt or job.worker != worker or job.state is not JobState.running:
+        raise Conflict(f"superseded: the job is on attempt {job.attempt} ({job.state.value}{f' on {job.worker}' if job.worker else ''})")
+    job.lease_at = utcnow()
+    db.commit()
+    return job.cancel_requested
 
 
 def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
@@ -344,6 +395,7 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
     job.worker = None
     job.released_at = None
     db.commit()
+    fence(svc, job)
     svc.logs.system(job.id, f"{reason}; the job goes back in the queue (attempt {job.attempt} of {svc.settings.max_attempts})")
 
 
@@ -371,25 +423,84 @@ def reconcile(db: Session, svc: Services, worker: str, running: list[str]) -> in
     return n
 
 
-def reap(db: Session, svc: Services) -> int:
-    """Requeue running jobs whose worker stopped sending heartbeats. Returns how many."""
+def lease_window(svc: Services) -> timedelta:
+    """How long a run's lease holds without renewal, and the margin after it: by then the run
+    has stopped itself (it stops at worker_dead_after without a renewal it sent)."""
+    return timedelta(seconds=svc.settings.worker_dead_after + svc.settings.lease_margin)
+
+
+def lease_lapsed(svc: Services, job: Job, now: datetime, awake_since: datetime | None = None) -> bool:
+    """Neither channel renewed the run's lease within the window, and the server was awake to hear
+    it for that long (a server that was stopped gives every run a fresh window)."""
+    window = lease_window(svc)
+    if awake_since is not None and now - awake_since < window:
+        return False
+    renewed = job.lease_at or _claimed_at(job) or job.started_at
+    if renewed is not None and now - renewed < window:
+        return False
+    try:
+        return job.id not in svc.logs.leases_held([job.id])
+    except redis.RedisError:
+        return False  # cannot tell: wait for the next pass
+
+
+def reap(db: Session, svc: Services, awake_since: datetime | None = None) -> int:
+    """Requeue running jobs whose run's lease lapsed (its worker stopped, or was cut off and has
+    stopped the run itself). ``awake_since``: when the reaper last resumed after not running for a
+    while (the server stopped, Redis away): no lease is judged before a full window after it.
+    Returns how many."""
+    now, window = utcnow(), lease_window(svc)
+    if awake_since is not None and now - awake_since < window:
+        return 0
     running = db.scalars(select(Job).where(Job.state == JobState.running)).all()
+    quiet = [j for j in running if j.worker is None or now - (j.lease_at or _claimed_at(j) or now - window) >= window]
+    if not quiet:
+        return 0
+    held = svc.logs.leases_held([j.id for j in quiet])  # a Redis error fails the pass: nothing requeued
     n = 0
-    for job in running:
-        w = db.get(Worker, job.worker) if job.worker else None
-        if w is None or not is_alive(w, svc.settings.worker_dead_after):
-            requeue_lost(db, svc, job, f"Worker {job.worker} stopped answering")
-            n += 1
+    for job in quiet:
+        if job.id in held:
+            continue
+        requeue_lost(db, svc, job, f"Worker {job.worker} stopped renewing the job's lease")
+        n += 1
     return n
 
 
-def check_build_attempt(db: Database, job_id: str, attempt: int) -> None:
-    """A worker may upload a job's build folder only for the attempt that is still running."""
+def restore_fences(db: Session, svc: Services) -> int:
+    """Put back the fences Redis lost (a flush, a wiped Redis) for the jobs a worker may hold:
+    raised from the database, never lowered. Returns how many jobs were checked."""
+    rows = db.execute(select(Job.id, Job.attempt).where(
+        (Job.state == JobState.running) | ((Job.state == JobState.queued) & Job.released_at.is_not(None)))).all()
+    svc.logs.restore_fences({job_id: attempt for job_id, attempt in rows}, svc.settings.visibility_timeout)
+    return len(rows)
+
+
+def release_again(db: Session, svc: Services) -> int:
+    """A released job nobody claimed within ``release_again_seconds`` (its Celery message was
+    lost: the worker that took it died, Redis lost it): release it again under a new attempt
+    number, so the lost message, should it reappear, is refused. Returns how many."""
+    cutoff = utcnow() - timedelta(seconds=svc.settings.release_again_seconds)
+    stale = db.scalars(
+        select(Job).where(Job.state == JobState.queued, Job.released_at.is_not(None), Job.released_at < cutoff)
+    ).all()
+    for job in stale:
+        job.attempt += 1
+        job.released_at = None
+    db.commit()
+    for job in stale:
+        fence(svc, job)
+    return len(stale)
+
+
+def check_build_attempt(db: Database, job_id: str, attempt: int, late_ok: bool = False) -> None:
+    """A worker may upload a job's build folder only for the attempt that is still running (and,
+    ``late_ok``, its copy of the log also for a run whose end report will be kept late: _late_end)."""
     with db.session() as s:
         job = s.get(Job, job_id)
         if job is None:
             raise NotFound("no such job")
-        if job.attempt != attempt or job.state.finished:
+        late = late_ok and job.state is JobState.queued and job.worker is None and attempt == job.attempt - 1
+        if (job.attempt != attempt or job.state.finished) and not late:
             raise Conflict("stale attempt")
 
 

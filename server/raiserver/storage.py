@@ -113,6 +113,17 @@ class Storage:
     def log_path(self, job_id: str) -> Path:
         return self.root / "logs" / f"{job_id}.jsonl"
 
+    def worker_copy_path(self, job_id: str, attempt: int) -> Path:
+        """The lines a run's worker kept, sent when Redis lost some (``LogStore.archive``
+        merges them; removed once the log is stored)."""
+        return self.root / "logs" / f"{job_id}.{attempt}.worker.jsonl"
+
+    def keep_worker_copy(self, tmp: Path, job_id: str, attempt: int) -> Path:
+        dest = self.worker_copy_path(job_id, attempt)
+        with _writing():
+            os.replace(tmp, dest)
+        return dest
+
     @contextmanager
     def log_writer(self, job_id: str) -> Iterator[TextIO]:
         """A file to write the finished log into, page by page; in place only once complete."""

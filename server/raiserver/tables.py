@@ -62,6 +62,7 @@ class Job(Base):
     results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     gpu_name: Mapped[str | None] = mapped_column(String(128))
     released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)
+    lease_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # the running attempt last renewed its lease over HTTP
     phases: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # [{name, at, detail}]: raiprotocol.models.Phase
     waiting: Mapped[str | None] = mapped_column(Text)  # claimed but waiting in the batch system (Slurm PENDING): why
     # a ranked run: built and timed by the course's build file of this id, not the student's

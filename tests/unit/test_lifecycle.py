@@ -36,7 +36,7 @@ def test_claim_then_finish(db, services):
     assert [p["name"] for p in job.phases] == ["claimed"]
     with pytest.raises(Conflict, match="stale delivery"):
         claim_job(db, services, job.id, Claim(worker="w1", attempt=2))
-    with pytest.raises(Conflict, match="running on w1"):  # w1 is alive: nobody else may take it
+    with pytest.raises(Conflict, match="running on w1"):  # its run holds the lease: nobody else may take it
         claim_job(db, services, job.id, Claim(worker="w2", attempt=1))
 
     services.logs.system(job.id, "Op Time: 1.5 ms")
@@ -74,10 +74,10 @@ def test_a_queued_job_is_cancelled_at_once(db, services):
 
 def test_a_lost_run_is_requeued_then_given_up(db, services):
     job = add_job(db, add_user(db, "alice"))
-    w1 = add_worker(db, "w1")
+    add_worker(db, "w1")
     claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
-    assert reap(db, services) == 0  # its worker is alive (a claim counts as a sign of life)
-    w1.last_seen -= timedelta(seconds=46)  # then it stops answering
+    assert reap(db, services) == 0  # its run holds the lease (a claim starts it)
+    job.lease_at -= timedelta(seconds=51)  # then the run stops renewing it (lease 45 s + margin 5 s)
     db.commit()
     assert reap(db, services) == 1
     assert (job.state, job.attempt, job.worker) == (JobState.queued, 2, None)
@@ -85,7 +85,7 @@ def test_a_lost_run_is_requeued_then_given_up(db, services):
     with pytest.raises(Conflict, match="stale delivery"):  # the old delivery cannot run it twice
         claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
     claim_job(db, services, job.id, Claim(worker="w1", attempt=2))
-    w1.last_seen -= timedelta(seconds=46)
+    job.lease_at -= timedelta(seconds=51)
     db.commit()
     reap(db, services)
     assert job.state is JobState.error and "gave up after 2 attempts" in job.message

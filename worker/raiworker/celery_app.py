@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import platform
 import threading
+import time
 
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
@@ -22,6 +23,7 @@ from raiprotocol.models import Heartbeat
 
 from . import __version__
 from .errors import ServerUnreachable
+from .executors import executor_class
 from .images import COURSE_LABEL, Puller, named_images, offered_images
 from .metrics import serve
 from .runner import run_job, running_dir
@@ -93,10 +95,11 @@ class _Heartbeat(threading.Thread):
         self.images: list[str] | None = None
         self.busy = 0
         self.failures = 0
+        self.orphans: set[str] = set()  # jobs whose paused run's container was stopped from here
         if settings.executor == "docker":
-            from .executors.docker import docker_client
+            from .executors.docker import shared_client
 
-            self.docker = docker_client()
+            self.docker = shared_client()
             self.puller = Puller(self.docker, self.client, pulls_dir(settings.work_dir), settings.work_dir)
         if settings.metrics_port:
             try:
@@ -111,8 +114,32 @@ class _Heartbeat(threading.Thread):
     def pulls(self) -> dict[str, str]:
         return dict(self.puller.status) if self.puller else {}
 
+    def stop_orphans(self) -> None:
+        """A run's marker is touched at each lease renewal by the process running it; one not
+        touched for the lease's length belongs to a process that is paused or stuck while its
+        work may go on: stopped from here, before the server may hand the job to another worker
+        (that run, cut off from the server, stops itself the same way)."""
+        settings = self.rt.settings
+        now = time.time()
+        for marker in running_dir(settings).glob("*") if running_dir(settings).exists() else []:
+            try:
+                quiet = now - marker.stat().st_mtime
+            except OSError:
+                continue
+            if quiet > settings.worker_dead_after and marker.name not in self.orphans:
+                if executor_class(settings.executor).stop_orphan(settings, marker.name):
+                    log.warning("job %s: its run renewed no lease for %.0f s (its process paused or stuck); "
+                                "its container was stopped", marker.name, quiet)
+                self.orphans.add(marker.name)
+            elif quiet <= settings.worker_dead_after:
+                self.orphans.discard(marker.name)
+
     def beat(self) -> None:
         settings, rt = self.rt.settings, self.rt
+        try:
+            self.stop_orphans()
+        except Exception:  # noqa: BLE001 - the heartbeat goes out whatever this hit
+            log.exception("checking runs' leases failed")
         running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
         self.busy = len(running)
         if self.docker is not None:
@@ -155,7 +182,5 @@ def _start_heartbeat(**_) -> None:
 def _stop_heartbeat(**_) -> None:
     if _heartbeat is not None:
         _heartbeat.stop.set()
-    from .executors import executor_class
-
     s = runtime().settings
     executor_class(s.executor).host_stopping(s)

@@ -9,20 +9,31 @@ job runs on.
 
 If Redis goes away (a restart), batches wait in memory (bounded) and go out in order once it is
 back; the job goes on. If Redis came back without the stream, numbering carries on after the
-last line this sink wrote, and the log says which lines were lost.
+last line this sink wrote, and the log says which lines were lost; the sink keeps a copy of every
+line it wrote (``spool``, bounded by the output cap), which the runner sends to the server after
+such trouble so that the stored log is whole.
+
+Every append carries the run's attempt and is checked against the job's fence in the same Redis
+call: once another attempt owns the job (or it ended), the sink is ``superseded``, stores nothing
+more and says so (``on_superseded``): the run must stop.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO
 
 import redis
 
-from raiprotocol.keys import stream_key
-from raiprotocol.logwire import APPEND_LUA, append_args
+from raiprotocol.keys import fence_key, stream_key
+from raiprotocol.logwire import APPEND_LUA, FENCE_MISSING, SUPERSEDED, append_call, decode_entry, lost_note
 from raiprotocol.markers import one_line
 from raiprotocol.models import LogStream
 
@@ -40,11 +51,27 @@ def fold_cr(line: bytes) -> bytes:
     return line[line.rfind(b"\r") + 1:]
 
 
+@dataclass(slots=True)
+class _Pending:
+    stream: str
+    t: float
+    text: str
+    count: int
+    batch_id: str
+
+
 class LogSink:
     def __init__(self, r: redis.Redis, job_id: str, output_bytes: int, line_bytes: int, output_lines: int = 2_500_000,
-                 progress_seconds: float = 10.0):
+                 progress_seconds: float = 10.0, attempt: int | None = None, spool: Path | None = None,
+                 on_superseded: Callable[[], None] = lambda: None):
         self.redis = r
         self.key = stream_key(job_id)
+        self.fence = (fence_key(job_id), attempt) if attempt is not None else None
+        self.superseded = False  # another attempt owns the job, or it ended: nothing more is stored
+        self.on_superseded = on_superseded
+        self.trouble = False  # Redis failed, lost lines or its fence while the job ran: send the spool
+        self.spool_path = spool
+        self._spool: IO[str] | None = spool.open("w", encoding="utf-8") if spool is not None else None
         self.output_bytes = output_bytes
         self.output_lines = output_lines
         self.line_bytes = line_bytes
@@ -56,7 +83,7 @@ class LogSink:
         self.progress_seconds = progress_seconds  # a progress bar still running shows this often
         self._shown: dict[LogStream, float] = {}
         self._append = r.register_script(APPEND_LUA)
-        self._pending: list[list] = []  # batches waiting for Redis to come back: APPEND_LUA's ARGV and the batch's id
+        self._pending: list[_Pending] = []  # batches waiting for Redis to come back
         self._ids = f"{secrets.token_hex(4)}-"  # with a counter: each batch's id, so a retried write is not doubled
         self._sent = 0
         self._unsure = False  # the batch at the head was sent and Redis failed before answering
@@ -147,48 +174,95 @@ class LogSink:
         self._write(stream, text, len(parts))
 
     def _write(self, stream: LogStream, text: str, count: int) -> None:
+        if self.superseded:
+            return
         lines_shipped(count)
-        args = self._batch(stream.value, text, count)
+        batch = self._batch(stream.value, text, count)
         if self._pending_bytes + len(text) <= self.max_pending_bytes:
-            self._pending.append(args)
+            self._pending.append(batch)
             self._pending_bytes += len(text)
         else:
             self._dropped += count
+            self.trouble = True
         self._send()
 
-    def _batch(self, stream: str, text: str, count: int) -> list:
+    def _batch(self, stream: str, text: str, count: int) -> _Pending:
         self._sent += 1
-        return [*append_args(stream, time.time(), text, count), f"{self._ids}{self._sent}"]
+        return _Pending(stream, time.time(), text, count, f"{self._ids}{self._sent}")
 
     def _send(self) -> None:
-        """Write what waits, in order; on a Redis error keep it for the next try."""
+        """Write what waits, in order; on a Redis error, or while Redis lacks the job's fence,
+        keep it for the next try."""
         try:
             if self._dropped:
                 note = f"{self._dropped} lines were dropped while Redis was unreachable"
                 self._pending.append(self._batch(LogStream.sys.value, note, 1))
                 self._dropped = 0
-            while self._pending:
-                args = self._pending[0]
-                again = ["again"] if self._unsure else []  # its last try may have been written: look first
+            while self._pending and not self.superseded:
+                b = self._pending[0]
+                keys, args = append_call(self.key, b.stream, b.t, b.text, b.count, floor=self.last_line, batch_id=b.batch_id,
+                                         again=self._unsure, fence=self.fence)  # again: its last try may have been written
                 self._unsure = True
-                n, had = self._append(keys=[self.key], args=[*args[:4], self.last_line, args[4], *again])
+                n, had = self._append(keys=keys, args=args)
                 self._unsure = False
+                if n == FENCE_MISSING:  # Redis lost the job's fence: the server puts it back soon
+                    self.trouble = True
+                    return
+                if n == SUPERSEDED:
+                    self._supersede()
+                    return
                 self._pending.pop(0)
-                self._pending_bytes -= len(args[3])
+                self._pending_bytes -= len(b.text)
                 if had < self.last_line:  # Redis restarted without the stream: say what is missing
-                    lost = f"lines {had + 1}–{self.last_line} of this log were lost when Redis restarted"
+                    self.trouble = True
+                    lost = lost_note(had + 1, self.last_line)
                     self._pending.insert(0, self._batch(LogStream.sys.value, lost, 1))
                     self._pending_bytes += len(lost)
                 self.last_line = int(n)
+                self._keep(int(n) - b.count + 1, b)
         except redis.RedisError:
-            pass  # Redis is away: the batches wait here
+            self.trouble = True  # Redis is away: the batches wait here
 
-    def close(self) -> bool:
-        """At the job's end: try hard (for a while) to write what still waits. False if it could not."""
-        deadline = time.monotonic() + 60
-        while self._pending and time.monotonic() < deadline:
+    def _supersede(self) -> None:
+        self.superseded = True
+        self._pending.clear()
+        self._pending_bytes = 0
+        try:
+            self.on_superseded()
+        except Exception:  # noqa: BLE001 - the runner's; the sink stores nothing more either way
+            pass
+
+    def _keep(self, first: int, b: _Pending) -> None:
+        """The worker's own copy of what it wrote (``n`` 0: never numbered by Redis)."""
+        if self._spool is not None:
+            self._spool.write(json.dumps({"n": first, "t": b.t, "s": b.stream, "c": b.count, "x": b.text}, ensure_ascii=False) + "\n")
+
+    def whole_in_redis(self) -> bool:
+        """At the end: Redis still holds this run's last line (a flush after the last write is
+        seen only here). False when it cannot tell."""
+        if self.last_line == 0:
+            return True
+        try:
+            top = self.redis.xrevrange(self.key, count=1)
+        except redis.RedisError:
+            return False
+        return bool(top) and decode_entry(*top[0]).last >= self.last_line
+
+    def close(self, wait: float = 60.0) -> bool:
+        """At the job's end: try hard (for a while) to write what still waits; what could not be
+        written goes into the spool unnumbered. False if some of it could not be written."""
+        deadline = time.monotonic() + wait
+        while self._pending and not self.superseded and time.monotonic() < deadline:
             with self._lock:
                 self._send()
             if self._pending:
                 time.sleep(0.5)
-        return not self._pending
+        with self._lock:
+            written = not self._pending
+            for b in self._pending:
+                self._keep(0, b)
+            self._pending.clear()
+            if self._spool is not None:
+                self._spool.close()
+                self._spool = None
+        return written

@@ -1,8 +1,11 @@
 """One job, start to end, on this worker: claim → fetch → unpack → run → build folder → report →
 tidy (what nobody waits for: removing the container, starting the next one ahead of time).
 
-Whatever happens inside, the job's end is reported to the server (retried through a server
-restart) and the container and temporary folders are removed.
+The run holds a lease on its job for as long as it lasts (``lease``), and every line it writes
+carries its attempt: a run superseded by another attempt, or cut off from the server for longer
+than its lease, stops at once and reports nothing more. Whatever happens inside, the job's end is
+reported to the server (retried through a server restart), and on every path, refused and
+superseded runs too, the container and temporary folders are removed.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import redis
 
 from raiprotocol.archive import ArchiveError, OverLimit, pack_directory
 from raiprotocol.keys import cancel_key
-from raiprotocol.models import GpuInfo, JobState, JobUpdate, MeasuredRun, Phase
+from raiprotocol.models import ClaimGranted, GpuInfo, JobState, JobUpdate, MeasuredRun, Phase
 
 from .config import WorkerSettings
-from .errors import Refused, ServerUnreachable, WorkerError
+from .errors import Refused, ServerTrouble, ServerUnreachable, WorkerError
 from .executors import Executor, JobContext, Outcome, execute, make_executor
 from .gpus import hold_gpus, host_share
+from .lease import LOST, SUPERSEDED, Lease
 from .logsink import LogSink
 from .metrics import job_done
 from .server import ServerClient
@@ -78,9 +82,11 @@ def recover(settings: WorkerSettings) -> list[str]:
 
 
 def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt: int) -> str:
-    """Run one delivery of a job. Returns the final state, or 'skipped' for a refused claim."""
+    """Run one delivery of a job. Returns the final state, 'skipped' for a refused claim, or
+    'superseded' for a run that another attempt replaced (or whose lease it lost) before its end."""
     server = ServerClient(settings)
-    r = redis.Redis.from_url(settings.redis_url)
+    # every Redis call of the run is bounded: a Redis cut off mid-call must not hold the run
+    r = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
     claimed_at = time.monotonic()
     try:
         try:
@@ -88,15 +94,26 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         except Refused as exc:
             log.info("not running %s (attempt %s): %s", job_id, attempt, exc)
             return "skipped"
-        sink = LogSink(r, job_id, settings.output_bytes, settings.line_bytes, settings.output_lines)
+        attempt = grant.attempt  # a run taking over a lost one has an attempt of its own
         # listed in every heartbeat while it exists: until the job's end is reported (the server
-        # requeues a job its worker does not list); it holds the attempt, for a restarted worker
+        # requeues a job its worker does not list); it holds the attempt, for a restarted worker;
+        # its time is the lease's last renewal, which the worker's main process watches
         marker = running_dir(settings) / job_id
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.write_text(str(attempt))
+        stop = threading.Event()  # cancelled, superseded or the lease lost: the run ends now
+        lease = Lease(settings, job_id, attempt, stop, marker)
+        spool = jobs_dir(settings.work_dir) / f"{job_id}.{attempt}.log.jsonl"
+        spool.parent.mkdir(parents=True, exist_ok=True)
+        sink = LogSink(r, job_id, settings.output_bytes, settings.line_bytes, settings.output_lines,
+                       attempt=attempt, spool=spool, on_superseded=lease.supersede)
+        lease.start()
         try:
-            return _deliver(settings, gpus, server, r, sink, grant, job_id, attempt, claimed_at)
+            return _deliver(settings, gpus, server, r, sink, grant, lease, claimed_at)
         finally:
+            lease.close()
+            sink.close(wait=0)
+            spool.unlink(missing_ok=True)
             marker.unlink(missing_ok=True)
     finally:
         server.close()
@@ -104,8 +121,9 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
 
 
 def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis, sink: LogSink,
-             grant, job_id: str, attempt: int, claimed_at: float) -> str:
-    """The claimed job: run it, ship its build folder, report its end, tidy up."""
+             grant: ClaimGranted, lease: Lease, claimed_at: float) -> str:
+    """The claimed job: run it, ship its build folder, report its end; tidy up on every path."""
+    job_id, attempt = grant.job_id, grant.attempt
     workdir = job_dir(settings.work_dir, job_id, attempt)
     outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
     build_uploaded = False
@@ -113,32 +131,63 @@ def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient
     measured: list[MeasuredRun] = []
     executor: Executor | None = None
     try:
-        executor = make_executor(settings)
-        outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases, executor, measured)
-        if outcome.state is not JobState.queued:  # queued: lost where it ran, it runs again
-            build_uploaded, refused = _ship_build(settings, server, job_id, attempt, workdir / "build", sink)
-            if refused and outcome.state is JobState.succeeded:
-                outcome = Outcome(JobState.failed, message=refused)
-    except Refused as exc:
-        log.warning("job %s refused mid-run: %s", job_id, exc)
-        return "skipped"
-    except Exception as exc:  # infrastructure trouble: the student's code did not fail
-        if isinstance(exc, WorkerError):  # a known cause: its message says it all
-            log.warning("job %s: %s", job_id, exc)
-        else:
-            log.exception("job %s: worker error", job_id)
-        message = f"worker {settings.worker_name} error: {exc}"
-        outcome = Outcome(JobState.error, message=message)
         try:
-            sink.system(message)
-        except redis.RedisError:
-            pass
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    if not build_uploaded and outcome.state is JobState.succeeded:
-        outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
+            executor = make_executor(settings)
+            outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases, executor, measured, lease.stop_run)
+            if lease.reason is None and outcome.state is not JobState.queued:  # queued: lost where it ran, it runs again
+                build_uploaded, refused = _ship_build(settings, server, job_id, attempt, workdir / "build", sink)
+                if refused and outcome.state is JobState.succeeded:
+                    outcome = Outcome(JobState.failed, message=refused)
+        except Refused as exc:
+            log.warning("job %s refused mid-run: %s", job_id, exc)
+            lease.supersede()
+        except Exception as exc:  # infrastructure trouble: the student's code did not fail
+            if isinstance(exc, WorkerError):  # a known cause: its message says it all
+                log.warning("job %s: %s", job_id, exc)
+            else:
+                log.exception("job %s: worker error", job_id)
+            message = f"worker {settings.worker_name} error: {exc}"
+            outcome = Outcome(JobState.error, message=message)
+            try:
+                sink.system(message)
+            except redis.RedisError:
+                pass
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        if lease.reason == SUPERSEDED or sink.superseded:
+            log.warning("job %s: attempt %d was superseded; its run is stopped and nothing more of it is reported", job_id, attempt)
+            return "superseded"
+        if lease.reason == LOST:
+            outcome = Outcome(JobState.queued, message=f"worker {settings.worker_name} could not reach the server for "
+                                                       f"{settings.worker_dead_after:g} s and stopped the run; the job runs again")
+            sink.system(outcome.message or "")
+        if not build_uploaded and outcome.state is JobState.succeeded:
+            outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
+        _report(settings, server, sink, grant, outcome, phases, measured)
+        job_done(outcome.state.value, time.monotonic() - claimed_at)
+        return outcome.state.value
+    finally:  # every path, refused and superseded runs too: nothing of the job is left behind
+        if executor is not None:
+            try:
+                executor.tidy()
+            except Exception:  # noqa: BLE001 - the job is over; a restarted worker removes leftovers
+                log.exception("job %s: tidying up after it failed", job_id)
+
+
+def _report(settings: WorkerSettings, server: ServerClient, sink: LogSink, grant: ClaimGranted, outcome: Outcome,
+            phases: list[Phase], measured: list[MeasuredRun]) -> None:
+    """The job's end, to the server (retried through its restart), after the log: when Redis lost
+    some of the run's lines, the worker's copy goes first, so the stored log is whole."""
+    job_id, attempt = grant.job_id, grant.attempt
     if not sink.close():  # Redis stayed away: the job's end is still reported
         log.warning("job %s: some log lines could not be written to Redis", job_id)
+    if sink.superseded:
+        return
+    if sink.trouble or not sink.whole_in_redis():
+        try:
+            server.upload_log(job_id, attempt, sink.spool_path)
+        except (Refused, ServerUnreachable, ServerTrouble, OSError) as exc:
+            log.warning("job %s: the worker's copy of the log was not sent: %s", job_id, exc)
     try:
         if sink.first_output is not None:
             phases.append(Phase(name="first line", at=sink.first_output))
@@ -147,18 +196,11 @@ def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient
                                         measured=measured if grant.timed else None))
     except Refused as exc:
         log.warning("final state of %s refused: %s", job_id, exc)
-    job_done(outcome.state.value, time.monotonic() - claimed_at)
-    if executor is not None:
-        try:
-            executor.tidy()
-        except Exception:  # noqa: BLE001 - the job is over; a restarted worker removes leftovers
-            log.exception("job %s: tidying up after it failed", job_id)
-    return outcome.state.value
 
 
 def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis,
-         sink: LogSink, grant, workdir: Path, phases: list[Phase], executor: Executor,
-         measured: list[MeasuredRun]) -> Outcome:
+         sink: LogSink, grant: ClaimGranted, workdir: Path, phases: list[Phase], executor: Executor,
+         measured: list[MeasuredRun], cancel: threading.Event) -> Outcome:
     shutil.rmtree(workdir, ignore_errors=True)
     (workdir / "src").mkdir(parents=True)
     (workdir / "build").mkdir()
@@ -169,7 +211,7 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
         return Outcome(JobState.error, message=f"the project archive could not be unpacked: {exc}")
     archive.unlink()
     (workdir / "build").chmod(0o777)
-    cancel, done = threading.Event(), threading.Event()
+    done = threading.Event()
     watcher = threading.Thread(target=_watch_cancel, args=(r, grant.job_id, cancel, done), daemon=True)
     watcher.start()
     try:

@@ -111,5 +111,18 @@ class ServerClient:
         self._call("PUT", f"/api/v1/worker/jobs/{job_id}/build", params={"attempt": attempt}, content_factory=body, on_wait=on_wait,
                    headers={"Content-Length": str(tarball.stat().st_size), "Content-Type": "application/gzip"})
 
+    def upload_log(self, job_id: str, attempt: int, spool: Path | None, retry_for: float = 120.0) -> None:
+        """The run's own copy of its lines (JSON lines of batches), for the server to make the stored log whole."""
+        if spool is None or not spool.exists():
+            return
+
+        def body():
+            with spool.open("rb") as fh:
+                while chunk := fh.read(1024 * 1024):
+                    yield chunk
+
+        self._call("PUT", f"/api/v1/worker/jobs/{job_id}/log", retry_for=retry_for, params={"attempt": attempt},
+                   content_factory=body, headers={"Content-Length": str(spool.stat().st_size), "Content-Type": "application/x-ndjson"})
+
     def update(self, job_id: str, update: JobUpdate, retry_for: float = 600.0) -> None:
         self._call("POST", f"/api/v1/worker/jobs/{job_id}/state", retry_for=retry_for, json=update.model_dump(mode="json"))

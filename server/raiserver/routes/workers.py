@@ -16,7 +16,7 @@ from ..deps import WORKER_ONLY, CurrentUser, DatabaseDep, SessionDep, StaffUser,
 from ..errors import Missing, NotFound
 from ..fleet import is_alive, queue_images, record_heartbeat
 from ..images import blob_path, wanted_by
-from ..jobs import check_build_attempt, claim_job, note_build, reconcile, update_job
+from ..jobs import check_build_attempt, claim_job, note_build, reconcile, renew_lease, update_job
 from ..tables import Job, Worker
 
 log = logging.getLogger("raiserver")
@@ -65,6 +65,12 @@ def state(job_id: str, body: JobUpdate, request: Request, db: SessionDep) -> dic
     return {"state": job.state.value}
 
 
+@router.post("/worker/jobs/{job_id}/lease", dependencies=WORKER_ONLY)
+def lease(job_id: str, body: Claim, request: Request, db: SessionDep) -> dict:
+    """The run of ``body.attempt`` on ``body.worker`` renews its lease (409: it no longer holds the job)."""
+    return {"cancel": renew_lease(db, services(request), job_id, body.worker, body.attempt)}
+
+
 @router.get("/worker/jobs/{job_id}/archive", dependencies=WORKER_ONLY)
 def archive(job_id: str, request: Request, db: SessionDep) -> FileResponse:
     job = db.get(Job, job_id)
@@ -95,4 +101,18 @@ async def upload_build(job_id: str, request: Request, database: DatabaseDep, att
     tmp, _, size = await svc.storage.receive(request.stream(), svc.settings.max_build_bytes, "the build folder")
     svc.storage.keep_build(tmp, job_id)
     await run_in_threadpool(note_build, database, job_id, size)
+    return {"bytes": size}
+
+
+WORKER_COPY_BYTES = 64 * 1024**2  # a run's lines are capped at RAI_OUTPUT_BYTES (16 MiB) and rai's own lines
+
+
+@router.put("/worker/jobs/{job_id}/log", dependencies=WORKER_ONLY)
+async def upload_log(job_id: str, request: Request, database: DatabaseDep, attempt: int = Query(...)) -> dict:
+    """The run's own copy of its lines, sent before its end when Redis lost some: the stored log is
+    made whole from it as the job ends."""
+    svc = services(request)
+    await run_in_threadpool(check_build_attempt, database, job_id, attempt, True)
+    tmp, _, size = await svc.storage.receive(request.stream(), WORKER_COPY_BYTES, "the worker's copy of the log")
+    svc.storage.keep_worker_copy(tmp, job_id, attempt)
     return {"bytes": size}

@@ -86,6 +86,13 @@ class Executor(ABC):
     def host_stopping(cls, settings: WorkerSettings) -> None:
         """Once, as the worker's pool has stopped."""
 
+    @classmethod
+    def stop_orphan(cls, settings: WorkerSettings, job_id: str) -> bool:
+        """From the worker's main process: the process running this job stopped renewing its
+        lease (paused, stuck) while what it started may go on; stop that from outside before the
+        server hands the job to another worker. Returns whether something was stopped."""
+        return False
+
     @abstractmethod
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         """Prepare the job's environment; return a sentence for the log ("started the container …")."""

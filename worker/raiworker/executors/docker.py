@@ -99,6 +99,20 @@ def docker_client() -> docker.DockerClient:
         raise ExecutorUnavailable(f"no Docker engine answers ({exc.__class__.__name__}); start dockerd or set RAI_EXECUTOR=process") from None
 
 
+_shared: dict[int, docker.DockerClient] = {}  # per process: a client's sockets must not cross a fork
+_shared_lock = threading.Lock()
+
+
+def shared_client() -> docker.DockerClient:
+    """This process's one Docker client, for every job it runs (a client per job, never closed,
+    held its sockets to the engine for ever: a worker's descriptors grew with every job)."""
+    with _shared_lock:
+        client = _shared.get(os.getpid())
+        if client is None:
+            client = _shared[os.getpid()] = docker_client()
+        return client
+
+
 def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool = False) -> int:
     """Remove containers a previous run of this worker left (crash, kill -9), or at its end the
     spare containers its slots had started ahead of time."""
@@ -250,7 +264,7 @@ class DockerExecutor(Executor):
     def prepare_host(cls, settings: WorkerSettings, gpu_indexes: list[int]) -> list[str]:
         """The engine answers; containers an earlier run of this worker left are removed (a lost
         run must not go on beside its re-run); how jobs get their GPUs is decided once, here."""
-        client = docker_client()
+        client = shared_client()
         lines = super().prepare_host(settings, gpu_indexes)
         removed = reap_containers(client, settings.worker_name)
         if removed:
@@ -264,12 +278,24 @@ class DockerExecutor(Executor):
         """The pool has stopped: its spare containers have no next job."""
         if settings.spare_containers:
             try:
-                reap_containers(docker_client(), settings.worker_name, spares_only=True)
+                reap_containers(shared_client(), settings.worker_name, spares_only=True)
             except Exception as exc:  # noqa: BLE001 - the next start removes them
                 log.warning("spare containers not removed: %s", exc)
 
+    @classmethod
+    def stop_orphan(cls, settings: WorkerSettings, job_id: str) -> bool:
+        """The run's process is paused or stuck: its container goes (its command would go on)."""
+        try:
+            shared_client().api.remove_container(container_name(job_id, settings.worker_name), force=True)
+            return True
+        except NotFound:
+            return False
+        except (DockerException, ExecutorUnavailable) as exc:
+            log.warning("job %s: the container of a run that stopped renewing its lease was not removed: %s", job_id, exc)
+            return False
+
     def __init__(self, client: docker.DockerClient | None = None, spares: bool = True):
-        self.client = client or docker_client()
+        self.client = client or shared_client()
         self.container: Any = None  # the job's docker Container once started (the Docker SDK is untyped)
         self.user = "1000:1000"
         self.wrap: list[str] = []  # the pty helper inside the container, when there is one
