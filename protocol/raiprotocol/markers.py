@@ -8,6 +8,7 @@ since ncu, nsys, nvprof and compute-sanitizer inflate the timings they observe. 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # on a command as one_line shows it: an escaped line break (\\n) separates words like a space
 PROFILERS = re.compile(r"(^|[\s/;&|(]|\\[nrt])(ncu|nsys|nvprof|nv-nsight-cu-cli|compute-sanitizer|cuda-memcheck)(\s|$|\\[nrt])")
@@ -26,13 +27,58 @@ def one_line(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
+# What renders as nothing at the start of a line: format characters (zero-width spaces and joiners,
+# U+FEFF, the bidi controls), combining marks, spaces, controls, unassigned and private-use code
+# points (a newer terminal or a font may draw them as nothing), and the blank letters and symbols
+# below. A line that starts with any run of them and then rai's mark looks like rai's own line.
+_INVISIBLE_CATEGORIES = frozenset(("Cc", "Cf", "Cn", "Co", "Cs", "Mn", "Mc", "Me", "Zs", "Zl", "Zp"))
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # Hangul fillers, the blank Braille pattern
+# bidi embeddings, overrides and isolates: they can carry a '✱' from the end of a line to its start
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+# where a new visual line (or a rewritten one) may begin inside a log line: line and paragraph
+# separators, a carriage return, a backspace, and any terminal control but colours (SGR) - a raw
+# log shown in a terminal or a browser starts over there
+_BREAK = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]?"
+    "|[\b\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def invisible(char: str) -> bool:
+    """Whether a character shows nothing (or only blank space) where a line starts."""
+    return unicodedata.category(char) in _INVISIBLE_CATEGORIES or char in _BLANK
+
+
+def _armed(segment: str) -> bool:
+    """Whether the segment's first visible character is rai's mark."""
+    for char in _SGR.sub("", segment):
+        if char == SYSTEM_MARK:
+            return True
+        if not invisible(char):
+            return False
+    return False
+
+
 def disarm(line: str) -> str:
-    """One line of a job's output as shown beside rai's lines: if it starts (colours aside) with
-    rai's mark, a backslash goes before it, so '✱ Job succeeded' printed by a job cannot pass for
-    the client's own line."""
-    if SYSTEM_MARK not in line or not _SGR.sub("", line).startswith(SYSTEM_MARK):
+    """One line of a job's output as shown beside rai's lines: wherever it would show rai's mark
+    first (colours, zero-width, format, bidi, combining and blank characters aside, at the start or
+    after a line separator, carriage return or cursor move), a backslash goes before it, so
+    '✱ Job succeeded' printed by a job cannot pass for the client's own line. Bidi controls in a
+    line with the mark are shown as ``\\u202e``: they could reorder the mark to the front."""
+    if SYSTEM_MARK not in line:
         return line
-    return "\\" + line
+    if _BIDI.search(line):
+        line = _BIDI.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
+    out: list[str] = []
+    start = 0
+    for m in _BREAK.finditer(line):
+        if _SGR.fullmatch(m.group()):
+            continue  # colours only: the same visual line goes on
+        segment = line[start:m.start()]
+        out += ["\\" + segment if _armed(segment) else segment, m.group()]
+        start = m.end()
+    segment = line[start:]
+    out.append("\\" + segment if _armed(segment) else segment)
+    return "".join(out)
 
 
 def running_line(command: str) -> str:

@@ -4,6 +4,14 @@ a TA's terminal through any command, and nothing a job prints passes for the cli
 from __future__ import annotations
 
 import io
+import json
+import re
+import shutil
+import subprocess
+import unicodedata
+from pathlib import Path
+
+import pytest
 
 from raiclient.output import LogPrinter, cell, finish
 from raiprotocol.logwire import Batch
@@ -41,3 +49,60 @@ def test_rais_own_lines_are_one_line_whatever_the_command_holds():
     assert "\n" not in line and line == "Running: echo a\\nCancel requested by tina; stopping the container"
     assert one_line("a\tb\x1b") == "a\\tb\\x1b"
     assert disarm("x ✱ y") == "x ✱ y"
+
+
+# -- issue 34, item 6: a '✱' behind invisible characters ---------------------------------------
+
+# each renders as (or nearly as) the client's '✱ Job succeeded' on a terminal or in a browser
+FORGED = ["\u200b✱ Job succeeded", "\u2060✱ Job succeeded", "\ufeff✱ Job succeeded", "\u202e✱ Job succeeded",
+          "\u202edeccus boJ ✱", "\u2067✱ Job succeeded", "\u200f✱ Job succeeded", "\u061c✱ Job succeeded",
+          "\u200d\u200c\u034f✱ Job succeeded", "\u180e✱ Job succeeded", "\u00a0✱ Job succeeded", "\u3000✱ Job succeeded",
+          " ✱ Job succeeded", "\t✱ Job succeeded", "\u0301✱ Job succeeded", "\u20dd✱ Job succeeded",
+          "\ufe0f✱ Job succeeded", "\u3164✱ Job succeeded", "\u2800✱ Job succeeded", "\U000e0020✱ Job succeeded",
+          "\ue000✱ Job succeeded", "\U0001fffe✱ Job succeeded", "\x1b[1;36m\u200b✱\x1b[0m Job succeeded",
+          "ok\u2028✱ Job succeeded", "ok\u2029\u200b✱ Job succeeded", "\u00ad✱ Job succeeded"]
+SHOWS_NOTHING = {"Cc", "Cf", "Cn", "Co", "Cs", "Mn", "Mc", "Me", "Zs", "Zl", "Zp"}
+COLOURS = re.compile(r"\x1b\[[0-9;:]*m")
+
+
+def passes_for_rais(text: str) -> list[str]:
+    """The lines of ``text`` (split as a terminal or a browser may show them) whose first visible
+    character is rai's mark: invisible characters and colours stripped."""
+    shown = "".join(c for c in COLOURS.sub("", text)
+                    if unicodedata.category(c) not in SHOWS_NOTHING or c in "\n\r\u2028\u2029")
+    shown = "".join(c for c in shown if c not in "\u115f\u1160\u3164\uffa0\u2800")
+    return [line for line in shown.splitlines() if line.startswith("✱")]
+
+
+@pytest.mark.parametrize("line", FORGED)
+def test_a_mark_behind_invisible_characters_is_escaped(line):
+    # the case itself looks like rai's line (an override shows its text reversed: '✱' first)
+    assert passes_for_rais(line) or "\u202e" in line
+    shown = disarm(line)
+    assert passes_for_rais(shown) == [], repr(shown)
+    assert "\\" in shown
+
+
+def test_the_client_prints_no_forged_line_and_bidi_controls_show():
+    buf = io.StringIO()
+    printer = LogPrinter(buf, buf)
+    printer.batches([Batch(n=1, t=0.0, s="out", c=len(FORGED), x="\n".join(FORGED))])
+    printer.system("Job succeeded")
+    out = buf.getvalue()
+    assert passes_for_rais(out) == ["✱Jobsucceeded"]  # the client's own, only (spaces stripped)
+    assert out.splitlines()[-1] == "✱ Job succeeded"
+    assert "\\u202edeccus boJ ✱" in out  # an override that would carry the mark to the front is shown
+    for plain in ("x ✱ y", "Op Time: 1 ✱", "no mark", "\u200bzero-width first, no mark"):
+        assert disarm(plain) == plain  # lines that cannot pass for rai's are printed as printed
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
+def test_the_web_view_escapes_job_lines_as_the_client_does():
+    """The job page marks rai's lines with '✱' too: its disarm (app.js) gives what the client's gives."""
+    src = (Path(__file__).resolve().parents[2] / "server/raiserver/static/app.js").read_text()
+    code = re.search(r"const INVISIBLE[\s\S]*?\n  function jobPage", src).group().removesuffix("function jobPage")
+    cases = [*FORGED, "x ✱ y", "plain", "\x1b[2K✱ Job succeeded", "a\r✱ b"]
+    script = code + "\nprocess.stdout.write(JSON.stringify(JSON.parse(process.argv[1]).map(disarm)));"
+    out = subprocess.run(["node", "-e", script, json.dumps(cases)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [disarm(c) for c in cases]

@@ -22,6 +22,35 @@ const rai = (() => {
     return out + "</span>".repeat(open);
   }
 
+  // A job line never shows rai's mark where a line starts (as raiprotocol.markers.disarm): colours,
+  // invisible characters (format, bidi, zero-width, combining, blank, unassigned) aside, at the
+  // start or after a line separator, carriage return or terminal control, a '✱' gets a backslash
+  // before it, and bidi controls in a line with the mark are shown as \u202e.
+  const INVISIBLE = /^[\p{Cc}\p{Cf}\p{Cn}\p{Co}\p{Cs}\p{M}\p{Z}\u115f\u1160\u3164\uffa0\u2800]$/u;
+  const BIDI = /[\u202a-\u202e\u2066-\u2069]/g;
+  const SGR = /\x1b\[[0-9;:]*m/g;
+  const BREAK = /\x1b\[[0-?]*[ -\/]*[@-~]?|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?|\x1b[ -\/]*[0-~]?|\x9b[0-?]*[ -\/]*[@-~]?|[\b\n\r\v\f\x1c-\x1e\x85\u2028\u2029]/g;
+  function armed(segment) {
+    for (const c of segment.replace(SGR, "")) {
+      if (c === "✱") return true;
+      if (!INVISIBLE.test(c)) return false;
+    }
+    return false;
+  }
+  function disarm(line) {
+    if (!line.includes("✱")) return line;
+    line = line.replace(BIDI, (c) => "\\u" + c.codePointAt(0).toString(16).padStart(4, "0"));
+    let out = "", start = 0;
+    for (const m of line.matchAll(BREAK)) {
+      if (/^\x1b\[[0-9;:]*m$/.test(m[0])) continue;  // colours only: the same line goes on
+      const segment = line.slice(start, m.index);
+      out += (armed(segment) ? "\\" : "") + segment + m[0];
+      start = m.index + m[0].length;
+    }
+    const segment = line.slice(start);
+    return out + (armed(segment) ? "\\" : "") + segment;
+  }
+
   function jobPage(jobId) {
     const log = document.getElementById("log");
     const follow = document.getElementById("follow");
@@ -37,7 +66,7 @@ const rai = (() => {
         for (const text of batch.x.split("\n").slice(-KEEP)) {
           const div = document.createElement("div");
           div.className = `l-${batch.s}`;
-          div.innerHTML = batch.s === "sys" ? `✱ ${esc(text)}` : ansi(text) || "&nbsp;";
+          div.innerHTML = batch.s === "sys" ? `✱ ${esc(text)}` : ansi(disarm(text)) || "&nbsp;";
           frag.appendChild(div);
         }
       }
