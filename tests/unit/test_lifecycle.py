@@ -102,3 +102,107 @@ def test_waiting_in_slurm_is_shown_queued_and_a_node_failure_requeues(db, servic
     assert (job.state, out.state, out.waiting) == (JobState.running, JobState.queued, "Queued in Slurm: Resources")
     update_job(db, services, job.id, JobUpdate(attempt=1, state=JobState.queued, message="Slurm: NODE_FAIL"))
     assert (job.state, job.attempt, job.waiting) == (JobState.queued, 2, None)
+
+
+def _fence(services, job_id: str) -> bytes | None:
+    from raiprotocol.keys import fence_key
+
+    return services.logs.redis.get(fence_key(job_id))
+
+
+def test_the_lease_decides_not_the_workers_heartbeat(db, services):
+    """A worker whose main process is paused sends no heartbeat while its run goes on renewing the
+    lease: the job stays. A run that renews only through Redis (its HTTP cut off) stays too."""
+    from raiprotocol.keys import lease_key
+
+    job = add_job(db, add_user(db, "alice"))
+    w1 = add_worker(db, "w1")
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    assert _fence(services, job.id) == b"1"
+    w1.last_seen -= timedelta(seconds=600)  # heartbeats stopped long ago
+    db.commit()
+    assert reap(db, services) == 0 and job.state is JobState.running
+    job.lease_at -= timedelta(seconds=600)  # and the HTTP renewals too, but Redis has one
+    db.commit()
+    services.logs.redis.set(lease_key(job.id), "1", px=50_000)
+    assert reap(db, services) == 0 and job.state is JobState.running
+    with pytest.raises(Conflict, match="running on w1"):  # nor may another worker take it
+        claim_job(db, services, job.id, Claim(worker="w2", attempt=1))
+    services.logs.redis.delete(lease_key(job.id))
+    assert reap(db, services) == 1 and job.state is JobState.queued
+    assert _fence(services, job.id) == b"2"  # the old run's next line is refused
+
+
+def test_a_stalled_server_gives_every_run_a_fresh_window(db, services):
+    from raiserver.db import utcnow
+
+    job = add_job(db, add_user(db, "alice"))
+    add_worker(db, "w1")
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    job.lease_at -= timedelta(seconds=600)  # nothing heard while the server was stopped
+    db.commit()
+    assert reap(db, services, awake_since=utcnow() - timedelta(seconds=3)) == 0  # it just woke up
+    assert reap(db, services, awake_since=utcnow() - timedelta(seconds=60)) == 1  # a full window later
+
+
+def test_a_late_end_report_is_kept_not_run_again(db, services):
+    """The run ended, but its report came after the job was put back in the queue (the server was
+    stopped, or cut off): nobody claimed it again yet, so the result stands and nothing reruns."""
+    job = add_job(db, add_user(db, "alice"))
+    add_worker(db, "w1")
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    job.lease_at -= timedelta(seconds=600)
+    db.commit()
+    assert reap(db, services) == 1 and job.attempt == 2
+    update_job(db, services, job.id, JobUpdate(attempt=1, state=JobState.succeeded, exit_code=0))
+    assert job.state is JobState.succeeded and _fence(services, job.id) == b"end"
+    assert any("had ended after all (succeeded)" in x for _, x in log_of(services, job.id))
+    with pytest.raises(Conflict, match="already succeeded"):  # the re-release's delivery runs nothing
+        claim_job(db, services, job.id, Claim(worker="w1", attempt=2))
+    # once another run claimed the job, an old report is refused
+    other = add_job(db, add_user(db, "bob"))
+    claim_job(db, services, other.id, Claim(worker="w1", attempt=1))
+    other.lease_at -= timedelta(seconds=600)
+    db.commit()
+    reap(db, services)
+    claim_job(db, services, other.id, Claim(worker="w2", attempt=2))
+    with pytest.raises(Conflict, match="stale"):
+        update_job(db, services, other.id, JobUpdate(attempt=1, state=JobState.succeeded, exit_code=0))
+
+
+def test_a_takeover_on_the_same_worker_is_a_new_attempt(db, services):
+    """The pool process died with the run, and Celery delivered the job again to the same worker:
+    the new run gets an attempt of its own, so the lost one could never write beside it."""
+    job = add_job(db, add_user(db, "alice"))
+    add_worker(db, "w1")
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    grant = claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    assert grant.attempt == 2 and job.attempt == 2 and _fence(services, job.id) == b"2"
+    assert any("Restarting on w1 as attempt 2" in x for _, x in log_of(services, job.id))
+
+
+def test_a_release_nobody_claims_goes_again_within_30_s(db, services):
+    from raiserver.db import utcnow
+    from raiserver.jobs import release_again
+
+    job = add_job(db, add_user(db, "alice"))
+    job.released_at = utcnow() - timedelta(seconds=5)
+    db.commit()
+    assert release_again(db, services) == 0
+    job.released_at = utcnow() - timedelta(seconds=services.settings.release_again_seconds + 1)
+    db.commit()
+    assert release_again(db, services) == 1
+    assert (job.attempt, job.released_at) == (2, None) and services.settings.release_again_seconds <= 30
+    with pytest.raises(Conflict, match="stale delivery"):  # the lost message, should it come back
+        claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+
+
+def test_fences_lost_with_redis_come_back_from_the_database(db, services):
+    from raiprotocol.keys import fence_key
+    from raiserver.jobs import restore_fences
+
+    job = add_job(db, add_user(db, "alice"))
+    add_worker(db, "w1")
+    claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
+    services.logs.redis.delete(fence_key(job.id))  # a flush
+    assert restore_fences(db, services) >= 1 and _fence(services, job.id) == b"1"
