@@ -59,11 +59,16 @@ def revoke_keys(db: Session, user: User) -> None:
     user.secret_hash = "!"
 
 
+_NO_USER_HASH = hash_secret(secrets.token_urlsafe(32))
+
+
 def authenticate(db: Session, access_key: str, secret: str) -> User | None:
+    """The user these keys belong to, or None. The secret is hashed and compared in constant time
+    whether or not the access key exists, so the answer's timing tells nothing about the secret.
+    Callers check the secret before any login limit (a right secret is always served)."""
     user = db.scalar(select(User).where(User.access_key == access_key))
-    if user is None or not hmac.compare_digest(user.secret_hash, hash_secret(secret)):
-        return None
-    return user
+    matches = hmac.compare_digest(user.secret_hash if user is not None else _NO_USER_HASH, hash_secret(secret))
+    return user if user is not None and matches else None
 
 
 @dataclass

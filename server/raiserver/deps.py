@@ -54,9 +54,11 @@ def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(
     with request.app.state.db.session() as db:
         user: User | None = None
         if creds is not None:
-            too_many_failures(request, creds.username)
+            # the secret first: a right one is always served, whatever others tried with this key or
+            # from this address (a known access key must not lock its owner out); only wrong ones wait
             user = authenticate(db, creds.username, creds.password)
             if user is None:
+                too_many_failures(request, creds.username)
                 wait = request.app.state.login_limiter.failed(client_ip(request), creds.username)
                 if wait is not None:
                     raise TooManyAttempts(f"too many failed logins; try again in {wait} s", wait)

@@ -75,11 +75,11 @@ def login(request: Request, access_key: Annotated[str, Form()], secret_key: Anno
     check_csrf(request, csrf)
     key = access_key.strip()
     limiter = request.app.state.login_limiter
-    wait = limiter.retry_after(client_ip(request), key)
-    if wait is not None:
-        return render(request, "login.html", None, error=f"Too many failed logins; try again in {wait} s.")
-    user = authenticate(db, key, secret_key.strip())
+    user = authenticate(db, key, secret_key.strip())  # first: right keys are never refused by the limits
     if user is None or not user.active:
+        wait = limiter.retry_after(client_ip(request), key)
+        if wait is not None:
+            return render(request, "login.html", None, error=f"Too many failed logins; try again in {wait} s.")
         wait = limiter.failed(client_ip(request), key)
         if wait is not None:
             return render(request, "login.html", None, error=f"Too many failed logins from your address; try again in {wait} s.")

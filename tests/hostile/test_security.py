@@ -303,8 +303,12 @@ def test_failed_logins_are_limited_per_key(hostile):
     assert codes[:10] == [401] * 10 and codes[10:] == [429, 429]
     r = httpx.get(f"{svc.url}/api/v1/me", auth=(key, "guess-x"), timeout=10)
     assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
-    assert httpx.get(f"{svc.url}/api/v1/me", auth=(key, read_profile_file(prof).secret_key), timeout=10).status_code == 429
-    assert svc.client("history", env={"RAI_PROFILE": str(prof)}).stderr.count("too many failed logins") == 1
+    # issue 34: the key's owner is never locked out by someone else's guesses: the right secret is served
+    assert httpx.get(f"{svc.url}/api/v1/me", auth=(key, read_profile_file(prof).secret_key), timeout=10).status_code == 200
+    assert svc.client("history", env={"RAI_PROFILE": str(prof)}).returncode == 0
+    wrong = prof.with_name("guessed-wrong.profile")
+    wrong.write_text(prof.read_text().replace(read_profile_file(prof).secret_key, "guess-y"))
+    assert svc.client("history", env={"RAI_PROFILE": str(wrong)}).stderr.count("too many failed logins") == 1
 
 
 # -- 8. fake results ----------------------------------------------------------------------------
