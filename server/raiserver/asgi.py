@@ -2,8 +2,9 @@
 
 from .app import create_app
 from .config import load_settings
-from .hardening import bind_host, check_deployment
+from .hardening import bind_host, check_deployment, private_files
 
 settings = load_settings()
 check_deployment(settings, bind_host())
+private_files(settings)  # under a bare uvicorn or gunicorn too
 app = create_app(settings)

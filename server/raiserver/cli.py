@@ -16,7 +16,7 @@ from .auth import create_user, rotate_keys
 from .config import Settings, load_settings
 from .db import Database, migrate
 from .guard import UVICORN_OPTIONS
-from .hardening import check_deployment, write_secrets_file
+from .hardening import check_deployment, private_files, write_secrets_file
 from .permissions import ROLES
 from .retention import apply_retention, mib
 from .storage import Storage
@@ -27,12 +27,15 @@ console = Console(highlight=False)
 
 
 def checked_settings() -> Settings:
-    """The settings, validated once at start: a bad or renamed variable stops here, named."""
+    """The settings, validated once at start: a bad or renamed variable stops here, named. Every
+    command that reads them may create the database or storage: those files are made private."""
     try:
-        return load_settings()
+        settings = load_settings()
     except ValueError as exc:  # pydantic's ValidationError
         Console(stderr=True).print(f"raiserver: bad settings: {exc}", markup=False)
         raise typer.Exit(2)
+    private_files(settings)
+    return settings
 
 
 @app.command()

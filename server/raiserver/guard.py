@@ -7,8 +7,12 @@ sending a header byte now and then) made `/healthz` fail for as long as they wer
 stalled uploads held 944 MB of temporary storage. This is uvicorn's httptools protocol with those
 three rules added; a connection that breaks one is closed, which the app sees as a disconnect (an
 upload's temporary file is removed). Behind a reverse proxy every connection comes from the proxy:
-set ``RAI_CONNECTIONS_PER_ADDRESS=0`` there and let the proxy limit per client (README, "Behind a
-proxy").
+the proxy's addresses (RAI_TRUSTED_PROXIES) are exempt from the per-address cap and let it limit
+per client, while clients that reach the server directly keep the cap.
+
+It is also where a request's client address is decided (uvicorn's own proxy headers are off: they
+believed any X-Forwarded-For that came through a proxy on 127.0.0.1): the TCP peer, or a trusted
+proxy's X-Real-IP (``hardening.TrustedProxies``).
 """
 
 from __future__ import annotations
@@ -21,22 +25,24 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .config import load_settings
+from .hardening import TrustedProxies, trusted_proxies
 
 # how every server process is run (``raiserver serve``, ``raid dev``, the tests): this protocol, a
 # short keep-alive, and a bounded graceful stop (a stuck request must not keep a stopping server up)
 UVICORN_OPTIONS: dict[str, Any] = {"http": "raiserver.guard:GuardedHttpTools", "timeout_keep_alive": 5,
-                                   "timeout_graceful_shutdown": 5}
+                                   "timeout_graceful_shutdown": 5, "proxy_headers": False}
 
 BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 10\r\n"
         b"connection: close\r\ncontent-length: 43\r\n\r\ntoo many connections from your address\r\n\r\n")
 
 
 class Limits:
-    """The three numbers, read once per process from the server's settings."""
+    """The three numbers and the trusted proxies, read once per process from the server's settings."""
 
     header_seconds: float
     body_idle_seconds: float
     per_address: int
+    proxies: TrustedProxies
     _loaded = False
 
     @classmethod
@@ -44,7 +50,8 @@ class Limits:
         if not cls._loaded:
             s = load_settings()
             cls.header_seconds, cls.body_idle_seconds = s.header_seconds, s.body_idle_seconds
-            cls.per_address, cls._loaded = s.connections_per_address, True
+            cls.per_address, cls.proxies = s.connections_per_address, trusted_proxies(s)
+            cls._loaded = True
         return cls
 
 
@@ -65,6 +72,8 @@ class GuardedHttpTools(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._address = self.client[0] if self.client else None
+        if self._address is not None and self.limits.proxies.trusts(self._address):
+            self._address = None  # a trusted proxy carries many clients; it limits them itself
         if self._address is not None:
             self.open_by_address[self._address] += 1
             if 0 < self.limits.per_address < self.open_by_address[self._address]:
@@ -95,6 +104,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._cancel()
+        self.limits.proxies.resolve(self.scope, self.headers)  # type: ignore[arg-type]  # a TypedDict: our key is an extra
         super().on_headers_complete()
         self._in_body = True
         self._arm(self.limits.body_idle_seconds)

@@ -9,7 +9,9 @@ import ipaddress
 import os
 import secrets
 import sys
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
+from typing import Any
 
 import redis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,6 +29,99 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+# headers a proxy adds: a request carrying any of them came through one (whoever claims otherwise)
+FORWARDING_HEADERS = frozenset((b"x-forwarded-for", b"x-real-ip", b"forwarded", b"x-forwarded-proto",
+                                b"x-forwarded-host", b"x-forwarded-port", b"x-client-ip", b"true-client-ip", b"via"))
+PEER = "rai.peer"  # scope key: {"host": the TCP peer's address, "via_proxy": whether a proxy forwarded the request}
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class TrustedProxies:
+    """The reverse proxies (RAI_TRUSTED_PROXIES) whose word about the client is believed.
+
+    A client's own forwarding headers pass through nginx untouched, so X-Forwarded-For names
+    whoever the client says: it is never read. The client's address comes only from X-Real-IP,
+    which the proxy sets itself (``proxy_set_header X-Real-IP $remote_addr`` replaces whatever the
+    client sent), and only when the connection comes from a configured proxy address; the
+    scheme likewise from X-Forwarded-Proto. Empty: no forwarding header is believed at all."""
+
+    def __init__(self, networks: list[Network]):
+        self.networks = networks
+
+    @classmethod
+    def parse(cls, entries: list[str]) -> TrustedProxies:
+        """From the setting's entries (addresses or networks); ValueError names a bad one."""
+        networks: list[Network] = []
+        for entry in entries:
+            try:
+                networks.append(ipaddress.ip_network(entry.strip().strip("[]"), strict=False))
+            except ValueError:
+                raise ValueError(f"RAI_TRUSTED_PROXIES: '{entry}' is not an IP address or network (e.g. 127.0.0.1, 10.0.0.0/8)") from None
+        return cls(networks)
+
+    def trusts(self, host: str | None) -> bool:
+        if not self.networks or not host:
+            return False
+        try:
+            address = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            return False
+        return any(address in network for network in self.networks)
+
+    def resolve(self, scope: MutableMapping[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
+        """Set the scope's client (and scheme) for the app: the peer's own, or the trusted proxy's
+        X-Real-IP; record the peer and whether the request came through a proxy (PEER)."""
+        client = scope.get("client")
+        peer = client[0] if client else None
+        trusted = self.trusts(peer)
+        scope[PEER] = {"host": peer, "via_proxy": trusted or any(name in FORWARDING_HEADERS for name, _ in headers)}
+        if not trusted:
+            return
+        real = [value for name, value in headers if name == b"x-real-ip"]
+        if len(real) == 1:  # the proxy sets exactly one; anything else is not its word
+            try:
+                scope["client"] = (str(ipaddress.ip_address(real[0].decode("latin-1").strip())), 0)
+            except ValueError:
+                pass
+        proto = [value.decode("latin-1").strip().lower() for name, value in headers if name == b"x-forwarded-proto"]
+        if len(proto) == 1 and proto[0] in ("http", "https"):
+            scope["scheme"] = proto[0]
+
+
+def trusted_proxies(settings: Settings) -> TrustedProxies:
+    """The setting, checked: a bad entry stops the server at start, named."""
+    try:
+        return TrustedProxies.parse(settings.trusted_proxies)
+    except ValueError as exc:
+        raise SystemExit(f"raiserver: {exc}") from None
+
+
+def came_through_proxy(scope: Mapping[str, Any]) -> bool:
+    """Whether the request came from a trusted proxy or carries forwarding headers: such a request
+    is not this machine's own, even when its TCP peer is loopback (a proxy on the same host)."""
+    peer = scope.get(PEER)
+    if peer is not None:
+        return bool(peer["via_proxy"])
+    return any(name in FORWARDING_HEADERS for name, _ in scope.get("headers", []))  # served without our protocol
+
+
+def private_files(settings: Settings) -> None:
+    """What this process writes is for the server alone (umask 077): the SQLite database and its
+    -wal/-shm/-journal companions (users' key hashes, the course's labels), archives, build folders
+    and logs. Files and the storage folder left readable by an earlier release are closed too."""
+    os.umask(0o077)
+    paths = [settings.data_dir / "storage"]
+    if settings.db_url.startswith("sqlite:///"):
+        db = Path(settings.db_url.removeprefix("sqlite:///"))
+        paths += [db, *(db.with_name(db.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
+    for path in paths:
+        try:
+            if path.exists() and path.stat().st_mode & 0o077:
+                path.chmod(0o700 if path.is_dir() else 0o600)
+        except OSError:
+            continue
 
 
 def bind_host(argv: list[str] | None = None) -> str:
@@ -62,6 +157,7 @@ def check_deployment(settings: Settings, host: str) -> None:
     """Refuse to serve anyone but this machine with a default or short secret: with the default
     session secret anyone can forge an admin's cookie, with the default worker token anyone can
     fetch every student's archive and set job states."""
+    trusted_proxies(settings)  # a bad RAI_TRUSTED_PROXIES stops here, before anyone is served
     weak = weak_secrets(settings)
     if weak and not is_loopback(host):
         raise SystemExit(

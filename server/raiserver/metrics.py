@@ -4,7 +4,9 @@ What the database knows (jobs by state, queue depth, wait and run times, live wo
 is read from it at scrape time. What each process counts (HTTP answers by class, refused
 uploads by cause, log lines sent to watchers) goes to Redis hashes every couple of seconds, and
 each process's open SSE streams as a gauge with a time stamp, so a scrape sums every process.
-Served to loopback only, or to whoever sends ``Authorization: Bearer $RAI_METRICS_TOKEN``.
+Served to loopback only, or to whoever sends ``Authorization: Bearer $RAI_METRICS_TOKEN``; a
+request that came through a proxy is never loopback's own (behind nginx on the same host every
+request arrives from 127.0.0.1), so it needs the token.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from raiprotocol.models import JobState
 
 from .errors import Forbidden
 from .fleet import live_workers
-from .hardening import is_loopback
+from .hardening import came_through_proxy, is_loopback
 from .tables import Job
 
 log = logging.getLogger("raiserver")
@@ -155,9 +157,12 @@ def _histogram(name: str, doc: str, values: list[float]) -> HistogramMetricFamil
 def metrics(request: Request) -> Response:
     token = request.app.state.settings.metrics_token
     given = request.headers.get("authorization", "").removeprefix("Bearer ")
-    allowed = hmac.compare_digest(given, token) if token else is_loopback(request.client.host if request.client else "")
+    if token:
+        allowed = hmac.compare_digest(given.encode(), token.encode())
+    else:
+        allowed = is_loopback(request.client.host if request.client else "") and not came_through_proxy(request.scope)
     if not allowed:
-        raise Forbidden("metrics are served to loopback or with RAI_METRICS_TOKEN")
+        raise Forbidden("metrics are served to loopback (not through a proxy) or with RAI_METRICS_TOKEN")
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Collector(request.app))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
