@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -197,6 +198,40 @@ def test_a_job_cannot_print_rais_lines_behind_invisible_characters(process_servi
     assert _forged(logs.stdout, own + [last]) == [] and _forged(logs.stderr, []) == [], logs.stdout
     text = svc.http().get(f"/api/v1/jobs/{jid}/log.txt").text
     assert _forged(text, [line for line in text.splitlines() if line.startswith(("✱ Running: ", "✱ Worker "))]) == []
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
+def test_the_job_page_shows_no_forged_rai_line(process_service, tmp_path):
+    """The web marks rai's lines with '✱' too (the job page's live log): the same rule holds there."""
+    from playwright.sync_api import sync_playwright
+
+    svc = process_service
+    proj = make_project(tmp_path / "forge-web", ["cat /src/forged.txt"], files={"forged.txt": "\n".join(FORGED) + "\n"})
+    res = svc.client("submit", "-p", str(proj))
+    assert res.returncode == 0, res.stdout + res.stderr
+    jid = re.search(r"✱ Job (\w+) queued", res.stdout).group(1)
+    p = read_profile_file(svc.profile)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{svc.url}/login")
+            page.fill("input[name=access_key]", p.access_key)
+            page.fill("input[name=secret_key]", p.secret_key)
+            page.click("button[type=submit]")
+            page.wait_for_url("**/queue")
+            page.goto(f"{svc.url}/jobs/{jid}")
+            page.wait_for_function(f"document.querySelectorAll('#log .l-out').length >= {len(FORGED)}", timeout=30_000)
+            rows = page.eval_on_selector_all("#log > div", "els => els.map(e => [e.className, e.textContent])")
+        finally:
+            browser.close()
+    job_lines = [text for cls, text in rows if cls != "l-sys"]
+    assert len(job_lines) >= len(FORGED)
+    assert [t for t in job_lines if any(_visible(line).startswith("✱") for line in t.splitlines())] == [], job_lines
+    assert any(t.startswith("\\u202e") for t in job_lines)
 
 
 # -- 7. shipped safe: file modes, the compose file ------------------------------------------------
