@@ -15,6 +15,16 @@ Faults: kill -9 of the worker (main process and pool, then started again under t
 on its append-only file), of the client; `docker kill` of the job's container. Moments: during the
 upload, queued, at the first command, mid-output, while /build is packed, while it is uploaded.
 
+Faults that pause instead of kill (issue 33), each for PAUSE seconds, longer than a run's lease and
+its margin: SIGSTOP of the worker's main process, of its pool process, of the server; the worker
+cut off from the server (HTTP) or from the server and Redis, through proxies the campaign controls;
+a FLUSHALL of Redis; and a worker killed between the job's release and its claim. Two workers serve
+the queue, so that a job wrongly taken for lost runs elsewhere at once; more invariants:
+
+- never two runs of one job at once (its containers sampled every 0.2 s);
+- the lines the client printed equal the stored log's;
+- definite within BOUND of the fault's end.
+
     python tests/faults/campaign.py            # every fault at every moment; prints the table
     python tests/faults/campaign.py --reduced  # every fault at two moments (what CI runs)
 
@@ -37,16 +47,23 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from helpers import make_project, read_log, start_service, wait_for  # noqa: E402
+from helpers.proxy import Proxy  # noqa: E402
 
 from raiprotocol.states import JobState, exit_code_for  # noqa: E402
 from raiserver.launch import Part, free_port  # noqa: E402
 
 FAULTS = ["worker", "pool", "server", "redis", "client", "container"]
+PAUSES = ["worker-stop", "pool-stop", "server-stop", "cut-http", "cut-all", "flush", "unclaimed"]  # issue 33
 MOMENTS = ["upload", "queued", "first-command", "mid-output", "packing", "build-upload"]
+PAUSE_MOMENTS = ["first-command", "mid-output", "packing"]
 REDUCED_MOMENTS = ["first-command", "mid-output"]
-WORKER = "faults"
-LABEL = f"rai.worker={WORKER}"
-BOUND = 90.0  # seconds from the fault to the job's definite end
+REDUCED_PAUSES = [(fault, "mid-output") for fault in PAUSES] + [("flush", "queued")]
+WORKERS = ["faults", "faults2"]
+WORKER = WORKERS[0]
+LEASE = 15.0  # RAI_WORKER_DEAD_AFTER here
+MARGIN = 5.0
+PAUSE = LEASE + MARGIN + 10  # longer than a lease and its margin: what a run taken for lost would show
+BOUND = 90.0  # seconds from the fault (its end, for a pause) to the job's definite end
 LINES = 40
 # 40 numbered lines, then 60 MB of random bytes in /build (seconds of packing and uploading)
 JOB = (f"sh -c 'for k in $(seq 1 {LINES}); do echo line $k; sleep 0.05; done; "
@@ -80,9 +97,13 @@ class Campaign:
         self.redis_dir.mkdir(parents=True, exist_ok=True)
         self.redis = self._start_redis()
         self.svc = start_service(tmp / "svc", f"redis://127.0.0.1:{self.redis_port}/0", None, "docker", slots=1, worker=False,
-                                 extra_env={"RAI_WORKER_DEAD_AFTER": "15", "RAI_MAX_ACTIVE_JOBS": "50",
-                                            "RAI_SUBMISSIONS_PER_MINUTE": "1000", "RAI_BUILD_MB": "128"})
-        self.svc.start_worker(WORKER)  # a name of its own: no other test's worker removes its containers
+                                 extra_env={"RAI_WORKER_DEAD_AFTER": f"{LEASE:g}", "RAI_LEASE_MARGIN": f"{MARGIN:g}",
+                                            "RAI_MAX_ACTIVE_JOBS": "50", "RAI_SUBMISSIONS_PER_MINUTE": "1000", "RAI_BUILD_MB": "128"})
+        # each worker reaches the server and Redis through proxies of its own: a partition cuts one
+        self.redis_db = self.svc.env["RAI_REDIS_URL"].rsplit("/", 1)[1]
+        self.proxies = {w: (Proxy(self.svc.port), Proxy(self.redis_port)) for w in WORKERS}
+        for w in WORKERS:  # names of their own: no other test's worker removes their containers
+            self._start_worker(w)
         self.docker = docker.from_env()
         self.n = 0
         self.before: set[Path] = set()
@@ -97,35 +118,60 @@ class Campaign:
         wait_for(lambda: _pings(redis.Redis(port=self.redis_port)), what="redis-server")
         return part
 
+    def _start_worker(self, name: str) -> None:
+        http, red = self.proxies[name]
+        self.svc.start_worker(name, RAI_SERVER_URL=f"http://127.0.0.1:{http.port}",
+                              RAI_REDIS_URL=f"redis://127.0.0.1:{red.port}/{self.redis_db}")
+
     def close(self) -> None:
         self.svc.shutdown()
         self.redis.stop()
+        for pair in self.proxies.values():
+            for p in pair:
+                p.close()
 
     # -- one run ----------------------------------------------------------------------------------
     def run(self, fault: str, moment: str) -> Run:
         self.n += 1
         result = Run(fault, moment)
         proj = make_project(self.tmp / f"p{self.n}", [JOB], files={"data.bin": os.urandom(20 * 1024 * 1024).hex()[:30_000_000]})
-        blocker = None
-        if moment == "queued":  # the one slot busy: the job waits
-            blocker = self.svc.popen_client("submit", "-p", str(make_project(self.tmp / f"b{self.n}", ["sleep 4"])))
-            wait_for(lambda: self._running_jobs() >= 1, timeout=30, what="the blocker running")
+        blockers = []
+        if moment == "queued":  # every slot busy: the job waits
+            blockers = [self.svc.popen_client("submit", "-p", str(make_project(self.tmp / f"b{self.n}-{i}", ["sleep 6"])))
+                        for i in range(len(WORKERS))]
+            wait_for(lambda: self._running_jobs() >= len(WORKERS), timeout=30, what="the blockers running")
+        if fault == "unclaimed":  # the job will be released to a worker whose pool cannot claim it
+            held = self._stop_pools(WORKERS)
         tmp = self.svc.data / "storage" / "tmp"
         self.before = set(tmp.glob("*.part"))  # a killed server's earlier partial file is swept later (2 min), not this run's
         client = self.svc.popen_client("submit", "-p", str(proj))
         out: list[str] = []
         import threading
 
-        reader = threading.Thread(target=lambda: out.extend(iter(client.stdout.readline, "")), daemon=True)
-        reader.start()
+        err: list[str] = []
+        self.readers = [threading.Thread(target=lambda: out.extend(iter(client.stdout.readline, "")), daemon=True),
+                        threading.Thread(target=lambda: err.extend(iter(client.stderr.readline, "")), daemon=True)]
+        self.err = err
+        for reader in self.readers:
+            reader.start()
         try:
-            jid, result.hit = self._wait_for_moment(moment, out)
+            if fault == "unclaimed":
+                jid = self._await_id(out)
+                wait_for(lambda: self._job(jid).get("released_at"), timeout=30, what="the release")
+                time.sleep(1.0)  # a worker's main process has taken the message for its (stopped) pool
+                result.hit = "released"
+            else:
+                jid, result.hit = self._wait_for_moment(moment, out)
         except AssertionError as exc:
             result.problems.append(f"moment not reached: {exc}")
             client.kill()
             return result
+        runs = RunWatch(self.docker, jid) if jid is not None else None
+        if fault == "unclaimed":
+            self._kill_and_restart(WORKERS, held)
+        else:
+            self._inject(fault, client, jid)
         injected = time.monotonic()
-        self._inject(fault, client, jid)
         if jid is None:  # during the upload: a job exists only if the upload got through
             try:
                 jid = wait_for(lambda: self._job_id(out) or (client.poll() is not None and "none"), timeout=60, interval=0.05,
@@ -136,9 +182,59 @@ class Campaign:
             self._check_refused_upload(result, client)
         else:
             self._check(result, jid, client, out, injected)
-        if blocker is not None:
-            blocker.communicate(timeout=60)
+        if runs is not None:
+            most = runs.stop()
+            if most > 1:
+                result.problems.append(f"{most} runs of the job at once")
+        for blocker in blockers:
+            blocker.communicate(timeout=90)
         return result
+
+    def _client_end(self, result: Run, client: subprocess.Popen, timeout: float, problem: str) -> str:
+        """The client's stderr once it ended (killed, and the problem noted, if it did not in
+        time); its stdout is all in the run's list then (one reader each: what the client
+        printed is compared with the stored log)."""
+        try:
+            client.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            client.wait()
+            result.problems.append(problem)
+        for reader in self.readers:
+            reader.join(timeout=10)
+        result.client = str(client.returncode)
+        return "".join(self.err)
+
+    def _job(self, jid: str) -> dict:
+        try:
+            with self.svc.http() as h:
+                return h.get(f"/api/v1/jobs/{jid}").json()
+        except (httpx.HTTPError, ValueError):
+            return {}
+
+    def _holder(self, jid: str | None) -> str:
+        """The worker running the job (the first one if none does yet)."""
+        name = self._job(jid).get("worker") if jid else None
+        return name if name in WORKERS else WORKER
+
+    def _pools(self, name: str) -> list[int]:
+        main = self.svc.procs[f"worker-{name}"].pid
+        return [int(pid) for pid in open(f"/proc/{main}/task/{main}/children").read().split()]
+
+    def _stop_pools(self, names: list[str]) -> list[int]:
+        pids = [pid for name in names for pid in self._pools(name)]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def _kill_and_restart(self, names: list[str], pools: list[int]) -> None:
+        for name in names:
+            self.svc.stop(f"worker-{name}", signal.SIGKILL)
+        for pid in pools:
+            with _gone():
+                os.kill(pid, signal.SIGKILL)
+        for name in names:
+            self._start_worker(name)
 
     def _running_jobs(self) -> int:
         with self.svc.http() as h:
@@ -182,14 +278,36 @@ class Campaign:
             return "?"
 
     def _inject(self, fault: str, client: subprocess.Popen, jid: str | None) -> None:
+        """The fault; a pause returns once it is over."""
         svc = self.svc
+        holder = self._holder(jid)
         if fault == "worker":
-            svc.stop(f"worker-{WORKER}", signal.SIGKILL)
-            svc.start_worker(WORKER)
+            svc.stop(f"worker-{holder}", signal.SIGKILL)
+            self._start_worker(holder)
         elif fault == "pool":
-            main = svc.procs[f"worker-{WORKER}"].pid
-            for pid in open(f"/proc/{main}/task/{main}/children").read().split():
-                os.kill(int(pid), signal.SIGKILL)
+            for pid in self._pools(holder):
+                os.kill(pid, signal.SIGKILL)
+        elif fault in ("worker-stop", "pool-stop", "server-stop"):
+            pids = {"worker-stop": lambda: [svc.procs[f"worker-{holder}"].pid], "pool-stop": lambda: self._pools(holder),
+                    "server-stop": lambda: [svc.procs["server"].pid]}[fault]()
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(PAUSE)
+            for pid in pids:
+                with _gone():
+                    os.kill(pid, signal.SIGCONT)
+        elif fault in ("cut-http", "cut-all"):
+            http, red = self.proxies[holder]
+            cut = [http, red] if fault == "cut-all" else [http]
+            for p in cut:
+                p.cut()
+            time.sleep(PAUSE)
+            for p in cut:
+                p.heal()
+        elif fault == "flush":
+            import redis
+
+            redis.Redis(port=self.redis_port).flushall()
         elif fault == "server":
             svc.stop("server", signal.SIGKILL)
             svc.start_server()
@@ -199,14 +317,14 @@ class Campaign:
         elif fault == "client":
             os.killpg(client.pid, signal.SIGKILL)
         elif fault == "container":
-            for c in self.docker.containers.list(filters={"label": LABEL}):
+            for c in self.docker.containers.list(filters={"label": "rai.worker"}):
                 if jid is not None and c.name.startswith(f"rai-{jid.lower()}"):
                     c.kill()
 
     def _check_refused_upload(self, result: Run, client: subprocess.Popen) -> None:
         """The upload was cut by the fault: no job; the client says so, with a status, no traceback."""
         result.state = "no job"
-        err = _client_end(result, client, 60, "the client hung after its upload was cut")
+        err = self._client_end(result, client, 60, "the client hung after its upload was cut")
         if result.fault != "client" and (client.returncode == 0 or "Traceback" in (err or "") or "error" not in (err or "")):
             result.problems.append(f"the client ended {client.returncode} without naming the trouble: {(err or '')[-200:]}")
         tmp = self.svc.data / "storage" / "tmp"
@@ -240,7 +358,7 @@ class Campaign:
         result.state = job.get("state", "?")
         if result.state not in DEFINITE:
             result.problems.append(f"not definite {BOUND:.0f} s after the fault ({result.state})")
-        err = _client_end(result, client, 30, "the client did not end with the job")
+        err = self._client_end(result, client, 30, "the client did not end with the job")
         if result.fault != "client" and result.state in DEFINITE:
             expected = exit_code_for(JobState(result.state), job.get("exit_code"))
             if client.returncode != expected:
@@ -252,28 +370,66 @@ class Campaign:
             log = read_log(h, jid) if result.state in DEFINITE else []
         result.attempts = job.get("attempt", 0) or 1 + sum("goes back in the queue" in line["text"] for line in log if line["s"] == "sys")
         result.problems += log_problems(log, result.state)
+        if result.fault != "client" and result.state in DEFINITE and client.returncode is not None:
+            printed = [line.rstrip("\n") for line in out if _job_line(line.rstrip("\n"))]
+            stored = [line["text"] for line in log if line["s"] != "sys" and _job_line(line["text"])]
+            if printed != stored:
+                result.problems.append(f"the client printed {len(printed)} job lines, the stored log holds {len(stored)}")
         # leftovers, then the next job
         try:
-            wait_for(lambda: not [c for c in self.docker.containers.list(filters={"label": LABEL})
-                                  if c.name.startswith(f"rai-{jid.lower()}")], timeout=15, what="the job's container gone")
+            wait_for(lambda: not job_containers(self.docker, jid, running=False), timeout=15, what="the job's container gone")
         except AssertionError:
             result.problems.append("the job's container was left running")
         self._next_job_runs(result)
 
 
-def _client_end(result: Run, client: subprocess.Popen, timeout: float, problem: str) -> str:
-    """The client's stderr once it ended (killed, and the problem noted, if it did not in time)."""
-    try:
-        _, err = client.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        client.kill()
-        _, err = client.communicate()
-        result.problems.append(problem)
-    result.client = str(client.returncode)
-    return err or ""
+def _job_line(text: str) -> bool:
+    return text == "last-line" or (text.startswith("line ") and text[5:].isdigit())
 
 
-def log_problems(log: list[dict], state: str) -> list[str]:
+class _gone:
+    """Signals to a process that may have ended meanwhile."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        return kind is ProcessLookupError
+
+
+def job_containers(client, jid: str, running: bool) -> list[str]:
+    """The names of the job's containers (all, or running only), from one listing: no per-container
+    look-up that a removal meanwhile would fail."""
+    rows = client.api.containers(all=not running, filters={"label": "rai.worker"})
+    names = [n.lstrip("/") for row in rows for n in row.get("Names") or []]
+    return [n for n in names if n.startswith(f"rai-{jid.lower()}")]
+
+
+class RunWatch:
+    """Samples the job's running containers every 0.2 s: the most seen at once."""
+
+    def __init__(self, client, jid: str):
+        import threading
+
+        self.client, self.jid, self.most = client, jid, 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.2):
+            try:
+                self.most = max(self.most, len(job_containers(self.client, self.jid, running=True)))
+            except Exception:  # noqa: BLE001 - the engine busy: the next sample
+                continue
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join(timeout=5)
+        return self.most
+
+
+def log_problems(log: list[dict], state: str, lines: int = LINES) -> list[str]:
     """Each line at most once per attempt, in order; a run cut short is followed by rai's reason."""
     problems = []
     attempts: list[list[int]] = [[]]
@@ -291,7 +447,7 @@ def log_problems(log: list[dict], state: str) -> list[str]:
             problems.append(f"attempt {i + 1}: a line twice or out of order")
         elif numbers and numbers != list(range(numbers[0], numbers[-1] + 1)):
             problems.append(f"attempt {i + 1}: a gap in its lines")
-        cut = numbers and numbers[-1] < LINES
+        cut = numbers and numbers[-1] < lines
         if cut and i == len(attempts) - 1 and state == "succeeded":
             problems.append(f"attempt {i + 1} is cut short yet the job succeeded")
         if cut and i < len(attempts) - 1 and not reasons:
@@ -320,11 +476,12 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="rai-faults-"))
     campaign = Campaign(tmp)
     runs = []
+    plan = [(f, m) for m in (REDUCED_MOMENTS if reduced else MOMENTS) for f in FAULTS]
+    plan += REDUCED_PAUSES if reduced else [(f, m) for m in PAUSE_MOMENTS for f in PAUSES] + [("flush", "queued")]
     try:
-        for moment in REDUCED_MOMENTS if reduced else MOMENTS:
-            for fault in FAULTS:
-                runs.append(campaign.run(fault, moment))
-                print(table(runs[-1:]).splitlines()[-1], flush=True)
+        for fault, moment in plan:
+            runs.append(campaign.run(fault, moment))
+            print(table(runs[-1:]).splitlines()[-1], flush=True)
     finally:
         campaign.close()
     print(table(runs))

@@ -1,0 +1,234 @@
+"""The soak: students submitting and following jobs for a long while, two workers, and a fault every
+~30 s drawn in turn from the campaign's kills and pauses; at the end every invariant of every job
+and the leak figures (descriptors and memory of the server and the workers, Redis keys without a
+time to live, Celery's deliveries held by dead workers).
+
+    python tests/faults/soak.py                # 500 jobs, 10 students (what the README's table shows)
+    python tests/faults/soak.py --jobs 40 --students 4 --every 20   # what CI runs (test_soak.py)
+
+Each job prints LINES numbered lines; its student's client follows it live (``raiclient submit``)
+and must end with the job's exit status, having printed exactly the stored log's job lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from helpers import make_project, read_log, wait_for  # noqa: E402
+
+from raiprotocol.states import JobState, exit_code_for  # noqa: E402
+
+if __package__:
+    from .campaign import DEFINITE, PAUSE, WORKERS, Campaign, _job_line, log_problems
+else:  # python tests/faults/soak.py
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from campaign import DEFINITE, PAUSE, WORKERS, Campaign, _job_line, log_problems  # type: ignore[no-redef]
+
+LINES = 12
+JOB = f"sh -c 'for k in $(seq 1 {LINES}); do echo line $k; sleep 0.05; done; echo last-line'"
+ROTATION = ["worker", "pool-stop", "server", "cut-http", "redis", "worker-stop", "flush", "pool", "server-stop",
+            "cut-all", "container"]
+
+
+@dataclass
+class Figures:
+    jobs: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    states: dict[str, int] = field(default_factory=dict)
+
+
+def descriptors(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class Soak:
+    def __init__(self, tmp: Path, students: int, pause: float):
+        self.c = Campaign(tmp)
+        self.tmp = tmp
+        self.pause = pause
+        self.profiles = [self.c.svc.add_user(f"s{i}") for i in range(students)]
+        self.figures = Figures()
+        self.lock = threading.Lock()
+        self.n = 0
+
+    def redis(self):
+        import redis
+
+        return redis.Redis(port=self.c.redis_port, db=int(self.c.redis_db))
+
+    def sample(self) -> dict[str, int]:
+        """Descriptors and memory of the server and each worker (main process and pool), and the
+        Redis keys that would stay for ever."""
+        procs = {"server": self.c.svc.procs["server"].pid}
+        for w in WORKERS:
+            main = self.c.svc.procs[f"worker-{w}"].pid
+            procs[w] = main
+            for i, pid in enumerate(self.c._pools(w)):
+                procs[f"{w}-pool{i}"] = pid
+        out = {f"fd {k}": descriptors(p) for k, p in procs.items()}
+        out.update({f"rss_kib {k}": rss_kib(p) for k, p in procs.items()})
+        r = self.redis()
+        keys = list(r.scan_iter(count=1000))
+        out["redis keys without ttl"] = sum(1 for k in keys if r.ttl(k) == -1)
+        out["celery unacked"] = r.hlen("unacked")
+        return out
+
+    def student(self, profile: Path, until: float) -> None:
+        while time.monotonic() < until:
+            with self.lock:
+                self.n += 1
+                n = self.n
+            proj = make_project(self.tmp / f"j{n}", [JOB])
+            env = {**os.environ, "RAI_PROFILE": str(profile), "RAI_SERVER": self.c.svc.url, "PYTHONUNBUFFERED": "1"}
+            import subprocess
+
+            try:
+                done = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env,
+                                      capture_output=True, text=True, timeout=400)
+            except subprocess.TimeoutExpired:
+                with self.lock:
+                    self.figures.problems.append(f"job {n}: the client did not end in 400 s")
+                continue
+            jid = next((line.split()[2] for line in done.stdout.splitlines() if " queued on " in line), None)
+            if jid is None:  # refused (a fault hit the upload, or a limit): said, with a status
+                if done.returncode == 0:
+                    with self.lock:
+                        self.figures.problems.append(f"job {n}: no job and exit 0")
+                continue
+            with self.lock:
+                self.figures.jobs.append(jid)
+            self.check(jid, done.returncode, done.stdout)
+
+    def check(self, jid: str, code: int, printed: str) -> None:
+        job: dict = {}
+        try:
+            job = wait_for(lambda: (j := self.c._job(jid)).get("state") in DEFINITE and j, timeout=120, what=f"job {jid} definite")
+        except AssertionError as exc:
+            with self.lock:
+                self.figures.problems.append(str(exc))
+            return
+        problems = []
+        expected = exit_code_for(JobState(job["state"]), job.get("exit_code"))
+        if code not in (expected, 2):  # 2: the client gave up (a long cut); the job still ended definite
+            problems.append(f"client exit {code}, expected {expected}")
+        with self.c.svc.http() as h:
+            log = read_log(h, jid)
+        problems += log_problems(log, job["state"], LINES)
+        stored = [line["text"] for line in log if line["s"] != "sys" and _job_line(line["text"])]
+        shown = [line for line in printed.splitlines() if _job_line(line)]
+        if code != 2 and shown != stored:
+            problems.append(f"printed {len(shown)} job lines, stored {len(stored)}")
+        with self.lock:
+            self.figures.states[job["state"]] = self.figures.states.get(job["state"], 0) + 1
+            self.figures.problems += [f"{jid}: {p}" for p in problems]
+
+    def _running(self) -> list[str]:
+        try:
+            with self.c.svc.http() as h:
+                return [j["id"] for j in h.get("/api/v1/jobs", params={"all": "true", "limit": 50}).json()["jobs"]
+                        if j["state"] == "running"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return []
+
+    def run(self, seconds: float, every: float, jobs: int) -> Figures:
+        before = self.sample()
+        until = time.monotonic() + seconds
+        threads = [threading.Thread(target=self.student, args=(p, until), daemon=True) for p in self.profiles]
+        for t in threads:
+            t.start()
+        k = 0
+        while any(t.is_alive() for t in threads):
+            time.sleep(every)
+            if time.monotonic() >= until or len(self.figures.jobs) >= jobs:
+                break
+            name = ROTATION[k % len(ROTATION)]
+            k += 1
+            self.figures.faults.append(name)
+            print(f"[{time.strftime('%H:%M:%S')}] fault {name} ({len(self.figures.jobs)} jobs so far)", flush=True)
+            self.c._inject(name, _NoClient(), (self._running() or [None])[0])
+        for t in threads:
+            t.join(timeout=600)
+        time.sleep(70)  # a pass that drops dead workers' deliveries runs every minute
+        after = self.sample()
+        self.before, self.after = before, after
+        return self.figures
+
+
+class _NoClient:
+    pid = 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=500)
+    ap.add_argument("--students", type=int, default=10)
+    ap.add_argument("--every", type=float, default=30.0)
+    ap.add_argument("--seconds", type=float, default=3600.0)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    soak = Soak(Path(tempfile.mkdtemp(prefix="rai-soak-")), args.students, PAUSE)
+    try:
+        figures = soak.run(args.seconds, args.every, args.jobs)
+    finally:
+        soak.c.close()
+    print(report(soak, figures))
+    return 0 if ok(soak, figures) else 1
+
+
+def leaks(soak: Soak) -> list[str]:
+    """What grew: descriptors by more than 10 per process, memory by more than half, keys without ttl, held deliveries."""
+    out = []
+    for key, was in soak.before.items():
+        now = soak.after.get(key, 0)
+        if key.startswith("fd ") and now > was + 10 and "pool" not in key:
+            out.append(f"{key}: {was} → {now}")
+        if key.startswith("rss_kib ") and "pool" not in key and now > was * 1.5 + 20_000:
+            out.append(f"{key}: {was} → {now}")
+    if soak.after["redis keys without ttl"] > soak.before["redis keys without ttl"] + 5:
+        out.append(f"Redis keys without ttl: {soak.before['redis keys without ttl']} → {soak.after['redis keys without ttl']}")
+    if soak.after["celery unacked"] > 0:
+        out.append(f"{soak.after['celery unacked']} Celery deliveries still held")
+    return out
+
+
+def ok(soak: Soak, figures: Figures) -> bool:
+    return not figures.problems and not leaks(soak) and sum(figures.states.values()) == len(figures.jobs)
+
+
+def report(soak: Soak, figures: Figures) -> str:
+    lines = [f"{len(figures.jobs)} jobs, {len(figures.faults)} faults ({', '.join(figures.faults)})",
+             "states: " + ", ".join(f"{k} {v}" for k, v in sorted(figures.states.items())),
+             "before → after: " + "; ".join(f"{k} {soak.before[k]} → {soak.after.get(k)}" for k in soak.before),
+             f"leaks: {leaks(soak) or 'none'}", f"problems: {len(figures.problems)}", *figures.problems[:30]]
+    return "\n".join(lines)
+
+
+__all__ = ["Soak", "main", "ok", "report"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())
