@@ -101,6 +101,8 @@ MATRIX = {
     ("POST", "/api/v1/worker/jobs/{job_id}/state"): worker,
     ("GET", "/api/v1/worker/jobs/{job_id}/archive"): worker,
     ("PUT", "/api/v1/worker/jobs/{job_id}/build"): worker,
+    ("POST", "/api/v1/worker/jobs/{job_id}/lease"): worker,
+    ("PUT", "/api/v1/worker/jobs/{job_id}/log"): worker,
     ("POST", "/api/v1/admin/roster"): instructor,
     ("POST", "/api/v1/admin/users/{username}/keys"): instructor,
     ("POST", "/api/v1/admin/users/{username}/revoke"): instructor,
@@ -210,7 +212,8 @@ def test_every_route_for_every_role(world, role):
         elif path.endswith("/revoke") or path.endswith("/keys"):
             pass  # acts on mx_victim only
         elif method in ("POST", "PUT") and path.startswith("/api/v1/worker"):
-            kw = {"json": {"worker": "x", "attempt": 99, "state": "running"}} if not path.endswith("/build") else {"params": {"attempt": 99}, "content": b""}
+            blob = path.endswith("/build") or path.endswith("/worker/jobs/{job_id}/log")
+            kw = {"params": {"attempt": 99}, "content": b""} if blob else {"json": {"worker": "x", "attempt": 99, "state": "running"}}
         elif method == "POST" and is_web and path not in ("/login", "/logout"):
             html = web.get("/queue").text if role in USERS else ""
             m = re.search(r'name="csrf" value="([^"]+)"', html)

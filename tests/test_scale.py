@@ -223,6 +223,9 @@ def test_redis_restart_mid_job_loses_no_job_and_says_what_was_lost(tmp_path):
         assert ticks[-1] == 40 and ticks == sorted(set(ticks)), "no line twice, the end arrived"
         stored = [l["text"] for l in read_log(svc.http(), job["id"])]
         assert any("were lost when Redis restarted" in t for t in stored), stored[:20]
+        # issue 33: and the finished log is whole all the same, from the worker's copy of its lines
+        assert [int(t.split()[1]) for t in stored if t.startswith("tick ")] == list(range(1, 41)), stored
+        assert any(t.endswith("were lost when Redis restarted; restored from the worker's copy") for t in stored), stored
         # and the service goes on: the next job runs
         again = svc.client("submit", "-p", str(make_project(tmp_path / "q", ["echo after"])))
         assert again.returncode == 0 and "after" in again.stdout

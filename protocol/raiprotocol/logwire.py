@@ -168,4 +168,4 @@ def lost_range(text: str) -> tuple[int, int] | None:
 
 
 def restored_note(first: int, last: int) -> str:
-    return f"lines {first}–{last} of this log were lost from Redis while the job ran; restored from the worker's copy"
+    return f"lines {first}–{last}{_LOST}; restored from the worker's copy"

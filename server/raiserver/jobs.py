@@ -461,7 +461,7 @@ def reap(db: Session, svc: Services, awake_since: datetime | None = None) -> int
     for job in quiet:
         if job.id in held:
             continue
-        requeue_lost(db, svc, job, f"Worker {job.worker} stopped renewing the job's lease")
+        requeue_lost(db, svc, job, f"Worker {job.worker} stopped answering")  # no lease renewed, on either channel
         n += 1
     return n
 

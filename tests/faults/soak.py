@@ -98,8 +98,8 @@ class Soak:
         out["celery unacked"] = r.hlen("unacked")
         return out
 
-    def student(self, profile: Path, until: float) -> None:
-        while time.monotonic() < until:
+    def student(self, profile: Path, until: float, jobs: int) -> None:
+        while time.monotonic() < until and len(self.figures.jobs) < jobs:
             with self.lock:
                 self.n += 1
                 n = self.n
@@ -156,15 +156,20 @@ class Soak:
             return []
 
     def run(self, seconds: float, every: float, jobs: int) -> Figures:
-        before = self.sample()
         until = time.monotonic() + seconds
-        threads = [threading.Thread(target=self.student, args=(p, until), daemon=True) for p in self.profiles]
+        threads = [threading.Thread(target=self.student, args=(p, until, jobs), daemon=True) for p in self.profiles]
         for t in threads:
             t.start()
+        # what a warmed-up service holds (pools of connections fill as the first jobs run): the
+        # figures to compare the end with
+        warm = max(10, jobs // 10)
+        wait_for(lambda: len(self.figures.jobs) >= warm or not any(t.is_alive() for t in threads), timeout=seconds,
+                 what="the warm-up jobs")
+        before = self.sample()
         k = 0
         while any(t.is_alive() for t in threads):
             time.sleep(every)
-            if time.monotonic() >= until or len(self.figures.jobs) >= jobs:
+            if not any(t.is_alive() for t in threads):
                 break
             name = ROTATION[k % len(ROTATION)]
             k += 1

@@ -1,5 +1,5 @@
 """A short soak on the real service (the full one is `python tests/faults/soak.py`, README "Faults"):
-students following their jobs while faults come every 20 s; every job's invariants and no leak."""
+students following their jobs while faults come every 15 s; every job's invariants and no leak."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ pytestmark = pytest.mark.timeout(900)
 def test_short_soak(tmp_path, docker_engine):
     soak = Soak(tmp_path, students=4, pause=PAUSE)
     try:
-        figures = soak.run(seconds=150, every=20, jobs=40)
+        figures = soak.run(seconds=420, every=15, jobs=60)
     finally:
         soak.c.close()
     print(report(soak, figures))
-    assert len(figures.jobs) >= 20 and figures.faults, report(soak, figures)
+    assert len(figures.jobs) >= 40 and len(figures.faults) >= 3, report(soak, figures)
     assert ok(soak, figures), report(soak, figures)

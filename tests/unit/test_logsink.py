@@ -128,7 +128,7 @@ def test_lines_wait_while_the_fence_is_lost_and_the_copy_makes_the_log_whole(red
     stored = merge(stream, read_copy(spool))
     texts = [(b.n, x) for b in stored for x in b.lines()]
     assert [x for _, x in texts] == ["line 1", "line 2", "line 3", "line 4", "line 5", "line 6",
-                                     "lines 1–5 of this log were lost from Redis while the job ran; restored from the worker's copy",
+                                     "lines 1–5 of this log were lost when Redis restarted; restored from the worker's copy",
                                      "line 7"]
     assert [n for n, _ in texts] == [1, 2, 3, 4, 5, 6, 7, 8]
     # a line the server numbered anew in the emptied stream collides with the copy: it goes after
