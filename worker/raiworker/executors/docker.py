@@ -479,9 +479,9 @@ class DockerExecutor(Executor):
         (the files the course keeps, an empty /tmp: nothing a student's code left in the build or
         an earlier timed run is there): the wall time the exec took, seen from here, or the
         kernels' durations as ncu records them, and the CPU time of every process of the run, read
-        outside the container. The moment the timed command exits, rai-timed (root in that
-        container) freezes every process of the job; the predictions and the report are read, and
-        the container is killed: nothing of the job runs between the end and the reading."""
+        by rai-timed (root in that container, out of the job's reach), which also freezes every
+        process of the job the moment the timed command exits; the predictions and the report are
+        read, and the container is killed: nothing of the job runs between the end and the reading."""
         if self.container is None:
             return MeasuredRun(exit_code=137, wall_seconds=0.0, problem="the job's container is gone")
         if r == 1:
@@ -543,11 +543,11 @@ class DockerExecutor(Executor):
         if code != 0:
             return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=f"the build's result could not be put in place ({out[-200:].decode('utf-8', 'replace')})")
         uid, _, gid = self.user.partition(":")
-        freeze = [TIMED_IN_CONTAINER, uid, gid or uid, *self.wrap, "/bin/sh", "-c"]
-        cpu_before = self._cpu_seconds()
+        cpu_file = f"{MEASURE_DIR}/cpu{r}"  # rai-timed writes the run's CPU time there (root's folder)
+        freeze = [TIMED_IN_CONTAINER, uid, gid or uid, cpu_file, *self.wrap, "/bin/sh", "-c"]
+        self.measure_dir = MEASURE_DIR
         if timed.measure == "kernels":
             sink.system(running_line(f"ncu (rai's timed run {r} of {timed.repeats}) {timed.command}"))
-            self.measure_dir = MEASURE_DIR
             attached: list[int] = []
             done = threading.Event()
             attach = threading.Thread(target=self._attach, args=(r, attached, done), name=f"ncu-attach-{ctx.job_id}", daemon=True)
@@ -562,8 +562,11 @@ class DockerExecutor(Executor):
             started = time.monotonic()
             code = self._run_exec(ctx, [*freeze, timed.command], "0:0", sink)
             wall = time.monotonic() - started
-        cpu_after = self._cpu_seconds()
-        cpu = round(cpu_after - cpu_before, 3) if cpu_before is not None and cpu_after is not None else None
+        status, out = self._exec_as("0:0", f"cat {cpu_file}")
+        try:
+            cpu: float | None = float(out) if status == 0 else None
+        except ValueError:
+            cpu = None
         if code == FROZE_NOT:
             return MeasuredRun(exit_code=code, wall_seconds=wall, cpu_seconds=cpu,
                                problem="a process of the job kept running after the end of its timed run")
@@ -578,14 +581,6 @@ class DockerExecutor(Executor):
             status, out = self._exec_as("0:0", NCU_EXPORT.format(dir=self.measure_dir, r=r, limit=READ_LIMIT))
             report = out.decode("utf-8", "replace")
         return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions, cpu_seconds=cpu)
-
-    def _cpu_seconds(self) -> float | None:
-        """CPU time of every process in the container so far (its cgroup, as the engine reads it)."""
-        try:
-            stats = self.client.api.stats(self.container.id, stream=False, one_shot=True)
-            return int(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
-        except (DockerException, KeyError, TypeError, ValueError):
-            return None
 
     def _attach(self, r: int, attached: list[int], done: threading.Event) -> None:
         """As root: attach ncu to the launcher once it listens (it may take a moment to start)."""
