@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -225,7 +226,8 @@ class MeasuredRun(BaseModel):
     report: str | None = None  # the profiler's CSV export of its report (measure: kernels), bounded
     predictions: str | None = None  # the file's contents (bounded), None when missing or unreadable
     problem: str | None = None
-    cpu_seconds: float | None = None  # CPU time of every process of the run, read outside the container
+    cpu_seconds: float | None = None  # CPU time of every process of the run, counted by rai-timed
+    gpu: dict[str, Any] | None = None  # NVML before and after: clocks, temperature, power, throttle reasons
 
 
 class JobUpdate(BaseModel):

@@ -41,6 +41,7 @@ from ..config import WorkerSettings
 from ..errors import ExecutorUnavailable
 from ..images import COURSE_LABEL, is_offered, named_images
 from ..logsink import LogSink
+from ..nvml import GpuWatch, Nvml, profiled_pids, unprofiled
 from ..terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, no_terminal_note, pty_helper, terminal_env, timed_helper
 from ..workdir import slot_dir
 from .base import Executor, JobContext, Outcome
@@ -64,6 +65,7 @@ KILL_JOB = (
 # when nobody waits for it.
 LEFT_OVER = 99
 FROZE_NOT = 70  # rai-timed: a process of the job kept running after the timed command ended
+THROTTLE_RETRIES = 2  # a timed run during which the GPU slowed itself down is run again, this many times at most
 COLLECT = (
     KILL_JOB.removesuffix("; true") + "; left=1; n=0; while [ $left = 1 ] && [ $n -lt 40 ]; do left=0; "
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && '
@@ -491,10 +493,19 @@ class DockerExecutor(Executor):
         helper = timed_helper(ctx.settings.work_dir)
         if helper is None or self.kept is None:
             return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem="this worker cannot measure ranked runs (no rai-timed helper)")
+        for attempt in range(1, THROTTLE_RETRIES + 2):
+            run = self._measure_fresh(ctx, r, timed, sink, helper)
+            slowed = (run.gpu or {}).get("after", {}).get("throttle") or (run.gpu or {}).get("before", {}).get("throttle")
+            if not slowed or run.problem or attempt > THROTTLE_RETRIES:
+                return run
+            sink.system(f"Timed run {r}: the GPU slowed down during it ({', '.join(slowed)}); it runs again")
+        return run
+
+    def _measure_fresh(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink, helper: Path) -> MeasuredRun:
         build_container = self.container
         try:
             self.container = self._create(ctx, ctx.src_dir if self.slot_src is None else self.slot_src, ctx.job_id, self.helper,
-                                          timed=(helper, self.kept, r))
+                                          timed=(helper, self.kept, r) if self.kept is not None else None)
             return self._measure_in(ctx, r, timed, sink)
         except DockerException as exc:
             return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=f"the timed run's container could not start: {str(exc)[:200]}")
@@ -546,6 +557,11 @@ class DockerExecutor(Executor):
         cpu_file = f"{MEASURE_DIR}/cpu{r}"  # rai-timed writes the run's CPU time there (root's folder)
         freeze = [TIMED_IN_CONTAINER, uid, gid or uid, cpu_file, *self.wrap, "/bin/sh", "-c"]
         self.measure_dir = MEASURE_DIR
+        watch = None
+        if timed.measure == "kernels" and ctx.gpu_ids:  # who uses the GPU, and how it runs (issue 32)
+            lib = Nvml.open()
+            if lib is not None:
+                watch = GpuWatch(lib, [int(i) for i in ctx.gpu_ids], self.container.id, int(uid)).start()
         if timed.measure == "kernels":
             sink.system(running_line(f"ncu (rai's timed run {r} of {timed.repeats}) {timed.command}"))
             attached: list[int] = []
@@ -562,6 +578,9 @@ class DockerExecutor(Executor):
             started = time.monotonic()
             code = self._run_exec(ctx, [*freeze, timed.command], "0:0", sink)
             wall = time.monotonic() - started
+        if watch is not None:
+            watch.stop()  # the job is frozen: its processes still hold their GPU contexts
+        gpu = {"before": watch.states[0], "after": watch.states[-1]} if watch is not None else None
         status, out = self._exec_as("0:0", f"cat {cpu_file}")
         try:
             cpu: float | None = float(out) if status == 0 else None
@@ -580,7 +599,13 @@ class DockerExecutor(Executor):
                                            f"{attached[-1] if attached else 'none'}: {self.attach_said.strip()})")
             status, out = self._exec_as("0:0", NCU_EXPORT.format(dir=self.measure_dir, r=r, limit=READ_LIMIT))
             report = out.decode("utf-8", "replace")
-        return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions, cpu_seconds=cpu)
+            hidden = unprofiled(watch.users, profiled_pids(report)) if watch is not None else []
+            if hidden:
+                return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), predictions=predictions, cpu_seconds=cpu, gpu=gpu,
+                                   problem=f"a process used the GPU outside the measurement (pid {', '.join(map(str, hidden))} "
+                                           "in the container, not in the profiler's report)")
+        return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions, cpu_seconds=cpu,
+                           gpu=gpu)
 
     def _attach(self, r: int, attached: list[int], done: threading.Event) -> None:
         """As root: attach ncu to the launcher once it listens (it may take a moment to start)."""
