@@ -173,7 +173,7 @@ def test_answers_computed_on_the_cpu_do_not_rank_and_say_why(course, tmp_path):
     honest, out_h = submit(course, tmp_path, HONEST_SLOW, name="gpu-honest")
     assert honest["results"]["measured"]["problem"] is None, honest
     assert verdict_line(out_h).startswith("✱ Ranked #"), out_h
-    burn = "i=0; while [ $i -lt 400000 ]; do i=$((i+1)); done"
+    burn = "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done"
     cheat, out = submit(course, tmp_path, f"({burn}) & ({burn}) & wait; {RIGHT}", name="cpu-cheat")
     m = cheat["results"]["measured"]
     assert m["problem"] and "s of CPU time in timed run 1 of 3 (the course allows 0.6 s)" in m["problem"], m

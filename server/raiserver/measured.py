@@ -99,7 +99,7 @@ def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, la
                 m.problem = f"{where}: its CPU time could not be read"
                 return m
             if run.cpu_seconds > ranked.cpu_seconds:
-                m.problem = f"{run.cpu_seconds:.1f} s of CPU time in {where} (the course allows {ranked.cpu_seconds:g} s)"
+                m.problem = f"{run.cpu_seconds:.3g} s of CPU time in {where} (the course allows {ranked.cpu_seconds:g} s)"
                 return m
         if ranked.measure == "kernels":
             try:
