@@ -18,13 +18,15 @@ pytestmark = pytest.mark.timeout(300)
 
 LABELS = "3\n1\n4\n1\n5\n9\n2\n6\n"
 RIGHT = "printf '3\\n1\\n4\\n1\\n5\\n9\\n2\\n6\\n' > predictions.txt"
-COURSE = f"""# the course's build file for 'final': the student supplies solution.sh and report.pdf
+COURSE = f"""# the course's build file for 'final': the student supplies solution.sh and report.pdf; the
+# build runs it once (as the real course's build runs ./m2), the timed runs start from solution.sh alone
 rai:
   version: 0.2
   image: {BUSYBOX}
 commands:
   build:
     - cp /src/solution.sh /build/solution.sh
+    - sh ./solution.sh build
     - echo course build done
 ranked:
   student_files: [solution.sh, report.pdf]
@@ -33,6 +35,8 @@ ranked:
   measure: wall
   predictions: predictions.txt
   tolerance: 0.5
+  keep: [solution.sh]
+  cpu_seconds: 0.6
 """
 
 
@@ -111,7 +115,7 @@ def test_a_background_process_cannot_change_the_answers_after_the_timed_run(cour
     m = job["results"]["measured"]
     assert m["accuracy"] == 0.0 and m["problem"] is None, m
     assert all(e["name"] != "swapper" for e in ranked(course))
-    with course.http() as h:  # the build folder kept is what the timed run left: the swap never happened
+    with course.http() as h:  # the build folder kept is the build's: its swapper was ended before it wrote
         r = h.get(f"/api/v1/jobs/{job['id']}/build.tar.gz")
     with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
         member = next(m for m in tar.getmembers() if m.name.removeprefix("./") == "predictions.txt")
@@ -152,3 +156,75 @@ def test_only_instructors_install_and_every_version_is_kept(course, tmp_path):
     assert bad.returncode != 0 and "course build file" in bad.stderr
     job, _ = submit(course, tmp_path, RIGHT, name="second")
     assert job["results"]["measured"]["course_version"] == 2 and len(job["results"]["measured"]["runs"]) == 2
+
+
+# -- issue 32: what ranks covers all the work that produced the answers ---------------------------
+HONEST_SLOW = f"sleep 1.2; {RIGHT}"  # the answers from "the GPU": time passes, the CPU idles
+
+
+def verdict_line(out: str) -> str:
+    return next((line for line in out.splitlines() if "Ranked #" in line or "Not ranked" in line), "")
+
+
+def test_answers_computed_on_the_cpu_do_not_rank_and_say_why(course, tmp_path):
+    """The cheat most students would think of: compute on the host's CPU (here two busy
+    processes), faster in wall time than the honest run, one trivial "kernel". The CPU time of
+    every process of the timed run, read outside the container, is over the course's budget."""
+    honest, out_h = submit(course, tmp_path, HONEST_SLOW, name="gpu-honest")
+    assert honest["results"]["measured"]["problem"] is None, honest
+    assert verdict_line(out_h).startswith("✱ Ranked #"), out_h
+    burn = "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done"
+    cheat, out = submit(course, tmp_path, f"({burn}) & ({burn}) & wait; {RIGHT}", name="cpu-cheat")
+    m = cheat["results"]["measured"]
+    assert m["problem"] and "s of CPU time in timed run 1 of 3 (the course allows 0.6 s)" in m["problem"], m
+    assert "✱ Not ranked: " in verdict_line(out) and "of CPU time" in verdict_line(out), out
+    assert all(e["name"] != "cpu-cheat" for e in ranked(course))
+    assert honest["results"]["measured"]["cpu_seconds"] and max(honest["results"]["measured"]["cpu_seconds"]) < 0.6
+
+
+def test_a_cache_filled_by_the_build_or_an_earlier_timed_run_is_gone(course, tmp_path):
+    """Every timed run starts from the course's kept files in a fresh container: what the build
+    (which runs the student's code) or timed run 1 left in /build or /tmp is not there."""
+    cache = ("if [ -f /build/cache ] || [ -f /tmp/cache ]; then cat /build/cache > predictions.txt 2>/dev/null || "
+             f"cat /tmp/cache > predictions.txt; echo took-the-cache; else sleep 1.2; {RIGHT}; "
+             "cp predictions.txt /build/cache; cp predictions.txt /tmp/cache; fi")
+    job, out = submit(course, tmp_path, cache, name="cacher")
+    m = job["results"]["measured"]
+    assert m["problem"] is None and m["accuracy"] == 1.0, m
+    assert all(t >= 1.2 for t in m["runs"]), m["runs"]  # no timed run found a cache
+    assert "took-the-cache" not in out
+
+
+@pytest.mark.parametrize("how", ["child", "setsid"])
+def test_a_process_that_writes_after_the_timed_command_exits_is_frozen_first(course, tmp_path, how):
+    """The command exits at once; a process it left writes the answers 50 ms later. rai-timed
+    stops every process of the job the moment the command ends, before anything is read."""
+    leave = "sh late.sh > /dev/null 2>&1 &" if how == "child" else "(setsid sh late.sh > /dev/null 2>&1 &)"
+    solution = f"cat > late.sh <<'EOF'\nsleep 0.05\n{RIGHT}\nEOF\n{leave}\necho done\n"
+    job, out = submit(course, tmp_path, solution, name=f"late-{how}")
+    m = job["results"]["measured"]
+    assert m["problem"] == "timed run 1 of 3 left no predictions.txt in /build (the file the course's program writes its answers to)", m
+    assert verdict_line(out) == f"✱ Not ranked: {m['problem']}", out
+    assert all(e["name"] != f"late-{how}" for e in ranked(course))
+
+
+def test_the_student_learns_why_a_wrong_run_does_not_rank(course, tmp_path):
+    """Accuracy under the course's threshold: the run succeeds (the program ran) and one line says
+    it does not rank, and why; the job page shows the same as a banner."""
+    job, out = submit(course, tmp_path, "printf '3\\n1\\n4\\n0\\n0\\n0\\n0\\n0\\n' > predictions.txt", name="wrongish")
+    assert job["state"] == "succeeded"
+    assert verdict_line(out) == "✱ Not ranked: accuracy 0.375 is below 0.8", out
+    with course.http() as h:
+        page = h.get(f"/jobs/{job['id']}")
+    assert page.status_code == 200 and "Not ranked: accuracy 0.375 is below 0.8" in page.text
+
+
+def test_no_job_process_can_signal_the_container_init_or_keepalive(docker_service, tmp_path):
+    """The keepalive is root's: a job cannot stop it, kill it or attach to it (as the job's own
+    user it once became a loop that rewrote the answers after every kill pass)."""
+    probe = ("keep=$(cut -d' ' -f1 /proc/1/task/1/children); for p in 1 $keep; do "
+             "kill -STOP $p 2>/dev/null && echo signalled $p || echo refused $p; done")
+    proj = make_project(tmp_path / "keepalive", ["sh /src/probe.sh"], files={"probe.sh": probe})
+    res = docker_service.client("submit", "-p", str(proj))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "signalled" not in res.stdout and res.stdout.count("refused") == 2, res.stdout

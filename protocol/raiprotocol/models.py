@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -55,6 +56,9 @@ class Measured(BaseModel):
     printed_op_time: float | None = None  # what the program said, shown beside, never ranked
     flags: list[str] = []  # for staff: disagreements and oddities worth a look
     problem: str | None = None  # why the run cannot rank (no measurement, no predictions, …)
+    cpu_seconds: list[float] = []  # each timed run's CPU time (every process of it), seconds
+    ci: float | None = None  # half the 95 % confidence interval of the runs' mean, seconds
+    verdict: str | None = None  # what the student is told: "Ranked #2 of 41: …" or "Not ranked: …"
 
 
 class Phase(BaseModel):
@@ -211,6 +215,7 @@ class TimedRun(BaseModel):
     repeats: int
     measure: str  # kernels | wall
     predictions: str  # file in /build the timed run writes its answers to
+    keep: list[str] | None = None  # what of the build's /build each timed run's fresh container starts with (None: all)
 
 
 class MeasuredRun(BaseModel):
@@ -221,6 +226,8 @@ class MeasuredRun(BaseModel):
     report: str | None = None  # the profiler's CSV export of its report (measure: kernels), bounded
     predictions: str | None = None  # the file's contents (bounded), None when missing or unreadable
     problem: str | None = None
+    cpu_seconds: float | None = None  # CPU time of every process of the run, counted by rai-timed
+    gpu: dict[str, Any] | None = None  # NVML before and after: clocks, temperature, power, throttle reasons
 
 
 class JobUpdate(BaseModel):
@@ -255,6 +262,8 @@ class Entry(BaseModel):
     job_id: str | None = None  # only for staff and for the viewer's own row
     members: list[str] | None = None  # staff only
     flags: list[str] = []  # staff only: what the service's measurement found worth a look
+    ci: float | None = None  # half the 95 % confidence interval of the timed runs' mean (ranked board)
+    tie: bool = False  # its interval overlaps a neighbour's: the order between them is not a lead
 
 
 class WorkerOut(BaseModel):

@@ -130,6 +130,13 @@ class Ranked(_Strict):
     measure: Literal["kernels", "wall"] = "kernels"
     predictions: str = "predictions.txt"  # in /build, one answer per line
     tolerance: float = Field(default=0.25, gt=0, le=10)  # printed vs measured op time: flagged past this fraction
+    # Issue 32: what of the build's /build each timed run starts from (None: all of it); each timed
+    # run gets a fresh container with these files only and an empty /tmp, so nothing a student's
+    # code left in the build (or an earlier timed run) can be used: no cache, no precomputed answers
+    keep: list[str] | None = Field(default=None, max_length=50)
+    # the CPU time (every process of the run, seconds) a timed run may use: a run that computed its
+    # answers on the host's CPU instead of the GPU does not rank. None: not checked
+    cpu_seconds: float | None = Field(default=None, gt=0, le=3600)
 
     @field_validator("student_files")
     @classmethod
@@ -137,6 +144,14 @@ class Ranked(_Strict):
         for name in value:
             if not plain_file_name(name) or name == SPEC_FILENAME:
                 raise ValueError(f"'{name}' is not a plain relative file name (nor may it be {SPEC_FILENAME})")
+        return value
+
+    @field_validator("keep")
+    @classmethod
+    def _plain_kept(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            if not plain_file_name(name):
+                raise ValueError(f"'{name}' is not a plain relative file name")
         return value
 
     @field_validator("predictions")

@@ -33,6 +33,7 @@ from .dispatch import Dispatcher
 from .errors import Conflict, NotFound
 from .fairshare import fair_order
 from .fleet import live_slots
+from .leaderboard import verdict
 from .logs import LogStore
 from .measured import summarize
 from .results import parse_log, relevant_lines
@@ -253,6 +254,11 @@ def finish_job(
         if state is not JobState.succeeded and summary.measured.problem is None:
             summary.measured.problem = f"the job {state.value.replace('_', ' ')}"
     job.results = summary.model_dump()
+    if summary.measured is not None:  # the student learns the outcome: one line, and the page's banner
+        summary.measured.verdict = verdict(db, svc.settings, job)
+        job.results = summary.model_dump()
+        if summary.measured.verdict:
+            svc.logs.system_after_archive(job.id, summary.measured.verdict)
     job.has_build = svc.storage.build_path(job.id).exists()
     if job.worker:
         w = db.get(Worker, job.worker)
@@ -314,7 +320,8 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     timed = None
     if job.course_build_id is not None:  # the course's file: its timed command, measured, alone on the host
         ranked = spec.ranked
-        timed = TimedRun(command=ranked.timed, repeats=ranked.repeats, measure=ranked.measure, predictions=ranked.predictions)
+        timed = TimedRun(command=ranked.timed, repeats=ranked.repeats, measure=ranked.measure, predictions=ranked.predictions,
+                         keep=ranked.keep)
         repeats = 1
     return ClaimGranted(
         job_id=job.id,

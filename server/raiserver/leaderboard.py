@@ -24,6 +24,7 @@ from raiprotocol.models import Entry, JobState
 
 from .auth import Principal
 from .config import Settings
+from .measured import in_words
 from .tables import Job
 
 
@@ -138,8 +139,41 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
             kind=job.kind,
             verified=m is not None,
             flags=(m.get("flags") or []) if m is not None and viewer.is_staff else [],
+            ci=m.get("ci") if m else None,
             mine=mine,
             job_id=job.id if (viewer.is_staff or mine) else None,
             members=sorted(names) if viewer.is_staff else None,
         ))
+    for above, below in zip(out, out[1:]):  # intervals that overlap: a tie, not a lead (issue 32)
+        if above.ci is not None and below.ci is not None and below.op_time - above.op_time <= above.ci + below.ci:
+            below.tie = above.tie = True
     return out
+
+
+def verdict(db: Session, settings: Settings, job: Job) -> str | None:
+    """What the student of a ranked run (one the course's build file built and timed) is told at
+    its end, in the client and on its page: its rank, or why it does not rank (issue 32). The job's
+    state and results are set in ``db``'s session (not yet committed): the board includes it."""
+    m = (job.results or {}).get("measured")
+    if job.course_build_id is None or not m:
+        return None
+    if m.get("problem"):
+        return f"Not ranked: {m['problem']}"
+    if job.state is not JobState.succeeded:
+        return f"Not ranked: the job {job.state.value.replace('_', ' ')}"
+    if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
+        return f"Not ranked: submitted after the deadline ({_aware(settings.deadline):%Y-%m-%d %H:%M} UTC)"
+    accuracy = m.get("accuracy")
+    if accuracy is None or accuracy < settings.correctness_threshold:
+        return f"Not ranked: accuracy {accuracy if accuracy is not None else 0:.4g} is below {settings.correctness_threshold:g}"
+    runs = best_runs(db, settings)
+    key = team_key(job)
+    for i, (k, run, _) in enumerate(runs, start=1):
+        if k != key:
+            continue
+        ci = f" ± {in_words(m['ci'])}" if m.get("ci") else ""
+        if run.job.id == job.id:
+            return f"Ranked #{i} of {len(runs)}: {in_words(m['op_time'])}{ci}"
+        return (f"This run: {in_words(m['op_time'])}{ci}; your best run ({in_words(run.op_time)}) stays ranked "
+                f"#{i} of {len(runs)}")
+    return "Not ranked"

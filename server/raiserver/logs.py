@@ -171,6 +171,23 @@ class LogStore:
         self.redis.delete(cancel_key(job_id))
         return lines
 
+    def system_after_archive(self, job_id: str, text: str) -> None:
+        """A line of rai's once the log is stored (a ranked run's verdict, known only then): at the
+        end of the stored log and of the live stream, before the end marker."""
+        path = self.storage.log_path(job_id)
+        last = 0
+        with path.open("rb") as fh:  # the last batch: its line is the last
+            fh.seek(max(path.stat().st_size - 2 * PAGE_BYTES, 0))
+            for raw in fh:
+                try:
+                    last = max(last, Batch.from_dict(json.loads(raw)).last)
+                except (ValueError, KeyError, TypeError):
+                    continue
+        batch = Batch(last + 1, time.time(), LogStream.sys.value, 1, one_line(text))
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(batch.to_dict(), ensure_ascii=False) + "\n")
+        self.system(job_id, text)
+
     # -- reading the stored log ------------------------------------------------------------------
     def stored_page(self, job_id: str, offset: int, after: int, max_bytes: int = PAGE_BYTES) -> tuple[list[Batch], int]:
         """Batches after line ``after`` from byte ``offset`` of the stored log, about ``max_bytes``

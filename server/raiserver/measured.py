@@ -92,6 +92,15 @@ def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, la
         if run.exit_code != 0:
             m.problem = f"{where} exited with status {run.exit_code}"
             return m
+        if run.cpu_seconds is not None:
+            m.cpu_seconds.append(round(run.cpu_seconds, 3))
+        if ranked.cpu_seconds is not None:  # answers computed on the host's CPU do not rank (issue 32)
+            if run.cpu_seconds is None:
+                m.problem = f"{where}: its CPU time could not be read"
+                return m
+            if run.cpu_seconds > ranked.cpu_seconds:
+                m.problem = f"{run.cpu_seconds:.3g} s of CPU time in {where} (the course allows {ranked.cpu_seconds:g} s)"
+                return m
         if ranked.measure == "kernels":
             try:
                 launches = kernel_times(run.report or "")
@@ -116,6 +125,7 @@ def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, la
     m.op_time = round(median, 9)
     m.spread = round(max(totals) - min(totals), 9)
     m.cv = round(statistics.pstdev(totals) / mean, 6) if mean > 0 else None
+    m.ci = round(half_width(totals), 9)
     m.accuracy = round(min(accuracies), 6)
     if kernels_per_run:
         per_name: dict[str, float] = {}
@@ -130,3 +140,21 @@ def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, la
     if m.cv is not None and m.cv > 0.05:
         m.flags.append(f"the timed runs varied by {m.cv:.1%} (coefficient of variation)")
     return m
+
+
+# Student's t at 97.5 % for n - 1 degrees of freedom (n = 2 … 20 timed runs): a 95 % interval
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093]
+
+
+def half_width(totals: list[float]) -> float:
+    """Half the 95 % confidence interval of the timed runs' mean (0 for a single run): what the
+    board shows beside each op time, and how it tells a tie from a lead."""
+    n = len(totals)
+    if n < 2:
+        return 0.0
+    return _T975[min(n - 2, len(_T975) - 1)] * statistics.stdev(totals) / math.sqrt(n)
+
+
+def in_words(seconds: float) -> str:
+    return f"{seconds * 1e3:.4g} ms" if seconds < 1 else f"{seconds:.4g} s"

@@ -93,3 +93,27 @@ def test_a_hostile_report_or_predictions_file_costs_milliseconds():
     accuracy(predictions, ["7"] * 10_000)
     assert time.monotonic() - started < 1.0
     assert all(len(name) == 200 for name, _ in launches)
+
+
+def test_a_run_over_the_courses_cpu_budget_does_not_rank_and_says_why():
+    """Issue 32: answers computed on the host's CPU (threads, AVX) instead of the GPU: the CPU time
+    of every process of a timed run, read outside the container, is over the course's budget."""
+    spec = parse_course_spec("""
+rai: {image: rai/ece408:cuda13}
+commands: {build: [make m2]}
+ranked: {student_files: [new-forward.cu], timed: ./m2 10000, repeats: 3, measure: wall, cpu_seconds: 2, keep: [m2]}
+""")
+    ok = [MeasuredRun(exit_code=0, wall_seconds=0.5, predictions=LABELS, cpu_seconds=0.4) for _ in range(3)]
+    m = summarize(ok, spec, 1, LABELS, None)
+    assert m.problem is None and m.cpu_seconds == [0.4, 0.4, 0.4] and m.ci == 0.0
+    burnt = [*ok[:2], MeasuredRun(exit_code=0, wall_seconds=0.01, predictions=LABELS, cpu_seconds=14.2)]
+    assert summarize(burnt, spec, 1, LABELS, None).problem == "14.2 s of CPU time in timed run 3 of 3 (the course allows 2 s)"
+    unread = [*ok[:2], MeasuredRun(exit_code=0, wall_seconds=0.5, predictions=LABELS, cpu_seconds=None)]
+    assert summarize(unread, spec, 1, LABELS, None).problem == "timed run 3 of 3: its CPU time could not be read"
+
+
+def test_the_interval_is_a_95_percent_one_of_the_runs_mean():
+    from raiserver.measured import half_width
+
+    assert half_width([1.0]) == 0.0
+    assert abs(half_width([1.0, 1.1, 1.2]) - 4.303 * 0.1 / 3**0.5) < 1e-9

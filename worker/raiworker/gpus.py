@@ -80,11 +80,24 @@ def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 360
 @contextmanager
 def host_share(lock_dir: Path, exclusive: bool):
     """Every job holds the host lock shared; an exclusive job (timing runs) holds it alone, so it
-    starts only when the host is idle and nothing starts beside it."""
+    starts only when the host is idle and nothing starts beside it.
+
+    An exclusive job is not starved (issue 32): it first takes the gate, which every job passes
+    (shared, for a moment) on its way in, and holds it while it waits for the jobs already running
+    to end: from then on no new job starts on the host, so it waits at most for the longest of
+    those (each bounded by its wall clock), however many jobs come after it."""
     lock_dir.mkdir(parents=True, exist_ok=True)
+    gate = os.open(lock_dir / "host.gate", os.O_CREAT | os.O_RDWR, 0o644)
     fd = os.open(lock_dir / "host.lock", os.O_CREAT | os.O_RDWR, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if exclusive:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)  # waits while an exclusive job waits or runs
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
         yield
     finally:
         os.close(fd)
+        os.close(gate)

@@ -39,6 +39,7 @@ class Lease(threading.Thread):
         self.stop_run = stop  # set to end the run now (the executor's watchdog kills it)
         self.marker = marker
         self.reason: str | None = None  # SUPERSEDED or LOST once the run must end
+        self.reporting = False  # the run's end is being reported: a refusal now is that end, not a superseding
         self._done = threading.Event()
         wait = max(min(settings.heartbeat_seconds, 3.0), 0.5)  # a renewal never blocks past the lease
         self.http = httpx.Client(base_url=settings.server_url.rstrip("/"), timeout=httpx.Timeout(wait, connect=wait),
@@ -52,6 +53,8 @@ class Lease(threading.Thread):
         self._end(SUPERSEDED)
 
     def _end(self, reason: str) -> None:
+        if self.reporting:
+            return
         if self.reason is None:
             self.reason = reason
             log.warning("job %s (attempt %d): %s; stopping the run", self.job_id, self.attempt,

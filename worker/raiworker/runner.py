@@ -163,7 +163,7 @@ def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient
             sink.system(outcome.message or "")
         if not build_uploaded and outcome.state is JobState.succeeded:
             outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
-        _report(settings, server, sink, grant, outcome, phases, measured)
+        _report(settings, server, sink, grant, outcome, phases, measured, lease)
         job_done(outcome.state.value, time.monotonic() - claimed_at)
         return outcome.state.value
     finally:  # every path, refused and superseded runs too: nothing of the job is left behind
@@ -175,7 +175,7 @@ def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient
 
 
 def _report(settings: WorkerSettings, server: ServerClient, sink: LogSink, grant: ClaimGranted, outcome: Outcome,
-            phases: list[Phase], measured: list[MeasuredRun]) -> None:
+            phases: list[Phase], measured: list[MeasuredRun], lease: Lease) -> None:
     """The job's end, to the server (retried through its restart), after the log: when Redis lost
     some of the run's lines, the worker's copy goes first, so the stored log is whole."""
     job_id, attempt = grant.job_id, grant.attempt
@@ -188,6 +188,7 @@ def _report(settings: WorkerSettings, server: ServerClient, sink: LogSink, grant
             server.upload_log(job_id, attempt, sink.spool_path)
         except (Refused, ServerUnreachable, ServerTrouble, OSError) as exc:
             log.warning("job %s: the worker's copy of the log was not sent: %s", job_id, exc)
+    lease.reporting = True  # the lease is held until the server took the end (it may be away a while)
     try:
         if sink.first_output is not None:
             phases.append(Phase(name="first line", at=sink.first_output))

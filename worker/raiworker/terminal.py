@@ -54,23 +54,40 @@ def pty_helper(work_dir: Path, prebuilt: Path | None = None) -> Path | None:
             tmp.chmod(0o755)
             os.replace(tmp, dest)
         return dest
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    dest = bin_dir(work_dir) / f"rai-pty-{digest}"
+    return build_helper(work_dir, SOURCE, "rai-pty", "job output will not be on a terminal (programs may buffer stdout)")
+
+
+TIMED_SOURCE = Path(__file__).with_name("rai-timed.c")
+TIMED_IN_CONTAINER = "/opt/rai/rai-timed"
+
+
+@lru_cache(maxsize=4)
+def timed_helper(work_dir: Path) -> Path | None:
+    """``rai-timed`` (rai-timed.c): a ranked run's timed command as the job's user, every process
+    of the job frozen the moment it exits (issue 32); None when it cannot be built."""
+    return build_helper(work_dir, TIMED_SOURCE, "rai-timed", "ranked runs cannot be measured on this worker")
+
+
+def build_helper(work_dir: Path, source: Path, name: str, without: str) -> Path | None:
+    """A static helper built once from its C source into the work folder (a GPU host has a C
+    compiler: nvcc needs one), named by its source's hash; ``without``: what a failure costs."""
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    dest = bin_dir(work_dir) / f"{name}-{digest}"
     if os.access(dest, os.X_OK):
         return dest
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        log.warning("no C compiler: job output will not be on a terminal (programs may buffer stdout)")
+        log.warning("no C compiler to build %s: %s", name, without)
         return None
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(f".tmp{os.getpid()}")
     try:
-        res = subprocess.run([cc, "-O2", "-static", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True, timeout=120)
+        res = subprocess.run([cc, "-O2", "-static", "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("building the pty helper failed (%s): job output will not be on a terminal", exc)
+        log.warning("building %s failed (%s): %s", name, exc, without)
         return None
     if res.returncode != 0:
-        log.warning("building the pty helper failed: %s", res.stderr.strip()[-500:])
+        log.warning("building %s failed: %s; %s", name, res.stderr.strip()[-500:], without)
         tmp.unlink(missing_ok=True)
         return None
     tmp.chmod(0o755)

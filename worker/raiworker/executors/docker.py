@@ -16,7 +16,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import secrets
 import shlex
 import shutil
 import socket
@@ -42,7 +41,8 @@ from ..config import WorkerSettings
 from ..errors import ExecutorUnavailable
 from ..images import COURSE_LABEL, is_offered, named_images
 from ..logsink import LogSink
-from ..terminal import IN_CONTAINER, Frames, no_terminal_note, pty_helper, terminal_env
+from ..nvml import GpuWatch, Nvml, profiled_pids, unprofiled
+from ..terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, no_terminal_note, pty_helper, terminal_env, timed_helper
 from ..workdir import slot_dir
 from .base import Executor, JobContext, Outcome
 
@@ -64,6 +64,8 @@ KILL_JOB = (
 # container is then killed before the job's end is reported; otherwise it is removed afterwards,
 # when nobody waits for it.
 LEFT_OVER = 99
+FROZE_NOT = 70  # rai-timed: a process of the job kept running after the timed command ended
+THROTTLE_RETRIES = 2  # a timed run during which the GPU slowed itself down is run again, this many times at most
 COLLECT = (
     KILL_JOB.removesuffix("; true") + "; left=1; n=0; while [ $left = 1 ] && [ $n -lt 40 ]; do left=0; "
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && '
@@ -73,6 +75,15 @@ COLLECT = (
 )
 # Between a ranked job's timed runs: every process of the job ended (as at the end), nothing copied
 END_PROCESSES = COLLECT.rsplit("tar -C", 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; exit 0'
+# Issue 32: a ranked run's timed runs each start in a fresh container from the build's result: the
+# build's processes end, the files the course keeps are copied out (bounded like /build), and each
+# timed container copies them into its own empty /build from a read-only folder
+KEPT_IN_CONTAINER = "/opt/rai/kept"
+KEEP_OUT = END_PROCESSES.rsplit('[ "$left" = 1 ]', 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; tar -C /build -cf - -- "$@"'
+KEEP_IN = f"cp -a {KEPT_IN_CONTAINER}/. /build/"
+# the capabilities rai-timed needs (as root in the timed container: become the job's user, stop its
+# processes); the job's own processes run as its user, with none and no way to gain one
+TIMED_CAPS = ["KILL", "SETUID", "SETGID"]
 # What the service reads of a timed run, bounded: the predictions (a regular file, not a link)
 # and the profiler's CSV export
 READ_LIMIT = 1024 * 1024
@@ -83,8 +94,11 @@ READ_PREDICTIONS = 'f="$1"; [ -f "$f" ] && [ ! -L "$f" ] || exit 3; head -c {lim
 # the report, before, during or after the run
 NCU_LAUNCH = "exec ncu --mode launch --target-processes all -- /bin/sh -c {command}"
 # (root works in that folder, its HOME too: ncu reads its settings from both, and in /build, the job's
-# user's, root without capabilities may not even look)
-NCU_ATTACH = ("[ -d {dir} ] || mkdir -m 0700 {dir} || exit 5; cd {dir} && export HOME={dir} && "
+# user's, root without capabilities may not even look). The folder is a tmpfs of root's, mode 0700,
+# mounted when the timed run's container is made: it exists before any process of the job does, so
+# no job process can make it first, look into it or guess at it (issue 34)
+MEASURE_DIR = "/opt/rai/measure"
+NCU_ATTACH = ("cd {dir} && export HOME={dir} && "
               "exec ncu --mode attach --hostname 127.0.0.1 --metrics gpu__time_duration.sum --export {dir}/run{r} --force-overwrite")
 NCU_EXPORT = ("cd {dir} && HOME={dir} ncu --import {dir}/run{r}.ncu-rep --csv --page raw --metrics gpu__time_duration.sum 2>/dev/null "
               "| head -c {limit}")
@@ -306,6 +320,7 @@ class DockerExecutor(Executor):
         self.contained = False  # collect_build saw every process of the job gone
         self.leftover: Any = None  # the job's container, for tidy() to remove
         self.measure_dir: str | None = None  # root's folder for a ranked job's profiler reports
+        self.kept: Path | None = None  # what of the build each timed run starts from (issue 32)
         self.attach_said = ""  # what root's ncu said last, for the job's log when it cannot attach
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
@@ -341,11 +356,17 @@ class DockerExecutor(Executor):
         self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper)
         return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
 
-    def _create(self, ctx: JobContext, src: Path, job: str, helper: Path | None) -> Any:
+    def _create(self, ctx: JobContext, src: Path, job: str, helper: Path | None, timed: tuple[Path, Path, int] | None = None) -> Any:
+        """The job's container; ``timed`` (rai-timed, the kept files, the run's number): a timed
+        run's fresh one (issue 32). Its init and keepalive run as root, out of the job's reach
+        (the job's user cannot signal, trace or replace them); every command runs as the job's user."""
         s = ctx.settings
         mounts = [Mount("/src", str(src), type="bind", read_only=True)]
         if helper is not None:
             mounts.append(Mount(IN_CONTAINER, str(helper), type="bind", read_only=True))
+        if timed is not None:
+            mounts += [Mount(TIMED_IN_CONTAINER, str(timed[0]), type="bind", read_only=True),
+                       Mount(KEPT_IN_CONTAINER, str(timed[1]), type="bind", read_only=True)]
         mem = f"{ctx.memory_mb}m"
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
@@ -354,9 +375,10 @@ class DockerExecutor(Executor):
             detach=True,
             init=True,
             network_mode="none",
-            user=s.container_user,
+            user="0:0",
             working_dir="/build",
             cap_drop=["ALL"],
+            cap_add=TIMED_CAPS if timed is not None else None,
             security_opt=["no-new-privileges"],
             mem_limit=mem,
             memswap_limit=mem,
@@ -367,11 +389,12 @@ class DockerExecutor(Executor):
             tmpfs={
                 "/tmp": f"rw,exec,nosuid,nodev,size={s.tmp_mb}m,mode=1777",
                 "/build": f"rw,exec,nosuid,nodev,size={s.build_mb}m,uid={uid},gid={gid},mode=0755",
+                **({MEASURE_DIR: "rw,noexec,nosuid,nodev,size=512m,mode=0700"} if timed is not None else {}),
             },
             read_only=s.read_only_root,
             labels={LABEL: job, "rai.worker": s.worker_name},
             environment={**s.job_env, **terminal_env(s.columns), "HOME": "/build"},  # RAI_JOB_ID: with each exec
-            name=container_name(job, s.worker_name) if job != SPARE else None,
+            name=(container_name(job, s.worker_name) + (f"-t{timed[2]}" if timed else "")) if job != SPARE else None,
         )
         if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu_access)
             gpu = gpu_access.current(s, [int(i) for i in ctx.gpu_ids], lambda: _runtimes(self.client)).container_options(
@@ -405,9 +428,12 @@ class DockerExecutor(Executor):
     def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
         """Exec the command and relay its output frames as they come. The command ends when its
         own process does, even if a background child it left behind still holds the output open."""
+        return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink)
+
+    def _run_exec(self, ctx: JobContext, argv: list[str], user: str, sink: LogSink) -> int:
         api = self.client.api
         try:
-            exec_id = api.exec_create(self.container.id, [*self.wrap, "/bin/sh", "-c", command], workdir="/build", user=self.user,
+            exec_id = api.exec_create(self.container.id, argv, workdir="/build", user=user,
                                       environment={"RAI_JOB_ID": ctx.job_id})["Id"]
             conn = api.exec_start(exec_id, socket=True)
         except (APIError, NotFound):
@@ -451,44 +477,135 @@ class DockerExecutor(Executor):
             time.sleep(0.05)
 
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
-        """Timed run ``r``: the wall time the exec took, seen from here, or the kernels' durations
-        as ncu records them; then every process of the job ends before the predictions and the
-        report are read, so nothing the job left running can change either."""
+        """Timed run ``r`` (issue 32), in a container of its own started from the build's result
+        (the files the course keeps, an empty /tmp: nothing a student's code left in the build or
+        an earlier timed run is there): the wall time the exec took, seen from here, or the
+        kernels' durations as ncu records them, and the CPU time of every process of the run, read
+        by rai-timed (root in that container, out of the job's reach), which also freezes every
+        process of the job the moment the timed command exits; the predictions and the report are
+        read, and the container is killed: nothing of the job runs between the end and the reading."""
         if self.container is None:
             return MeasuredRun(exit_code=137, wall_seconds=0.0, problem="the job's container is gone")
-        quoted = shlex.quote(timed.predictions)
-        self._exec_as(self.user, f"rm -f -- {quoted}")  # no process of the job is running: an old file cannot come back
+        if r == 1:
+            problem = self._keep_build(ctx, timed)
+            if problem is not None:
+                return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=problem)
+        helper = timed_helper(ctx.settings.work_dir)
+        if helper is None or self.kept is None:
+            return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem="this worker cannot measure ranked runs (no rai-timed helper)")
+        for attempt in range(1, THROTTLE_RETRIES + 2):
+            run = self._measure_fresh(ctx, r, timed, sink, helper)
+            slowed = (run.gpu or {}).get("after", {}).get("throttle") or (run.gpu or {}).get("before", {}).get("throttle")
+            if not slowed or run.problem or attempt > THROTTLE_RETRIES:
+                return run
+            sink.system(f"Timed run {r}: the GPU slowed down during it ({', '.join(slowed)}); it runs again")
+        return run
+
+    def _measure_fresh(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink, helper: Path) -> MeasuredRun:
+        build_container = self.container
+        try:
+            self.container = self._create(ctx, ctx.src_dir if self.slot_src is None else self.slot_src, ctx.job_id, self.helper,
+                                          timed=(helper, self.kept, r) if self.kept is not None else None)
+            return self._measure_in(ctx, r, timed, sink)
+        except DockerException as exc:
+            return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=f"the timed run's container could not start: {str(exc)[:200]}")
+        finally:
+            timed_container, self.container = self.container, build_container
+            if timed_container is not build_container and timed_container is not None:
+                try:
+                    timed_container.remove(force=True)
+                except DockerException:
+                    pass
+
+    def _keep_build(self, ctx: JobContext, timed: TimedRun) -> str | None:
+        """Once, before the first timed run: end every process of the build, and copy out of its
+        /build what the timed runs start from (all of it, or the files the course keeps)."""
+        dest = ctx.build_dir.parent / "kept"
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir(parents=True)
+        s, api = ctx.settings, self.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, ["/bin/sh", "-c", KEEP_OUT, "sh", *(timed.keep or ["."])], user=self.user)["Id"]
+            conn = api.exec_start(exec_id, socket=True)
+            try:
+                chunks = (data for stream, data in frames_iter(conn, tty=False) if stream == STDOUT)
+                budget = _Budget(chunks, s.build_mb * 1024**2 + s.build_files * 1024 + 1024**2)
+                with tarfile.open(fileobj=_IterReader(budget), mode="r|") as tar:
+                    safe_extract(tar, dest, max_bytes=s.build_mb * 1024**2, max_entries=s.build_files)
+                for _ in budget:
+                    pass
+            finally:
+                _close(conn)
+            code = _exit_code(api, exec_id)
+        except OverLimit as exc:
+            return f"the build's result is too large to time: {exc}"
+        except (DockerException, tarfile.TarError, OSError) as exc:
+            return f"the build's result could not be copied for the timed runs ({exc.__class__.__name__})"
+        if code == LEFT_OVER:
+            return "a process of the job survived the end of its build"
+        if code != 0:
+            return f"the build did not leave {', '.join(timed.keep or ['/build'])} (tar status {code})"
+        os.chmod(dest, 0o755)
+        self.kept = dest
+        return None
+
+    def _measure_in(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
+        code, out = self._exec_as(self.user, KEEP_IN)
+        if code != 0:
+            return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=f"the build's result could not be put in place ({out[-200:].decode('utf-8', 'replace')})")
+        uid, _, gid = self.user.partition(":")
+        cpu_file = f"{MEASURE_DIR}/cpu{r}"  # rai-timed writes the run's CPU time there (root's folder)
+        freeze = [TIMED_IN_CONTAINER, uid, gid or uid, cpu_file, *self.wrap, "/bin/sh", "-c"]
+        self.measure_dir = MEASURE_DIR
+        watch = None
+        if timed.measure == "kernels" and ctx.gpu_ids:  # who uses the GPU, and how it runs (issue 32)
+            lib = Nvml.open()
+            if lib is not None:
+                watch = GpuWatch(lib, [int(i) for i in ctx.gpu_ids], self.container.id, int(uid)).start()
         if timed.measure == "kernels":
             sink.system(running_line(f"ncu (rai's timed run {r} of {timed.repeats}) {timed.command}"))
-            if self.measure_dir is None:
-                self.measure_dir = f"/tmp/rai-measure-{secrets.token_hex(16)}"
             attached: list[int] = []
             done = threading.Event()
             attach = threading.Thread(target=self._attach, args=(r, attached, done), name=f"ncu-attach-{ctx.job_id}", daemon=True)
             attach.start()
             started = time.monotonic()
-            code = self.run_command(ctx, NCU_LAUNCH.format(command=shlex.quote(timed.command)), sink)
+            code = self._run_exec(ctx, [*freeze, NCU_LAUNCH.format(command=shlex.quote(timed.command))], "0:0", sink)
             wall = time.monotonic() - started
             done.set()
             attach.join(timeout=30)
         else:
             sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
             started = time.monotonic()
-            code = self.run_command(ctx, timed.command, sink)
+            code = self._run_exec(ctx, [*freeze, timed.command], "0:0", sink)
             wall = time.monotonic() - started
-        if self._exec_as(self.user, END_PROCESSES)[0] != 0:
-            return MeasuredRun(exit_code=code, wall_seconds=wall, problem="a process of the job survived the end of its timed run")
+        if watch is not None:
+            watch.stop()  # the job is frozen: its processes still hold their GPU contexts
+        gpu = {"before": watch.states[0], "after": watch.states[-1]} if watch is not None else None
+        status, out = self._exec_as("0:0", f"cat {cpu_file}")
+        try:
+            cpu: float | None = float(out) if status == 0 else None
+        except ValueError:
+            cpu = None
+        if code == FROZE_NOT:
+            return MeasuredRun(exit_code=code, wall_seconds=wall, cpu_seconds=cpu,
+                               problem="a process of the job kept running after the end of its timed run")
         status, out = self._exec_as(self.user, READ_PREDICTIONS.format(limit=READ_LIMIT), timed.predictions)
         predictions = out.decode("utf-8", "replace") if status == 0 else None
         report = None
         if timed.measure == "kernels":
             if not attached or attached[-1] != 0:  # the last try decides: the first may come before the launcher listens
-                return MeasuredRun(exit_code=code, wall_seconds=wall, predictions=predictions,
+                return MeasuredRun(exit_code=code, wall_seconds=wall, predictions=predictions, cpu_seconds=cpu,
                                    problem=f"the profiler could not attach to the timed run (ncu status "
                                            f"{attached[-1] if attached else 'none'}: {self.attach_said.strip()})")
             status, out = self._exec_as("0:0", NCU_EXPORT.format(dir=self.measure_dir, r=r, limit=READ_LIMIT))
             report = out.decode("utf-8", "replace")
-        return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions)
+            hidden = unprofiled(watch.users, profiled_pids(report)) if watch is not None else []
+            if hidden:
+                return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), predictions=predictions, cpu_seconds=cpu, gpu=gpu,
+                                   problem=f"a process used the GPU outside the measurement (pid {', '.join(map(str, hidden))} "
+                                           "in the container, not in the profiler's report)")
+        return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions, cpu_seconds=cpu,
+                           gpu=gpu)
 
     def _attach(self, r: int, attached: list[int], done: threading.Event) -> None:
         """As root: attach ncu to the launcher once it listens (it may take a moment to start)."""

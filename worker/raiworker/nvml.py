@@ -1,0 +1,179 @@
+"""NVML from the host, through ctypes (the driver's libnvidia-ml.so.1; no Python package needed), for
+ranked runs (issue 32): which processes use a GPU while a timed run goes on, and the GPU's clocks,
+temperature, power and throttle reasons around it. Read-only: nothing here changes a GPU setting.
+
+A process that used the GPU during a timed run but is not in the profiler's report (started with
+a clean environment, so ncu never saw it) means the ranked number misses work: the run does not
+rank. Processes are sampled every ``interval`` seconds and once more when the run's processes are
+frozen (a stopped process still holds its GPU context), and kept when they belong to the run's
+container (by cgroup), under their pid inside it (``NSpid``), which is what the report names.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("raiworker")
+
+_SM, _MEM = 0, 2  # nvmlClockType_t: NVML_CLOCK_SM, NVML_CLOCK_MEM
+# nvmlClocksEventReasons (throttle reasons) that slow a run down, by bit
+SLOWDOWNS = {0x2: "applications clocks setting", 0x4: "software power cap", 0x8: "hardware slowdown",
+             0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+
+
+class _Process(ctypes.Structure):  # nvmlProcessInfo_t (v2/v3 layout)
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint)]
+
+
+class Nvml:
+    """The few NVML calls rai needs; None from ``open()`` where there is no driver."""
+
+    def __init__(self, lib: Any):
+        self.lib = lib
+
+    @classmethod
+    def open(cls) -> Nvml | None:
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() != 0:
+                return None
+        except OSError:
+            return None
+        return cls(lib)
+
+    def _device(self, index: int) -> ctypes.c_void_p | None:
+        handle = ctypes.c_void_p()
+        return handle if self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) == 0 else None
+
+    def compute_pids(self, index: int) -> list[int]:
+        dev = self._device(index)
+        if dev is None:
+            return []
+        for name in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
+            fn = getattr(self.lib, name, None)
+            if fn is None:
+                continue
+            count = ctypes.c_uint(64)
+            infos = (_Process * 64)()
+            if fn(dev, ctypes.byref(count), infos) == 0:
+                return [infos[i].pid for i in range(min(count.value, 64))]
+        return []
+
+    def state(self, index: int) -> dict[str, Any]:
+        """The GPU now: SM and memory clocks (MHz), temperature (°C), power (W), throttle reasons."""
+        dev = self._device(index)
+        if dev is None:
+            return {}
+        out: dict[str, Any] = {}
+        value = ctypes.c_uint()
+        if self.lib.nvmlDeviceGetClockInfo(dev, _SM, ctypes.byref(value)) == 0:
+            out["sm_mhz"] = value.value
+        if self.lib.nvmlDeviceGetClockInfo(dev, _MEM, ctypes.byref(value)) == 0:
+            out["mem_mhz"] = value.value
+        if self.lib.nvmlDeviceGetTemperature(dev, 0, ctypes.byref(value)) == 0:
+            out["temp_c"] = value.value
+        if self.lib.nvmlDeviceGetPowerUsage(dev, ctypes.byref(value)) == 0:
+            out["power_w"] = round(value.value / 1000, 1)
+        reasons = ctypes.c_ulonglong()
+        if self.lib.nvmlDeviceGetCurrentClocksThrottleReasons(dev, ctypes.byref(reasons)) == 0:
+            out["throttle"] = slowdowns(reasons.value)
+        return out
+
+
+def slowdowns(mask: int) -> list[str]:
+    """The throttle reasons in a mask that slow a run down (idle and the like are not)."""
+    return [why for bit, why in SLOWDOWNS.items() if mask & bit]
+
+
+def in_container(pid: int, container_id: str, uid: int) -> int | None:
+    """The pid inside the container of a host process of the job's user in it, else None (rai's
+    own processes there, root's profiler, are not the job's)."""
+    inner: int | None = None
+    owner: int | None = None
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            if container_id not in fh.read():
+                return None
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    inner = int(line.split()[-1])
+                elif line.startswith("Uid:"):
+                    owner = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return inner if owner == uid else None
+
+
+@dataclass
+class GpuWatch:
+    """Samples the container's GPU users and the GPU's state while a timed run goes on."""
+
+    nvml: Nvml
+    indexes: list[int]
+    container_id: str
+    uid: int
+    interval: float = 0.05
+    users: dict[int, int] = field(default_factory=dict)  # pid in the container -> samples seen
+    states: list[dict[str, Any]] = field(default_factory=list)
+    _done: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> GpuWatch:
+        self.states.append(self._state())
+        self._thread = threading.Thread(target=self._run, name="gpu-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        for index in self.indexes:
+            for pid in self.nvml.compute_pids(index):
+                inner = in_container(pid, self.container_id, self.uid)
+                if inner is not None:
+                    self.users[inner] = self.users.get(inner, 0) + 1
+
+    def _state(self) -> dict[str, Any]:
+        return self.nvml.state(self.indexes[0]) if self.indexes else {}
+
+    def stop(self) -> None:
+        """At the freeze: one more sample (stopped processes still hold their contexts) and the GPU's state."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.sample()
+        self.states.append(self._state())
+
+
+def unprofiled(users: dict[int, int], profiled: set[int]) -> list[int]:
+    """The container pids that used the GPU but are not in the profiler's report."""
+    return sorted(pid for pid in users if pid not in profiled)
+
+
+def profiled_pids(report: str) -> set[int]:
+    """The processes the profiler's CSV export names (its "Process ID" column), bounded like the report."""
+    import csv
+    import io
+
+    rows = csv.reader(io.StringIO(report[: 1024 * 1024]))
+    header = next(rows, None)
+    while header is not None and "Process ID" not in header:
+        header = next(rows, None)
+    if header is None:
+        return set()
+    at = header.index("Process ID")
+    out = set()
+    for i, row in enumerate(rows):
+        if i > 100_000:
+            break
+        if len(row) > at and row[at].strip().isdigit():
+            out.add(int(row[at]))
+    return out
