@@ -4,8 +4,10 @@ on Docker images and run with the Docker executor (``docker_*`` tests)."""
 
 from __future__ import annotations
 
+import io
 import socket
 import ssl
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import Service, start_service
+from helpers import Service, build_file, read_log, start_service, tar_gz
 
 from raiserver import launch
 
@@ -193,3 +195,83 @@ def test_plain_http_still_gets_the_busy_answer(tmp_path, redis_url):
         for s in socks:
             s.close()
         svc.shutdown()
+
+
+# -- 5. a large /build: the server's limit, hard links once, the student's `failed` ---------------
+
+SERVER_BUILD_BYTES = 4 * 1024**2
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory, redis_url) -> Iterator[Service]:
+    """The server stores at most 4 MiB of a build folder; the worker's own limit is far larger."""
+    svc = start_service(tmp_path_factory.mktemp("builds"), redis_url, None, "process", slots=2, extra_env={
+        "RAI_MAX_BUILD_BYTES": str(SERVER_BUILD_BYTES), "RAI_BUILD_MB": "64", "RAI_WALL_SECONDS": "60"})
+    yield svc
+    svc.shutdown()
+
+
+def _run(svc: Service, commands: list[str], timeout: float = 60) -> tuple[dict, list[dict], float]:
+    with svc.http() as h:
+        start = time.monotonic()
+        r = h.post("/api/v1/jobs", content=tar_gz([], build_file(commands)), headers={"Content-Type": "application/gzip"})
+        assert r.status_code == 201, r.text
+        jid = r.json()["id"]
+        while True:
+            job = h.get(f"/api/v1/jobs/{jid}").json()
+            if job["state"] not in ("queued", "running"):
+                return job, read_log(h, jid), time.monotonic() - start
+            assert time.monotonic() - start < timeout, f"job {jid} did not end in {timeout} s"
+            time.sleep(0.2)
+
+
+def test_a_build_over_the_servers_limit_is_the_students_failure_at_once(builds):
+    """The worker packed and uploaded what the server would refuse, and the job ended `error` with
+    the server's 413. Now the claim carries the server's limit: the job fails, saying why."""
+    job, log, took = _run(builds, ["head -c 6000000 /dev/urandom > /build/big", "echo wrote it"])
+    assert job["state"] == "failed", job
+    assert "the build folder was not kept" in job["message"] and "more than 4 MiB" in job["message"], job
+    assert "RAI_MAX_BUILD_BYTES" in job["message"], job
+    assert any("the build folder was not kept" in line["text"] for line in log)
+    assert any(line["text"] == "wrote it" for line in log)
+    assert took < 20, f"took {took:.1f} s"
+    with builds.http() as h:  # nothing of it was stored
+        assert h.get(f"/api/v1/jobs/{job['id']}/build.tar.gz").status_code == 404
+
+
+def test_hard_links_in_build_count_once(builds):
+    """15,000 hard links to one 200 MB file held a slot 103 s; each link counted as a copy."""
+    job, log, took = _run(builds, ["head -c 3000000 /dev/urandom > /build/big",
+                                   "cd /build && for i in $(seq 1 400); do ln big l$i; done", "echo linked"])
+    assert job["state"] == "succeeded", (job, log[-3:])  # 1.2 GB if each counted: past RAI_BUILD_MB
+    assert took < 30, f"took {took:.1f} s"
+    with builds.http() as h:
+        r = h.get(f"/api/v1/jobs/{job['id']}/build.tar.gz")
+        assert r.status_code == 200 and len(r.content) < SERVER_BUILD_BYTES
+    with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
+        members = tar.getmembers()
+    assert sum(m.islnk() for m in members) == 400 and sum(m.isreg() for m in members) == 1
+
+
+def test_the_server_refuses_an_oversized_build_before_reading_it(builds):
+    """A 413 from the upload route comes before the body is read, naming the limit (and the worker
+    treats it as the student's over-limit, tests/unit/test_ship_build.py)."""
+    with builds.http() as h:
+        r = h.post("/api/v1/jobs", content=tar_gz([], build_file(["sleep 6"])), headers={"Content-Type": "application/gzip"})
+        jid = r.json()["id"]
+        deadline = time.monotonic() + 20
+        while h.get(f"/api/v1/jobs/{jid}").json()["state"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    s = _tcp(builds.port)
+    try:
+        s.sendall(f"PUT /api/v1/worker/jobs/{jid}/build?attempt=1 HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {builds.token}\r\nContent-Type: application/gzip\r\n"
+                  f"Content-Length: {100 * 1024**2}\r\n\r\n".encode())
+        s.settimeout(5)
+        start = time.monotonic()
+        answer = s.recv(65536).decode(errors="replace")
+        assert time.monotonic() - start < 2
+    finally:
+        s.close()
+    assert answer.startswith("HTTP/1.1 413") and "RAI_MAX_BUILD_BYTES" in answer, answer
