@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import socket
 import ssl
+import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -269,9 +271,130 @@ def test_the_server_refuses_an_oversized_build_before_reading_it(builds):
                   f"Authorization: Bearer {builds.token}\r\nContent-Type: application/gzip\r\n"
                   f"Content-Length: {100 * 1024**2}\r\n\r\n".encode())
         s.settimeout(5)
-        start = time.monotonic()
-        answer = s.recv(65536).decode(errors="replace")
+        start, answer = time.monotonic(), ""
+        while "RAI_MAX_BUILD_BYTES" not in answer and (chunk := s.recv(65536)):  # headers and body may come apart
+            answer += chunk.decode(errors="replace")
         assert time.monotonic() - start < 2
     finally:
         s.close()
     assert answer.startswith("HTTP/1.1 413") and "RAI_MAX_BUILD_BYTES" in answer, answer
+
+
+# -- 1. staff images: only those published on the worker, by id (Docker) ---------------------------
+
+ANSWERS = b"42 the staff's answers\n"
+
+
+def _build(engine, tag: str, dockerfile: str) -> str:
+    """An image built on the worker host as staff would, from rai/busybox; its id."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("Dockerfile", dockerfile.encode()), ("answers.txt", ANSWERS)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    image, _ = engine.images.build(fileobj=buf, custom_context=True, tag=tag, rm=True, pull=False)
+    return image.id
+
+
+DERIVED = "FROM rai/busybox:latest\nCOPY answers.txt /staff/answers.txt\n"
+LABELLED_FALSE = 'FROM rai/busybox:latest\nLABEL rai.course="false"\nCOPY answers.txt /staff/answers.txt\n'
+
+
+def _images(svc: Service) -> str:
+    res = svc.client("images")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return res.stdout
+
+
+def _read_answers(svc: Service, tmp_path: Path, image: str) -> subprocess.CompletedProcess:
+    from helpers import make_project
+
+    return svc.client("submit", "-p", str(make_project(tmp_path / image.replace("/", "_"), ["cat /staff/answers.txt"], image=image)))
+
+
+def _raiworker(svc: Service, *args: str) -> subprocess.CompletedProcess:
+    env = {**svc.env, "RAI_WORK_DIR": str(svc.data / "work-w1"), "RAI_WORKER_NAME": "w1"}
+    return subprocess.run([sys.executable, "-m", "raiworker.cli", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_docker_staff_images_derived_or_labelled_false_are_neither_offered_nor_run(docker_service, docker_engine, tmp_path):
+    """An image labelled rai.course="false" and one built FROM rai/busybox (inheriting its label)
+    were both listed by `raiclient images` and ran a student's job that read /staff/answers.txt."""
+    from helpers import wait_for
+
+    tags = {"staff/derived:1": DERIVED, "staff/labelled-false:1": LABELLED_FALSE}
+    ids = {tag: _build(docker_engine, tag, dockerfile) for tag, dockerfile in tags.items()}
+    try:
+        wait_for(lambda: "rai/busybox:latest" in _images(docker_service), timeout=20, what="busybox advertised")
+        time.sleep(2.5)  # heartbeats come every second: the worker has seen the new images by now
+        listed = _images(docker_service)
+        for tag, image_id in ids.items():
+            assert tag not in listed, listed
+            assert image_id not in im_published(docker_service)  # the worker itself would refuse it too
+            res = _read_answers(docker_service, tmp_path, tag)
+            assert res.returncode != 0 and ANSWERS.decode().strip() not in res.stdout + res.stderr, res.stdout + res.stderr
+        # the worker's own check, whatever the server let through: the image is not offered
+        from raiworker.config import WorkerSettings
+        from raiworker.images import is_offered
+
+        s = WorkerSettings(work_dir=docker_service.data / "work-w1", worker_name="w1")
+        assert not any(is_offered(docker_engine.images.get(tag), s) for tag in tags)
+        assert is_offered(docker_engine.images.get("rai/busybox:latest"), s)
+    finally:
+        for tag in tags:
+            docker_engine.images.remove(tag, force=True)
+
+
+def im_published(svc: Service) -> dict:
+    from raiworker.images import published
+
+    return published(svc.data / "work-w1")
+
+
+def test_docker_the_worker_says_why_it_offers_each_image(docker_service):
+    log = (docker_service.logs / "worker-w1.log").read_text()
+    line = next(l for l in log.splitlines() if "offers" in l and "image(s) to jobs" in l)
+    assert "rai/busybox:latest (" in line and "rai's own busybox image" in line, line
+
+
+def test_docker_an_operator_publishes_by_id_and_a_retag_does_not_carry_it(docker_service, docker_engine, tmp_path):
+    """`raiworker publish` offers exactly the image the name has now; an image built later under
+    the same name is not offered; `--withdraw` ends the offer."""
+    from helpers import wait_for
+
+    tag = "staff/published:1"
+    first = _build(docker_engine, tag, DERIVED)
+    try:
+        res = _raiworker(docker_service, "publish", tag)
+        assert res.returncode == 0 and f"published {tag} (image {first.removeprefix('sha256:')[:12]})" in res.stdout, res.stdout + res.stderr
+        wait_for(lambda: tag in _images(docker_service), timeout=20, what="the published image advertised")
+        ran = _read_answers(docker_service, tmp_path / "a", tag)  # the operator's choice: it runs
+        assert ran.returncode == 0 and ANSWERS.decode().strip() in ran.stdout, ran.stdout + ran.stderr
+        swapped = _build(docker_engine, tag, LABELLED_FALSE)  # staff rebuild something else under the name
+        assert swapped != first
+        wait_for(lambda: tag not in _images(docker_service), timeout=20, what="the retagged name no longer offered")
+        assert swapped not in im_published(docker_service)
+        res = _raiworker(docker_service, "publish", "--withdraw", first)
+        assert res.returncode == 0 and "withdrew" in res.stdout, res.stdout + res.stderr
+        assert first not in im_published(docker_service)
+    finally:
+        docker_engine.images.remove(tag, force=True)
+
+
+def test_docker_worker_images_are_resolved_to_ids_at_start(docker_service, docker_engine, tmp_path):
+    """RAI_WORKER_IMAGES names an image: the one it names when the worker starts is offered; an
+    image given that name later is not."""
+    from helpers import wait_for
+
+    tag = "staff/named:1"
+    _build(docker_engine, tag, DERIVED)
+    try:
+        docker_service.start_worker("w2", RAI_QUEUES="named", RAI_WORKER_IMAGES=tag)
+        wait_for(lambda: tag in _images(docker_service), timeout=20, what="the named image advertised")
+        _build(docker_engine, tag, LABELLED_FALSE)
+        wait_for(lambda: tag not in _images(docker_service), timeout=20, what="the retagged name no longer offered")
+    finally:
+        docker_service.stop("worker-w2")
+        docker_engine.images.remove(tag, force=True)
