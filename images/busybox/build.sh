@@ -1,6 +1,8 @@
 #!/bin/sh
 # Builds the tiny job image rai/busybox from the host's busybox-static, with no registry:
 #   apt-get install busybox-static && images/busybox/build.sh [TAG]
+# A Docker worker offers it as rai's own (one layer, this command and label) when it starts; under
+# another TAG, publish it: raiworker publish TAG
 set -eu
 tag=${1:-rai/busybox:latest}
 bb=$(command -v busybox || true)

@@ -206,6 +206,9 @@ class ClaimGranted(BaseModel):
     memory_mb: int | None = None
     archive_sha256: str
     timed: TimedRun | None = None  # a ranked run: after the commands, the service's own timed runs
+    # the most the server stores of the build folder (RAI_MAX_BUILD_BYTES): the worker keeps no more
+    # than this (or its own RAI_BUILD_MB, if smaller); None from a server that did not say
+    max_build_bytes: int | None = None
 
 
 class TimedRun(BaseModel):

@@ -15,7 +15,7 @@ from raiprotocol.profile import Profile, write_profile
 from .auth import create_user, rotate_keys
 from .config import Settings, load_settings
 from .db import Database, migrate
-from .guard import UVICORN_OPTIONS
+from .guard import CERTFILE_ENV, KEYFILE_ENV, UVICORN_OPTIONS, tls_context
 from .hardening import check_deployment, private_files, write_secrets_file
 from .permissions import ROLES
 from .retention import apply_retention, mib
@@ -47,8 +47,20 @@ def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
     certificate and key."""
     os.environ["RAI_BIND_HOST"] = host
     check_deployment(checked_settings(), host)
-    uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", **UVICORN_OPTIONS,
-                ssl_certfile=str(ssl_certfile) if ssl_certfile else None, ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None)
+    if bool(ssl_certfile) != bool(ssl_keyfile):
+        Console(stderr=True).print("raiserver: HTTPS needs both --ssl-certfile and --ssl-keyfile", markup=False)
+        raise typer.Exit(2)
+    if ssl_certfile and ssl_keyfile:
+        try:  # here, once, so that a bad file stops the start with its reason
+            tls_context(ssl_certfile, ssl_keyfile)
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            Console(stderr=True).print(f"raiserver: the certificate or key cannot be used: {exc}", markup=False)
+            raise typer.Exit(2)
+        # every server process does TLS in raiserver.guard, from the TCP accept on (not uvicorn:
+        # its TLS layer hides a connection from the guard until the handshake is over)
+        os.environ[CERTFILE_ENV], os.environ[KEYFILE_ENV] = str(ssl_certfile.resolve()), str(ssl_keyfile.resolve())
+        console.print(f"raiserver: serving HTTPS on {host}:{port} (uvicorn's line below says http)")
+    uvicorn.run("raiserver.asgi:app", host=host, port=port, workers=workers, log_level="info", **UVICORN_OPTIONS)
 
 
 @app.command("secrets")

@@ -336,6 +336,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         command_seconds=limits.command_seconds,
         memory_mb=min(limits.memory_mb or s.memory_mb, s.memory_mb),
         archive_sha256=job.archive_sha256,
+        max_build_bytes=s.max_build_bytes,
     )
 
 

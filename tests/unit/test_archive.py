@@ -93,3 +93,98 @@ def test_garbage_truncated_and_empty(tmp_path):
     empty.write_bytes(b"")
     with pytest.raises(ArchiveError):
         inspect_archive(empty)
+
+
+# -- issue 34, item 5: a build folder's hard links count once, and packing has a deadline -------------
+
+def _links_folder(tmp_path: Path, size: int, links: int) -> Path:
+    import os
+
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "big").write_bytes(b"x" * size)
+    for i in range(links):
+        os.link(build / "big", build / f"link{i}")
+    return build
+
+
+def test_pack_counts_a_hard_linked_file_once(tmp_path):
+    """15,000 hard links to one 200 MB file were counted (and copied) 15,000 times."""
+    from raiprotocol.archive import pack_directory
+
+    build = _links_folder(tmp_path, 1024**2, 300)  # 300 MiB if each link counted
+    out = tmp_path / "build.tar.gz"
+    assert pack_directory(build, out, max_bytes=2 * 1024**2, max_entries=1000) == 301
+    with tarfile.open(out) as tar:
+        members = tar.getmembers()
+    assert sum(m.isreg() for m in members) == 1 and sum(m.islnk() for m in members) == 300
+    assert out.stat().st_size < 64 * 1024
+
+
+def test_unpacking_hard_links_makes_links_not_copies(tmp_path):
+    from raiprotocol.archive import pack_directory, safe_extract
+
+    build = _links_folder(tmp_path, 1024**2, 300)
+    out = tmp_path / "build.tar.gz"
+    pack_directory(build, out)
+    dest = tmp_path / "back"
+    dest.mkdir()
+    with tarfile.open(out) as tar:
+        written = safe_extract(tar, dest, max_bytes=2 * 1024**2, max_entries=1000)  # 300 MiB as copies: over
+    assert written == 1024**2
+    assert (dest / "link299").stat().st_ino == (dest / "big").stat().st_ino
+    assert (dest / "link7").read_bytes() == b"x" * 1024**2
+
+
+def test_a_hard_link_is_never_made_to_something_outside(tmp_path):
+    """A link entry whose target is a symlink (or missing) is left out, as before."""
+    import io
+
+    from raiprotocol.archive import safe_extract
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.addfile(entry("out", tarfile.SYMTYPE, "../outside"))
+        tar.addfile(entry("hl", tarfile.LNKTYPE, "out"))
+        tar.addfile(entry("hl2", tarfile.LNKTYPE, "missing"))
+    (tmp_path / "outside").write_text("secret")
+    dest = tmp_path / "d"
+    dest.mkdir()
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tar:
+        safe_extract(tar, dest)
+    assert not (dest / "hl").exists() and not (dest / "hl2").exists()
+
+
+def test_packing_stops_at_its_deadline_and_leaves_nothing(tmp_path):
+    import time
+
+    from raiprotocol.archive import OverLimit, TooSlow, pack_directory
+
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "f").write_bytes(b"y" * 1024)
+    out = tmp_path / "b.tar.gz"
+    with pytest.raises(TooSlow, match="more than packing can do in"):
+        pack_directory(build, out, deadline=time.monotonic() - 1)
+    assert not out.exists()
+    assert issubclass(TooSlow, OverLimit)
+    assert pack_directory(build, out, deadline=time.monotonic() + 60) == 1  # in time: packed
+
+
+def test_pack_skips_sockets(tmp_path):
+    import socket
+
+    from raiprotocol.archive import pack_directory
+
+    build = tmp_path / "b"
+    build.mkdir()
+    (build / "f").write_text("x")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(build / "sock"))
+    try:
+        assert pack_directory(build, tmp_path / "o.tar.gz") == 2
+    finally:
+        s.close()
+    with tarfile.open(tmp_path / "o.tar.gz") as tar:
+        assert tar.getnames() == ["f"]

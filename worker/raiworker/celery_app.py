@@ -24,7 +24,7 @@ from raiprotocol.models import Heartbeat
 from . import __version__
 from .errors import ServerUnreachable
 from .executors import executor_class
-from .images import COURSE_LABEL, Puller, named_images, offered_images
+from .images import Puller, offer_line, offered_images
 from .metrics import serve
 from .runner import run_job, running_dir
 from .runtime import WorkerRuntime
@@ -143,7 +143,7 @@ class _Heartbeat(threading.Thread):
         running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
         self.busy = len(running)
         if self.docker is not None:
-            self.images = offered_images(self.docker, named_images(settings.worker_images, settings.work_dir))
+            self.images = offered_images(self.docker, settings)
         reply = self.client.heartbeat(Heartbeat(
             name=settings.worker_name, queues=settings.queues, executor=settings.executor, slots=rt.slots,
             busy=len(running), gpus=rt.gpus, running=running, version=__version__, images=self.images, pulls=self.pulls(),
@@ -172,9 +172,10 @@ def _start_heartbeat(**_) -> None:
     _heartbeat = _Heartbeat(runtime())
     s = runtime().settings
     if _heartbeat.docker is not None:
-        offered = offered_images(_heartbeat.docker, named_images(s.worker_images, s.work_dir))
-        log.info("worker %s offers %d image(s) to jobs: %s (labelled %s, named in RAI_WORKER_IMAGES, or pulled through rai)",
-                 s.worker_name, len(offered), ", ".join(offered) or "none", COURSE_LABEL)
+        try:
+            log.info("worker %s %s", s.worker_name, offer_line(_heartbeat.docker, s))
+        except Exception as exc:  # noqa: BLE001 - the engine may be slow to answer; the heartbeats say it too
+            log.warning("worker %s: the images it offers could not be listed: %s", s.worker_name, exc)
     _heartbeat.start()
 
 

@@ -8,7 +8,14 @@ import shutil
 
 import typer
 
-app = typer.Typer(add_completion=False, help="Run a rai GPU worker.", rich_markup_mode=None)
+app = typer.Typer(add_completion=False, help="Run a rai GPU worker (with no command: run).", rich_markup_mode=None)
+
+
+@app.callback(invoke_without_command=True)
+def default(ctx: typer.Context, loglevel: str = typer.Option("info", help="Celery log level")) -> None:
+    """`raiworker` alone runs the worker, as it always has (the compose file, `raid dev`)."""
+    if ctx.invoked_subcommand is None:
+        run(loglevel)
 
 
 @app.command()
@@ -44,6 +51,17 @@ def run(
     except ExecutorUnavailable as exc:
         typer.echo(f"raiworker: {exc}", err=True)
         raise typer.Exit(2)
+    if settings.executor == "docker":  # before any job: what it offers is settled by id now
+        from docker.errors import DockerException
+
+        from .executors.docker import shared_client
+        from .images import prepare_images
+
+        try:
+            for line in prepare_images(shared_client(), settings):
+                typer.echo(f"raiworker: warning: {line}", err=True)
+        except DockerException as exc:  # what it offers stays as recorded; the start-up line says it
+            typer.echo(f"raiworker: warning: the images to offer could not be settled: {exc}", err=True)
     from .runner import recover
 
     lost = recover(settings)  # after the containers: a lost run must not go on beside its re-run
@@ -62,6 +80,58 @@ def run(
         f"--concurrency={rt.slots}", f"--hostname={settings.worker_name}@%h", "--without-gossip", "--without-mingle",
         "--pool=prefork",
     ])
+
+
+def _images_settings():  # the work folder and RAI_WORKER_IMAGES, as `raiworker run` reads them
+    from .config import WorkerSettings
+
+    try:
+        return WorkerSettings.load()
+    except ValueError as exc:
+        typer.echo(f"raiworker: bad settings: {exc}", err=True)
+        raise typer.Exit(2)
+
+
+@app.command()
+def publish(images: list[str] = typer.Argument(..., help="image names (or ids) on this host"),
+            withdraw: bool = typer.Option(False, "--withdraw", help="offer these images no more")) -> None:
+    """Offer images on this host to jobs (the operator's word; recorded by image id in RAI_WORK_DIR,
+    so an image built FROM one, or a later retag of its name, is not offered). A running worker
+    sees the change at its next heartbeat."""
+    import docker
+
+    from .images import publish as publish_one
+    from .images import withdraw as withdraw_one
+
+    settings = _images_settings()
+    client = docker.from_env(timeout=30)
+    failed = False
+    for ref in images:
+        if withdraw:
+            gone = withdraw_one(client, settings.work_dir, ref)
+            typer.echo(f"withdrew {ref} ({', '.join(i.removeprefix('sha256:')[:12] for i in gone)})" if gone
+                       else f"{ref} was not published here")
+            continue
+        try:
+            image_id, names = publish_one(client, settings.work_dir, ref, "published by the operator (raiworker publish)")
+        except docker.errors.ImageNotFound:
+            typer.echo(f"raiworker: no image {ref} on this host", err=True)
+            failed = True
+            continue
+        typer.echo(f"published {', '.join(names) or ref} (image {image_id.removeprefix('sha256:')[:12]}) on this worker")
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command()
+def published() -> None:
+    """The images this worker offers to jobs, and why each."""
+    import docker
+
+    from .images import offer_line
+
+    settings = _images_settings()
+    typer.echo(offer_line(docker.from_env(timeout=30), settings))
 
 
 def main() -> None:

@@ -71,7 +71,8 @@ class WorkerSettings(SharedSettings):
     # nodes and the driver's files), runtime, devices; driver_paths: those files or folders (default: ldconfig -p)
     gpu_access: Literal["auto", "runtime", "devices"] = "auto"
     driver_paths: CommaList = []
-    # images offered to jobs besides those labelled rai.course and those pulled through rai; "*": any image on the host
+    # images the operator publishes (resolved to their ids at start), besides those published with
+    # `raiworker publish`, pulled through rai and rai's own busybox; "*": any image on the host
     worker_images: CommaList = []
     spare_containers: bool = True  # start each slot's next container when a job ends (Docker executor)
     pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start

@@ -26,6 +26,14 @@ class ServerTrouble(WorkerError):
     is failing: 507; busy: 503): its own words, not 'unreachable'."""
 
 
+class BuildTooLarge(Exception):
+    """The server will not store this build folder (413): the student's, like any build over the limits."""
+
+
+class UploadTooSlow(Exception):
+    """The build folder's upload went past the time it had (the job's collection allowance)."""
+
+
 class ExecutorUnavailable(WorkerError):
     """The container engine is not there, or the job's image is not on this worker."""
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import redis
 
-from raiprotocol.archive import ArchiveError, OverLimit, pack_directory
+from raiprotocol.archive import ArchiveError, OverLimit, TooSlow, pack_directory
 from raiprotocol.keys import cancel_key
 from raiprotocol.models import ClaimGranted, GpuInfo, JobState, JobUpdate, MeasuredRun, Phase
 
 from .config import WorkerSettings
-from .errors import Refused, ServerTrouble, ServerUnreachable, WorkerError
+from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
 from .executors import Executor, JobContext, Outcome, execute, make_executor
 from .gpus import hold_gpus, host_share
 from .lease import LOST, SUPERSEDED, Lease
@@ -135,7 +135,10 @@ def _deliver(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient
             executor = make_executor(settings)
             outcome = _run(settings, gpus, server, r, sink, grant, workdir, phases, executor, measured, lease.stop_run)
             if lease.reason is None and outcome.state is not JobState.queued:  # queued: lost where it ran, it runs again
-                build_uploaded, refused = _ship_build(settings, server, job_id, attempt, workdir / "build", sink)
+                # the commands are over (and a container's /build copied, within the wall clock):
+                # packing and sending it get the collection allowance, no more
+                deadline = time.monotonic() + settings.collect_seconds
+                build_uploaded, refused = _ship_build(settings, server, grant, workdir / "build", sink, deadline)
                 if refused and outcome.state is JobState.succeeded:
                     outcome = Outcome(JobState.failed, message=refused)
         except Refused as exc:
@@ -265,22 +268,50 @@ def _report_waiting(server: ServerClient, job_id: str, attempt: int, words: str 
         log.warning("job %s: waiting reason not reported: %s", job_id, exc)
 
 
-def _ship_build(settings: WorkerSettings, server: ServerClient, job_id: str, attempt: int, build: Path,
-                sink: LogSink) -> tuple[bool, str | None]:
-    """Pack and upload the build folder: (uploaded, why it was refused if it was over the limits)."""
+def _ship_build(settings: WorkerSettings, server: ServerClient, grant: ClaimGranted, build: Path, sink: LogSink,
+                deadline: float) -> tuple[bool, str | None]:
+    """Pack and upload the build folder: (uploaded, why it was refused: the student's, over a limit).
+
+    Whatever the job left there, this ends by ``deadline`` (a slow upload: a little later, see
+    MIN_UPLOAD_SECONDS) and never sends more than the server stores: a 1.5 GB folder was packed
+    and sent for 32 s past the wall clock, then ended ``error`` with the server's 413."""
     if not build.is_dir():
         return False, None
+    job_id, attempt = grant.job_id, grant.attempt
+    worker_limit = settings.build_mb * 1024**2
+    limit = min(worker_limit, grant.max_build_bytes or worker_limit)
+    size_limit = "the server's RAI_MAX_BUILD_BYTES" if limit < worker_limit else "RAI_BUILD_MB"
     tarball = build.parent / "build.tar.gz"
-    try:
-        pack_directory(build, tarball, max_bytes=settings.build_mb * 1024**2, max_entries=settings.build_files)
-    except OverLimit as exc:
-        why = f"the build folder was not kept: it holds {exc} (RAI_BUILD_FILES / RAI_BUILD_MB)"
+
+    def refuse(what: str) -> tuple[bool, str]:
+        why = f"the build folder was not kept: {what}"
         sink.system(why)
         return False, why
+
+    try:
+        pack_directory(build, tarball, max_bytes=limit, max_entries=settings.build_files, deadline=deadline)
+    except TooSlow as exc:
+        return refuse(f"it holds {exc} (RAI_COLLECT_SECONDS)")
+    except OverLimit as exc:
+        return refuse(f"it holds {exc} ({'RAI_BUILD_FILES' if 'files and folders' in str(exc) else size_limit})")
     except (OSError, tarfile.TarError) as exc:
         sink.system(f"could not pack the build folder: {exc}")
         return False, None
-    server.upload_build(job_id, attempt, tarball,
-                        on_wait=lambda why: sink.system(f"The server cannot store the build folder yet: {why}; "
-                                                        f"the worker keeps it and retries for up to {settings.trouble_seconds / 60:.0f} minutes"))
+    packed = tarball.stat().st_size
+    if grant.max_build_bytes is not None and packed > grant.max_build_bytes:  # tar's headers on top of the files
+        return refuse(f"packed, it is {packed // 1024**2} MiB, more than the server stores "
+                      f"({grant.max_build_bytes // 1024**2} MiB, RAI_MAX_BUILD_BYTES)")
+    try:
+        server.upload_build(job_id, attempt, tarball, seconds=max(deadline - time.monotonic(), MIN_UPLOAD_SECONDS),
+                            on_wait=lambda why: sink.system(f"The server cannot store the build folder yet: {why}; "
+                                                            f"the worker keeps it and retries for up to {settings.trouble_seconds / 60:.0f} minutes"))
+    except BuildTooLarge as exc:  # a server whose limit the claim did not carry, or a smaller one since
+        return refuse(f"the server refused it: {exc}")
+    except UploadTooSlow as exc:
+        log.warning("job %s: the build folder (%d MiB packed) was not uploaded in time", job_id, packed // 1024**2)
+        return refuse(f"{packed // 1024**2} MiB packed; {exc} (RAI_COLLECT_SECONDS)")
     return True, None
+
+
+# however late packing ended, sending a build folder within the limits may take this long
+MIN_UPLOAD_SECONDS = 30.0

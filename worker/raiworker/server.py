@@ -14,7 +14,7 @@ import httpx
 from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate
 
 from .config import WorkerSettings
-from .errors import Refused, ServerTrouble, ServerUnreachable
+from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow
 
 
 def _detail(resp: httpx.Response) -> str:
@@ -102,14 +102,26 @@ class ServerClient:
     def fetch_archive(self, job_id: str, dest: Path) -> Path:
         return self._download(f"/api/v1/worker/jobs/{job_id}/archive", dest, "archive")
 
-    def upload_build(self, job_id: str, attempt: int, tarball: Path, on_wait: Callable[[str], None] | None = None) -> None:
+    def upload_build(self, job_id: str, attempt: int, tarball: Path, on_wait: Callable[[str], None] | None = None,
+                     seconds: float | None = None) -> None:
+        """Send the packed build folder. Each try of the transfer may take ``seconds`` at most
+        (UploadTooSlow past it); waits while the server says its storage is failing are not
+        counted. A 413 is BuildTooLarge."""
         def body():
+            started = time.monotonic()
             with tarball.open("rb") as fh:
                 while chunk := fh.read(1024 * 1024):
+                    if seconds is not None and time.monotonic() - started > seconds:
+                        raise UploadTooSlow(f"uploading it took more than {seconds:.0f} s")
                     yield chunk
 
-        self._call("PUT", f"/api/v1/worker/jobs/{job_id}/build", params={"attempt": attempt}, content_factory=body, on_wait=on_wait,
-                   headers={"Content-Length": str(tarball.stat().st_size), "Content-Type": "application/gzip"})
+        try:
+            self._call("PUT", f"/api/v1/worker/jobs/{job_id}/build", params={"attempt": attempt}, content_factory=body,
+                       on_wait=on_wait, headers={"Content-Length": str(tarball.stat().st_size), "Content-Type": "application/gzip"})
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code == 413:
+                raise BuildTooLarge(_detail(exc.response)) from None
+            raise
 
     def upload_log(self, job_id: str, attempt: int, spool: Path | None, retry_for: float = 120.0) -> None:
         """The run's own copy of its lines (JSON lines of batches), for the server to make the stored log whole."""

@@ -13,10 +13,11 @@ from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, J
 
 from ..db import utcnow
 from ..deps import WORKER_ONLY, CurrentUser, DatabaseDep, SessionDep, StaffUser, services
-from ..errors import Missing, NotFound
+from ..errors import Missing, NotFound, TooLarge
 from ..fleet import is_alive, queue_images, record_heartbeat
 from ..images import blob_path, wanted_by
 from ..jobs import check_build_attempt, claim_job, note_build, reconcile, renew_lease, update_job
+from ..storage import human_size
 from ..tables import Job, Worker
 
 log = logging.getLogger("raiserver")
@@ -98,7 +99,11 @@ async def upload_build(job_id: str, request: Request, database: DatabaseDep, att
     svc = services(request)
 
     await run_in_threadpool(check_build_attempt, database, job_id, attempt)
-    tmp, _, size = await svc.storage.receive(request.stream(), svc.settings.max_build_bytes, "the build folder")
+    limit = svc.settings.max_build_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:  # before a byte is read: the worker hears it at once
+        raise TooLarge(f"the build folder is {human_size(int(declared))}, over the limit of {human_size(limit)} (RAI_MAX_BUILD_BYTES)")
+    tmp, _, size = await svc.storage.receive(request.stream(), limit, "the build folder (RAI_MAX_BUILD_BYTES)")
     svc.storage.keep_build(tmp, job_id)
     await run_in_threadpool(note_build, database, job_id, size)
     return {"bytes": size}

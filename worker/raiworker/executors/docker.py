@@ -39,7 +39,7 @@ from raiprotocol.models import JobState, MeasuredRun, TimedRun
 from .. import gpu_access
 from ..config import WorkerSettings
 from ..errors import ExecutorUnavailable
-from ..images import COURSE_LABEL, is_offered, named_images
+from ..images import is_offered
 from ..logsink import LogSink
 from ..nvml import GpuWatch, Nvml, profiled_pids, unprofiled
 from ..terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, no_terminal_note, pty_helper, terminal_env, timed_helper
@@ -350,9 +350,9 @@ class DockerExecutor(Executor):
             image = self.client.images.get(ctx.image)
         except ImageNotFound:
             raise ExecutorUnavailable(f"image {ctx.image} is not on worker {s.worker_name}; the operator must load it") from None
-        if not is_offered(image.labels, [ctx.image], named_images(s.worker_images, s.work_dir)):
-            raise ExecutorUnavailable(f"image {ctx.image} is not offered to jobs on worker {s.worker_name}: only images "
-                                      f"labelled {COURSE_LABEL}, named in RAI_WORKER_IMAGES or pulled through rai are")
+        if not is_offered(image, s):  # by its id: a label (inherited by images built FROM it) grants nothing
+            raise ExecutorUnavailable(f"image {ctx.image} is not offered to jobs on worker {s.worker_name}: only images its "
+                                      "operator published are (raiworker publish, RAI_WORKER_IMAGES, or pulled through rai)")
         self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper)
         return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
 
