@@ -37,6 +37,7 @@ def test_a_retry_that_attaches_measures_the_run(monkeypatch):
 
     class Ctx:
         job_id = "J"
+        gpu_ids: list[str] = []  # no GPU here: NVML is not asked
 
     run = ex._measure_in(Ctx(), 1, TimedRun(command="./m2", repeats=1, measure="kernels", predictions="p.txt"), Sink())
     assert tries == ["0:0", "0:0"] and run.problem is None and run.report == "the report's CSV" and run.predictions == "1\n"
