@@ -58,6 +58,7 @@ class Measured(BaseModel):
     problem: str | None = None  # why the run cannot rank (no measurement, no predictions, …)
     cpu_seconds: list[float] = []  # each timed run's CPU time (every process of it), seconds
     ci: float | None = None  # half the 95 % confidence interval of the runs' mean, seconds
+    gpu: list[dict[str, Any]] = []  # per timed run, NVML before and after: clocks, temperature, power, throttle reasons
     verdict: str | None = None  # what the student is told: "Ranked #2 of 41: …" or "Not ranked: …"
 
 

@@ -94,6 +94,8 @@ def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, la
             return m
         if run.cpu_seconds is not None:
             m.cpu_seconds.append(round(run.cpu_seconds, 3))
+        if run.gpu:
+            m.gpu.append(dict(run.gpu))
         if ranked.cpu_seconds is not None:  # answers computed on the host's CPU do not rank (issue 32)
             if run.cpu_seconds is None:
                 m.problem = f"{where}: its CPU time could not be read"
@@ -137,6 +139,10 @@ def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, la
         m.flags.append(f"the program printed an op time of {printed_op_time:.6g} s; the service measured {median:.6g} s")
     if max(accuracies) - min(accuracies) > 0:
         m.flags.append(f"the answers differed between timed runs (accuracy {min(accuracies):.4f} to {max(accuracies):.4f})")
+    for i, state in enumerate(m.gpu, 1):
+        slowed = sorted({*(state.get("before") or {}).get("throttle", []), *(state.get("after") or {}).get("throttle", [])})
+        if slowed:
+            m.flags.append(f"the GPU slowed down during timed run {i} ({', '.join(slowed)})")
     if m.cv is not None and m.cv > 0.05:
         m.flags.append(f"the timed runs varied by {m.cv:.1%} (coefficient of variation)")
     return m

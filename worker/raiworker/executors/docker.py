@@ -599,7 +599,10 @@ class DockerExecutor(Executor):
                                            f"{attached[-1] if attached else 'none'}: {self.attach_said.strip()})")
             status, out = self._exec_as("0:0", NCU_EXPORT.format(dir=self.measure_dir, r=r, limit=READ_LIMIT))
             report = out.decode("utf-8", "replace")
-            hidden = unprofiled(watch.users, profiled_pids(report)) if watch is not None else []
+            profiled = profiled_pids(report)
+            # a run with no kernel in the report is told so by the server ("launched no GPU kernel"),
+            # not taken for hidden work: a process that only allocated memory is in no report
+            hidden = unprofiled(watch.users, profiled) if watch is not None and profiled else []
             if hidden:
                 return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), predictions=predictions, cpu_seconds=cpu, gpu=gpu,
                                    problem=f"a process used the GPU outside the measurement (pid {', '.join(map(str, hidden))} "

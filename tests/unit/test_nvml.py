@@ -1,0 +1,30 @@
+"""Issue 32: what NVML says of a timed run, as the worker reads it. The profiler's export names the
+processes it saw (the H100 fixture: m2, pid 2450 in its container); a process of the job that used
+the GPU and is not among them did work the ranked number misses. Throttle reasons that slow a run
+down are told apart from those that do not (idle, say)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from raiworker.nvml import profiled_pids, slowdowns, unprofiled
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "ncu-h100-m2-baseline.csv"
+
+
+def test_the_profilers_report_names_the_processes_it_saw():
+    report = FIXTURE.read_text()
+    assert profiled_pids(report) == {2450}
+    assert profiled_pids("no table at all") == set()
+    assert profiled_pids('"ID","Process ID"\n"",""\n"0","12x"\n') == set()  # a forged pid is not a pid
+
+
+def test_a_gpu_user_missing_from_the_report_is_hidden_work():
+    report = FIXTURE.read_text()
+    assert unprofiled({2450: 30}, profiled_pids(report)) == []  # the honest run: m2 alone
+    assert unprofiled({2450: 30, 2511: 4}, profiled_pids(report)) == [2511]  # a helper started with a clean environment
+
+
+def test_only_slowdowns_count_as_throttling():
+    assert slowdowns(0x1) == []  # GPU idle
+    assert slowdowns(0x4 | 0x40) == ["software power cap", "hardware thermal slowdown"]
