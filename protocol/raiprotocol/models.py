@@ -220,6 +220,7 @@ class TimedRun(BaseModel):
     measure: str  # kernels | wall
     predictions: str  # file in /build the timed run writes its answers to
     keep: list[str] | None = None  # what of the build's /build each timed run's fresh container starts with (None: all)
+    seeds: list[int] | None = None  # RAI_SEED for each timed run (raiprotocol.inputs), secret until it runs
 
 
 class MeasuredRun(BaseModel):

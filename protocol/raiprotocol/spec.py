@@ -137,6 +137,9 @@ class Ranked(_Strict):
     # the CPU time (every process of the run, seconds) a timed run may use: a run that computed its
     # answers on the host's CPU instead of the GPU does not rank. None: not checked
     cpu_seconds: float | None = Field(default=None, gt=0, le=3600)
+    # the course's program reads RAI_SEED (raiprotocol.inputs): each timed run classifies the inputs
+    # in an order a secret seed chooses, checked against the labels in that order
+    seeded: bool = False
 
     @field_validator("student_files")
     @classmethod

@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
 
+from raiprotocol.inputs import run_seed
 from raiprotocol.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate, MeasuredRun, Phase, TimedRun
 from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
 
@@ -249,8 +250,10 @@ def finish_job(
     summary = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id)))
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)
-        summary.measured = summarize(measured, spec_of(course), course.version, course.labels,
-                                     summary.op_time_total)
+        spec = spec_of(course)
+        seeds = [run_seed(svc.settings.session_secret, job.id, run_attempt or job.attempt, r)
+                 for r in range(1, len(measured or []) + 1)] if spec.ranked.seeded else None
+        summary.measured = summarize(measured, spec, course.version, course.labels, summary.op_time_total, seeds)
         if state is not JobState.succeeded and summary.measured.problem is None:
             summary.measured.problem = f"the job {state.value.replace('_', ' ')}"
     job.results = summary.model_dump()
@@ -320,8 +323,9 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     timed = None
     if job.course_build_id is not None:  # the course's file: its timed command, measured, alone on the host
         ranked = spec.ranked
+        seeds = [run_seed(s.session_secret, job.id, job.attempt, r) for r in range(1, ranked.repeats + 1)] if ranked.seeded else None
         timed = TimedRun(command=ranked.timed, repeats=ranked.repeats, measure=ranked.measure, predictions=ranked.predictions,
-                         keep=ranked.keep)
+                         keep=ranked.keep, seeds=seeds)
         repeats = 1
     return ClaimGranted(
         job_id=job.id,

@@ -18,6 +18,7 @@ import io
 import math
 import statistics
 
+from raiprotocol.inputs import shuffled
 from raiprotocol.models import KernelTime, Measured, MeasuredRun
 from raiprotocol.spec import CourseSpec
 
@@ -74,7 +75,9 @@ def accuracy(predictions: str, labels: list[str]) -> float:
 
 
 def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, labels_text: str,
-              printed_op_time: float | None) -> Measured:
+              printed_op_time: float | None, seeds: list[int] | None = None) -> Measured:
+    """``seeds``: each timed run's secret input order (a seeded course): its answers are checked
+    against the labels in that order."""
     ranked = spec.ranked
     m = Measured(course_version=version, measure=ranked.measure, printed_op_time=printed_op_time)
     if not runs:
@@ -119,7 +122,11 @@ def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, la
         if run.predictions is None:
             m.problem = f"{where} left no {ranked.predictions} in /build (the file the course's program writes its answers to)"
             return m
-        accuracies.append(accuracy(run.predictions, labels) if labels else 0.0)
+        if labels and seeds is not None and i <= len(seeds):
+            order = shuffled(len(labels), seeds[i - 1])
+            accuracies.append(accuracy(run.predictions, [labels[j] for j in order]))
+        else:
+            accuracies.append(accuracy(run.predictions, labels) if labels else 0.0)
     median = statistics.median_low(totals)
     at = totals.index(median)
     mean = statistics.fmean(totals)

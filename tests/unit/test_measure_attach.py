@@ -33,7 +33,7 @@ def test_a_retry_that_attaches_measures_the_run(monkeypatch):
         return 0, b"the report's CSV"
 
     monkeypatch.setattr(ex, "_exec_as", exec_as)
-    monkeypatch.setattr(ex, "_run_exec", lambda ctx, argv, user, sink: time.sleep(1.5) or 0)
+    monkeypatch.setattr(ex, "_run_exec", lambda ctx, argv, user, sink, env=None: time.sleep(1.5) or 0)
 
     class Ctx:
         job_id = "J"

@@ -8,6 +8,11 @@
 // build, so m1, m2 and the optimized build classify identically when their convolutions agree.
 //
 // usage: m2 [batch=10000] [data dir] [weights file]
+//
+// Ranked runs (issue 32): with RAI_SEED set (the service sets a secret one for each timed run),
+// the images classified are the first `batch` of the test set shuffled by that seed (splitmix64
+// driving a Fisher-Yates shuffle, as raiprotocol.inputs does on the server), in that order: the
+// answers differ from run to run, so none can be precomputed or kept from an earlier run.
 #include <zlib.h>
 
 #include <algorithm>
@@ -40,6 +45,23 @@ std::vector<uint8_t> read_gz(const std::string &path) {
   gzclose(f);
   if (n < 0) die("cannot read " + path);
   return data;
+}
+
+// splitmix64 and Fisher-Yates, exactly as raiprotocol/inputs.py: the server checks each timed run's
+// answers against the labels in the order this gives
+std::vector<int> shuffled(int n, uint64_t seed) {
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  uint64_t state = seed;
+  for (int i = n - 1; i > 0; --i) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    const int j = (int)(z % (uint64_t)(i + 1));
+    std::swap(order[i], order[j]);
+  }
+  return order;
 }
 
 uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
@@ -128,8 +150,13 @@ int main(int argc, char **argv) {
   if (images.size() < 16 || be32(&images[0]) != 2051 || labels.size() < 8 || be32(&labels[0]) != 2049) die("not IDX files");
   const int total = (int)be32(&images[4]), H = (int)be32(&images[8]), W = (int)be32(&images[12]);
   if (batch > total) die("the test set has only " + std::to_string(total) + " images");
+  std::vector<int> pick(total);
+  for (int i = 0; i < total; ++i) pick[i] = i;
+  if (const char *seed = getenv("RAI_SEED")) pick = shuffled(total, strtoull(seed, nullptr, 10));
   std::vector<float> x((size_t)batch * H * W);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = images[16 + i] / 255.0f;
+  const size_t pixels = (size_t)H * W;
+  for (int b = 0; b < batch; ++b)
+    for (size_t i = 0; i < pixels; ++i) x[b * pixels + i] = images[16 + (size_t)pick[b] * pixels + i] / 255.0f;
   printf(" done\nLoading model...");
   fflush(stdout);
   auto t = read_weights(weights);
@@ -166,7 +193,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < batch; ++i) {
     const float *row = &logits[(size_t)i * classes];
     const int guess = (int)(std::max_element(row, row + classes) - row);
-    correct += guess == labels[8 + i];
+    correct += guess == labels[8 + pick[i]];
     if (answers) fprintf(answers, "%d\n", guess);
   }
   if (answers && fclose(answers) != 0) die(std::string("cannot write ") + predictions);

@@ -430,11 +430,11 @@ class DockerExecutor(Executor):
         own process does, even if a background child it left behind still holds the output open."""
         return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink)
 
-    def _run_exec(self, ctx: JobContext, argv: list[str], user: str, sink: LogSink) -> int:
+    def _run_exec(self, ctx: JobContext, argv: list[str], user: str, sink: LogSink, env: dict[str, str] | None = None) -> int:
         api = self.client.api
         try:
             exec_id = api.exec_create(self.container.id, argv, workdir="/build", user=user,
-                                      environment={"RAI_JOB_ID": ctx.job_id})["Id"]
+                                      environment={"RAI_JOB_ID": ctx.job_id, **(env or {})})["Id"]
             conn = api.exec_start(exec_id, socket=True)
         except (APIError, NotFound):
             return 137  # the container is gone (killed under us)
@@ -557,6 +557,7 @@ class DockerExecutor(Executor):
         cpu_file = f"{MEASURE_DIR}/cpu{r}"  # rai-timed writes the run's CPU time there (root's folder)
         freeze = [TIMED_IN_CONTAINER, uid, gid or uid, cpu_file, *self.wrap, "/bin/sh", "-c"]
         self.measure_dir = MEASURE_DIR
+        seed = {"RAI_SEED": str(timed.seeds[r - 1])} if timed.seeds and r <= len(timed.seeds) else None
         watch = None
         if timed.measure == "kernels" and ctx.gpu_ids:  # who uses the GPU, and how it runs (issue 32)
             lib = Nvml.open()
@@ -569,14 +570,14 @@ class DockerExecutor(Executor):
             attach = threading.Thread(target=self._attach, args=(r, attached, done), name=f"ncu-attach-{ctx.job_id}", daemon=True)
             attach.start()
             started = time.monotonic()
-            code = self._run_exec(ctx, [*freeze, NCU_LAUNCH.format(command=shlex.quote(timed.command))], "0:0", sink)
+            code = self._run_exec(ctx, [*freeze, NCU_LAUNCH.format(command=shlex.quote(timed.command))], "0:0", sink, seed)
             wall = time.monotonic() - started
             done.set()
             attach.join(timeout=30)
         else:
             sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
             started = time.monotonic()
-            code = self._run_exec(ctx, [*freeze, timed.command], "0:0", sink)
+            code = self._run_exec(ctx, [*freeze, timed.command], "0:0", sink, seed)
             wall = time.monotonic() - started
         if watch is not None:
             watch.stop()  # the job is frozen: its processes still hold their GPU contexts
