@@ -106,6 +106,7 @@ MATRIX = {
     ("POST", "/api/v1/admin/roster"): instructor,
     ("POST", "/api/v1/admin/users/{username}/keys"): instructor,
     ("POST", "/api/v1/admin/users/{username}/revoke"): instructor,
+    ("POST", "/api/v1/admin/jobs/{job_id}/remeasure"): staff,
     ("GET", "/api/v1/admin/users"): staff,
     ("GET", "/api/v1/admin/audit"): instructor,
     ("GET", "/login"): public,

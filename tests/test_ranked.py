@@ -228,3 +228,25 @@ def test_no_job_process_can_signal_the_container_init_or_keepalive(docker_servic
     res = docker_service.client("submit", "-p", str(proj))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "signalled" not in res.stdout and res.stdout.count("refused") == 2, res.stdout
+
+
+def test_staff_can_measure_an_entry_again_and_its_result_replaces_it(course, tmp_path):
+    """Issue 32: a TA doubts an entry; a re-measure runs the same files with the same course build,
+    more timed runs, audited; once it ends its result stands on the board instead of the original."""
+    job, _ = submit(course, tmp_path, f"sleep 0.3; {RIGHT}", name="doubted")
+    ta = course.add_user("ta-remeasure", role="ta")
+    student = course.add_user("nosy")
+    with course.http(student) as h:  # students may not
+        assert h.post(f"/api/v1/admin/jobs/{job['id']}/remeasure").status_code == 403
+    res = course.client("admin", "remeasure", job["id"], "--repeats", "4", env={"RAI_PROFILE": str(ta)})
+    assert res.returncode == 0 and "measures " + job["id"] + " again (4 timed runs)" in res.stdout, res.stdout + res.stderr
+    again = re.search(r"job (\S+) measures", res.stdout).group(1)
+    follow = course.client("logs", again, "--follow", timeout=120)
+    assert follow.returncode == 0 and f"A re-measure of job {job['id']}, asked for by ta-remeasure" in follow.stdout, follow.stdout
+    with course.http() as h:
+        redo = h.get(f"/api/v1/jobs/{again}").json()
+        audit = h.get("/api/v1/admin/audit").json()
+    assert len(redo["results"]["measured"]["runs"]) == 4 and redo["results"]["measured"]["problem"] is None, redo
+    row = next(e for e in ranked(course) if e["name"] == "doubted")
+    assert row["job_id"] == again and row["runs"] == 4  # the re-measured result stands, once
+    assert any(a["action"] == "job.remeasure" and a["target"] == job["id"] and a["actor"] == "ta-remeasure" for a in audit)

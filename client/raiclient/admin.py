@@ -69,6 +69,16 @@ def keys_revoke(username: str, server: Optional[str] = typer.Option(None, "--ser
     cli.say(f"{username}'s key is revoked")
 
 
+@admin.command("remeasure")
+def remeasure(job_id: str, repeats: int = typer.Option(10, "--repeats", min=2, max=20, help="timed runs (the course file's count by default is 5)"),
+              server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+    """Measure a ranked entry again: the same files and course build, more timed runs on an idle GPU;
+    its result replaces the entry's on the board once it ends (staff; audited)."""
+    with cli.connected(server) as api:
+        job = api.remeasure(job_id, repeats)
+    cli.say(f"job {job.id} measures {job_id} again ({repeats} timed runs); follow it with: raiclient logs {job.id} --follow")
+
+
 @admin.command("audit")
 def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Recent staff actions."""

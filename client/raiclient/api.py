@@ -90,6 +90,9 @@ class Api:
     def audit(self, limit: int) -> list[AuditRow]:
         return [AuditRow.model_validate(r) for r in self._request("GET", "/api/v1/admin/audit", params={"limit": limit})]
 
+    def remeasure(self, job_id: str, repeats: int) -> JobOut:
+        return JobOut.model_validate(self._request("POST", f"/api/v1/admin/jobs/{job_id}/remeasure", params={"repeats": repeats}))
+
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))
 

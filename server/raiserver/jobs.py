@@ -31,7 +31,7 @@ from .config import Settings
 from .course import spec_of
 from .db import Database, utcnow
 from .dispatch import Dispatcher
-from .errors import Conflict, NotFound
+from .errors import Conflict, Invalid, Missing, NotFound
 from .fairshare import fair_order
 from .fleet import live_slots
 from .leaderboard import verdict
@@ -272,6 +272,29 @@ def finish_job(
     svc.kick()  # a slot is free
 
 
+def remeasure(db: Session, svc: Services, original: Job, by: User, repeats: int) -> Job:
+    """Staff ask for a ranked entry to be measured again (issue 32): a new job with the same archive
+    and course build, ``repeats`` timed runs alone on an idle host, ahead of the queue; audited. Once
+    it ends its result replaces the original's on the board (leaderboard.board_run)."""
+    if original.course_build_id is None:
+        raise Invalid("only a ranked run (one the course's build file built and timed) can be measured again")
+    if not original.state.finished:
+        raise Conflict(f"job {original.id} has not ended yet")
+    if not svc.storage.archive_path(original.archive_sha256).exists():
+        raise Missing("the project archive of that run is no longer kept")
+    job = Job(id=str(ULID()), owner_id=original.owner_id, queue=original.queue, kind=original.kind, state=JobState.queued,
+              image=original.image, spec_yaml=original.spec_yaml, archive_sha256=original.archive_sha256,
+              archive_bytes=original.archive_bytes, gpu_count=original.gpu_count, attempt=1,
+              course_build_id=original.course_build_id, remeasure_of=original.id, repeats=repeats, created_at=original.created_at)
+    db.add(job)
+    audit(db, by.username, "job.remeasure", original.id, new_job=job.id, repeats=repeats, owner=original.owner.username)
+    db.commit()
+    svc.logs.system(job.id, f"A re-measure of job {original.id}, asked for by {by.username}: the same files and course build, "
+                            f"{repeats} timed runs on an idle GPU; its result replaces that run's on the board")
+    svc.kick()
+    return job
+
+
 def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
     if job.state.finished:
         return
@@ -323,8 +346,9 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     timed = None
     if job.course_build_id is not None:  # the course's file: its timed command, measured, alone on the host
         ranked = spec.ranked
-        seeds = [run_seed(s.session_secret, job.id, job.attempt, r) for r in range(1, ranked.repeats + 1)] if ranked.seeded else None
-        timed = TimedRun(command=ranked.timed, repeats=ranked.repeats, measure=ranked.measure, predictions=ranked.predictions,
+        runs = job.repeats or ranked.repeats
+        seeds = [run_seed(s.session_secret, job.id, job.attempt, r) for r in range(1, runs + 1)] if ranked.seeded else None
+        timed = TimedRun(command=ranked.timed, repeats=runs, measure=ranked.measure, predictions=ranked.predictions,
                          keep=ranked.keep, seeds=seeds)
         repeats = 1
     return ClaimGranted(

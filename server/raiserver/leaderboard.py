@@ -70,13 +70,15 @@ def _ranks(job: Job) -> bool:
     return m.get("problem") is None and m.get("op_time") is not None and m.get("accuracy") is not None
 
 
-def board_run(job: Job, settings: Settings, board: str = "ranked") -> Run | None:
+def board_run(job: Job, settings: Settings, board: str = "ranked", remeasured: frozenset[str] = frozenset()) -> Run | None:
     """The job as a run of this board, or None if it does not make it."""
     r = job.results or {}
     if job.state != JobState.succeeded or job.finished_at is None:
         return None
     if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
         return None  # a final submission after the deadline is kept, not ranked
+    if job.id in remeasured:  # staff measured it again: that run's result stands instead (issue 32)
+        return None
     if board == "ranked":
         run = Run(job, r, job.finished_at) if _ranks(job) else None
     elif job.course_build_id is None and r.get("op_time_total") is not None and r.get("correctness"):
@@ -92,11 +94,12 @@ def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tu
     jobs = db.scalars(
         select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded)
     ).all()
+    remeasured = frozenset(j.remeasure_of for j in jobs if j.remeasure_of)
     best: dict[str, Run] = {}
     members: dict[str, set[str]] = {}
     last = settings.leaderboard_policy == "last"
     for job in jobs:
-        run = board_run(job, settings, board)
+        run = board_run(job, settings, board, remeasured)
         if run is None:
             continue
         key = team_key(job)

@@ -63,6 +63,8 @@ class Job(Base):
     gpu_name: Mapped[str | None] = mapped_column(String(128))
     released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)
     lease_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # the running attempt last renewed its lease over HTTP
+    remeasure_of: Mapped[str | None] = mapped_column(String(26))  # staff asked to measure this job again (issue 32)
+    repeats: Mapped[int | None] = mapped_column(Integer)  # timed runs, where not the course file's (a re-measure)
     phases: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # [{name, at, detail}]: raiprotocol.models.Phase
     waiting: Mapped[str | None] = mapped_column(Text)  # claimed but waiting in the batch system (Slurm PENDING): why
     # a ranked run: built and timed by the course's build file of this id, not the student's

@@ -7,7 +7,7 @@ from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiprotocol.models import AuditRow, CourseBuildIn, CourseBuildOut, IssuedKeys, PullBody, PullRequest, RosterResult, UserRow
+from raiprotocol.models import AuditRow, CourseBuildIn, CourseBuildOut, IssuedKeys, JobOut, PullBody, PullRequest, RosterResult, UserRow
 
 from .. import course
 from ..audit import audit
@@ -15,9 +15,10 @@ from ..auth import revoke_keys, rotate_keys
 from ..deps import DatabaseDep, InstructorUser, ServicesDep, SessionDep, SettingsDep, StaffUser
 from ..errors import NotFound
 from ..images import blob_path, request_pull, tar_images
+from ..jobs import QueueView, job_out, remeasure
 from ..permissions import may_change
 from ..roster import import_csv, issued
-from ..tables import AuditEntry, CourseBuild, User
+from ..tables import AuditEntry, CourseBuild, Job, User
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
@@ -128,3 +129,15 @@ def course_builds(_: StaffUser, db: SessionDep, settings: SettingsDep) -> list[C
     rows = [course.current(db, kind) for kind in sorted(settings.ranked_kind_set)]
     return [_course_out(row) for row in rows if row is not None]
 
+
+
+@router.post("/jobs/{job_id}/remeasure", response_model=JobOut)
+def remeasure_job(job_id: str, p: StaffUser, db: SessionDep, svc: ServicesDep, settings: SettingsDep,
+                  repeats: int = Query(10, ge=2, le=20)) -> JobOut:
+    """Measure a ranked entry again (issue 32): more timed runs on an idle GPU; its result replaces
+    the original's on the board once it ends. Audited."""
+    original = db.get(Job, job_id)
+    if original is None:
+        raise NotFound("no such job")
+    job = remeasure(db, svc, original, p.user, repeats)
+    return job_out(db, job, QueueView(db, settings))
