@@ -76,6 +76,7 @@ class WorkerSettings(SharedSettings):
     worker_images: CommaList = []
     spare_containers: bool = True  # start each slot's next container when a job ends (Docker executor)
     pty_helper: Path | None = None  # a prebuilt rai-pty; by default built from source at start
+    timed_helper: Path | None = None  # a prebuilt rai-timed (ranked runs); by default built from source when first needed
     columns: int = 120  # the jobs' terminal width (COLUMNS, and the pty's size)
     # Slurm (executor=slurm): the batch job each rai job becomes; work_dir must be on a shared file system
     slurm_partition: str = ""

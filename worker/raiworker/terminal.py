@@ -43,18 +43,24 @@ def terminal_env(columns: int) -> dict[str, str]:
 def pty_helper(work_dir: Path, prebuilt: Path | None = None) -> Path | None:
     """The helper's path, building it if needed; None (and a warning) when it cannot be had."""
     if prebuilt is not None:
-        if not os.access(prebuilt, os.X_OK):
-            log.warning("RAI_PTY_HELPER %s is not an executable file", prebuilt)
-            return None
-        dest = bin_dir(work_dir) / f"rai-pty-{hashlib.sha256(prebuilt.read_bytes()).hexdigest()[:12]}"
-        if not os.access(dest, os.X_OK):
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_suffix(f".tmp{os.getpid()}")
-            shutil.copyfile(prebuilt, tmp)
-            tmp.chmod(0o755)
-            os.replace(tmp, dest)
-        return dest
+        return _prebuilt(work_dir, prebuilt, "rai-pty", "RAI_PTY_HELPER")
     return build_helper(work_dir, SOURCE, "rai-pty", "job output will not be on a terminal (programs may buffer stdout)")
+
+
+def _prebuilt(work_dir: Path, prebuilt: Path, name: str, setting: str) -> Path | None:
+    """A prebuilt helper (the service image has them), copied into the work folder, whose paths the
+    Docker engine can mount."""
+    if not os.access(prebuilt, os.X_OK):
+        log.warning("%s %s is not an executable file", setting, prebuilt)
+        return None
+    dest = bin_dir(work_dir) / f"{name}-{hashlib.sha256(prebuilt.read_bytes()).hexdigest()[:12]}"
+    if not os.access(dest, os.X_OK):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_suffix(f".tmp{os.getpid()}")
+        shutil.copyfile(prebuilt, tmp)
+        tmp.chmod(0o755)
+        os.replace(tmp, dest)
+    return dest
 
 
 TIMED_SOURCE = Path(__file__).with_name("rai-timed.c")
@@ -62,9 +68,11 @@ TIMED_IN_CONTAINER = "/opt/rai/rai-timed"
 
 
 @lru_cache(maxsize=4)
-def timed_helper(work_dir: Path) -> Path | None:
+def timed_helper(work_dir: Path, prebuilt: Path | None = None) -> Path | None:
     """``rai-timed`` (rai-timed.c): a ranked run's timed command as the job's user, every process
-    of the job frozen the moment it exits (issue 32); None when it cannot be built."""
+    of the job frozen the moment it exits (issue 32); None when it cannot be had."""
+    if prebuilt is not None:
+        return _prebuilt(work_dir, prebuilt, "rai-timed", "RAI_TIMED_HELPER")
     return build_helper(work_dir, TIMED_SOURCE, "rai-timed", "ranked runs cannot be measured on this worker")
 
 

@@ -490,7 +490,7 @@ class DockerExecutor(Executor):
             problem = self._keep_build(ctx, timed)
             if problem is not None:
                 return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=problem)
-        helper = timed_helper(ctx.settings.work_dir)
+        helper = timed_helper(ctx.settings.work_dir, ctx.settings.timed_helper)
         if helper is None or self.kept is None:
             return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem="this worker cannot measure ranked runs (no rai-timed helper)")
         for attempt in range(1, THROTTLE_RETRIES + 2):
