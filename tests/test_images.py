@@ -49,6 +49,7 @@ def test_staff_load_an_image_onto_every_worker_and_jobs_can_use_it(docker_servic
     tar = tmp_path / "img.tar"
     subprocess.run(["docker", "save", tag, "-o", str(tar)], check=True)
     docker_engine.images.remove(tag)
+    wait_for(lambda: tag not in images_of(docker_service), timeout=30, what="the worker no longer listing the tag")
     proj = make_project(tmp_path / "p", ["echo from the loaded image"], image=tag)
     assert docker_service.client("submit", "-p", str(proj)).returncode != 0  # not there yet
 

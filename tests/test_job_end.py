@@ -30,6 +30,9 @@ def started(docker_engine, redis_url, tmp_path) -> Iterator:
                      wall_seconds=60, command_seconds=None, memory_mb=256, gpu_ids=[], settings=settings)
     r = redis.Redis.from_url(redis_url)
     sink = LogSink(r, ctx.job_id, output_bytes=1 << 20, line_bytes=1024)
+    from raiworker.images import ensure_busybox_image
+
+    assert ensure_busybox_image(docker_engine, work_dir=settings.work_dir)  # published on this worker, as its start does
     ex = DockerExecutor(docker_engine, spares=False)
     ex.start(ctx, sink)
     container = ex.container

@@ -11,6 +11,7 @@ import io
 import re
 import tarfile
 
+import httpx
 import pytest
 from helpers import BUSYBOX, make_project
 
@@ -176,7 +177,7 @@ def test_answers_computed_on_the_cpu_do_not_rank_and_say_why(course, tmp_path):
     burn = "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done"
     cheat, out = submit(course, tmp_path, f"({burn}) & ({burn}) & wait; {RIGHT}", name="cpu-cheat")
     m = cheat["results"]["measured"]
-    assert m["problem"] and "s of CPU time in timed run 1 of 3 (the course allows 0.6 s)" in m["problem"], m
+    assert m["problem"] and re.search(r"s of CPU time in timed run 1 of \d \(the course allows 0.6 s\)", m["problem"]), m
     assert "✱ Not ranked: " in verdict_line(out) and "of CPU time" in verdict_line(out), out
     assert all(e["name"] != "cpu-cheat" for e in ranked(course))
     assert honest["results"]["measured"]["cpu_seconds"] and max(honest["results"]["measured"]["cpu_seconds"]) < 0.6
@@ -203,7 +204,8 @@ def test_a_process_that_writes_after_the_timed_command_exits_is_frozen_first(cou
     solution = f"cat > late.sh <<'EOF'\nsleep 0.05\n{RIGHT}\nEOF\n{leave}\necho done\n"
     job, out = submit(course, tmp_path, solution, name=f"late-{how}")
     m = job["results"]["measured"]
-    assert m["problem"] == "timed run 1 of 3 left no predictions.txt in /build (the file the course's program writes its answers to)", m
+    assert re.fullmatch(r"timed run 1 of \d left no predictions.txt in /build \(the file the course's program writes its answers to\)",
+                        m["problem"] or ""), m
     assert verdict_line(out) == f"✱ Not ranked: {m['problem']}", out
     assert all(e["name"] != f"late-{how}" for e in ranked(course))
 
@@ -214,9 +216,15 @@ def test_the_student_learns_why_a_wrong_run_does_not_rank(course, tmp_path):
     job, out = submit(course, tmp_path, "printf '3\\n1\\n4\\n0\\n0\\n0\\n0\\n0\\n' > predictions.txt", name="wrongish")
     assert job["state"] == "succeeded"
     assert verdict_line(out) == "✱ Not ranked: accuracy 0.375 is below 0.8", out
-    with course.http() as h:
-        page = h.get(f"/jobs/{job['id']}")
-    assert page.status_code == 200 and "Not ranked: accuracy 0.375 is below 0.8" in page.text
+    assert job["results"]["measured"]["verdict"] == "Not ranked: accuracy 0.375 is below 0.8"
+    from raiprotocol.profile import read_profile_file
+
+    p = read_profile_file(course.profile)
+    with httpx.Client(base_url=course.url, timeout=30) as web:  # the job's page, as staff see it in a browser
+        token = re.search(r'name="csrf" value="([^"]+)"', web.get("/login").text)
+        web.post("/login", data={"access_key": p.access_key, "secret_key": p.secret_key, **({"csrf": token.group(1)} if token else {})})
+        page = web.get(f"/jobs/{job['id']}")
+    assert page.status_code == 200 and 'id="verdict"' in page.text and "Not ranked: accuracy 0.375 is below 0.8" in page.text
 
 
 def test_no_job_process_can_signal_the_container_init_or_keepalive(docker_service, tmp_path):

@@ -105,6 +105,7 @@ class Campaign:
         for w in WORKERS:  # names of their own: no other test's worker removes their containers
             self._start_worker(w)
         self.docker = docker.from_env()
+        self.pause = PAUSE  # how long a pause or a cut lasts
         self.n = 0
         self.before: set[Path] = set()
 
@@ -292,7 +293,7 @@ class Campaign:
                     "server-stop": lambda: [svc.procs["server"].pid]}[fault]()
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)
-            time.sleep(PAUSE)
+            time.sleep(self.pause)
             for pid in pids:
                 with _gone():
                     os.kill(pid, signal.SIGCONT)
@@ -301,7 +302,7 @@ class Campaign:
             cut = [http, red] if fault == "cut-all" else [http]
             for p in cut:
                 p.cut()
-            time.sleep(PAUSE)
+            time.sleep(self.pause)
             for p in cut:
                 p.heal()
         elif fault == "flush":

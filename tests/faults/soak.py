@@ -69,8 +69,8 @@ def rss_kib(pid: int) -> int:
 class Soak:
     def __init__(self, tmp: Path, students: int, pause: float):
         self.c = Campaign(tmp)
+        self.c.pause = pause
         self.tmp = tmp
-        self.pause = pause
         self.profiles = [self.c.svc.add_user(f"s{i}") for i in range(students)]
         self.figures = Figures()
         self.lock = threading.Lock()
