@@ -84,10 +84,11 @@ class Soak:
     def sample(self) -> dict[str, int]:
         """Descriptors and memory of the server and each worker (main process and pool), and the
         Redis keys that would stay for ever."""
-        procs = {"server": self.c.svc.procs["server"].pid}
+        server = self.c.svc.procs["server"].pid
+        procs = {f"server[{server}]": server}  # by pid: a process restarted after a fault is another
         for w in WORKERS:
             main = self.c.svc.procs[f"worker-{w}"].pid
-            procs[w] = main
+            procs[f"{w}[{main}]"] = main
             for pid in self.c._pools(w):
                 procs[f"{w}-pool[{pid}]"] = pid  # by pid: a pool process replaced after a fault is another
         out = {f"fd {k}": descriptors(p) for k, p in procs.items()}
