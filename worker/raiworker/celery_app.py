@@ -136,10 +136,6 @@ class _Heartbeat(threading.Thread):
 
     def beat(self) -> None:
         settings, rt = self.rt.settings, self.rt
-        try:
-            self.stop_orphans()
-        except Exception:  # noqa: BLE001 - the heartbeat goes out whatever this hit
-            log.exception("checking runs' leases failed")
         running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
         self.busy = len(running)
         if self.docker is not None:
@@ -152,7 +148,18 @@ class _Heartbeat(threading.Thread):
         if self.puller is not None and reply.pull:
             self.puller.want(reply.pull)
 
+    def watch_orphans(self) -> None:
+        """Its own thread, every second: a heartbeat held up by a server that does not answer (a
+        partition) must not hold up stopping a run whose process stopped renewing its lease, which
+        has to happen before the server may hand its job to another worker."""
+        while not self.stop.wait(1.0):
+            try:
+                self.stop_orphans()
+            except Exception:  # noqa: BLE001 - checked again in a second
+                log.exception("checking runs' leases failed")
+
     def run(self) -> None:
+        threading.Thread(target=self.watch_orphans, name="rai-orphans", daemon=True).start()
         while True:
             try:
                 self.beat()

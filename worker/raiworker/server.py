@@ -77,7 +77,9 @@ class ServerClient:
                 delay = min(delay * 2, 5.0)
 
     def heartbeat(self, hb: Heartbeat) -> HeartbeatReply:
-        resp = self._call("POST", "/api/v1/workers/heartbeat", retry_for=0, json=hb.model_dump())
+        # bounded: a server that does not answer delays the next beat by seconds, not minutes
+        wait = max(2 * self.settings.heartbeat_seconds, 5.0)
+        resp = self._call("POST", "/api/v1/workers/heartbeat", retry_for=0, json=hb.model_dump(), timeout=httpx.Timeout(wait))
         return HeartbeatReply.model_validate(resp.json())
 
     def fetch_image(self, sha256: str, dest: Path) -> Path:
