@@ -54,21 +54,28 @@ static long uid_of(const char *pid) {
     return uid;
 }
 
-/* Seconds of CPU a process used, its reaped children's included (fields 14-17 of its stat line). */
-static double cpu_of(const char *pid) {
-    char path[300], buf[1024];
+/* The fields after the command name of a process's stat line ("S 1 ..."), in ``buf``; NULL if it is gone. */
+static const char *stat_fields(const char *pid, char *buf, size_t size) {
+    char path[300];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
     FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    if (!f) return NULL;
+    size_t n = fread(buf, 1, size - 1, f);
     fclose(f);
     buf[n] = 0;
-    char *p = strrchr(buf, ')');
+    char *close = strrchr(buf, ')');
+    return close && close[1] == ' ' ? close + 2 : NULL;
+}
+
+/* Seconds of CPU a process used, its reaped children's included (fields 14-17 of its stat line). */
+static double cpu_of(const char *pid) {
+    char buf[1024];
+    const char *p = stat_fields(pid, buf, sizeof buf);
     if (!p) return 0;
-    /* after ") ": state(3) ppid(4) pgrp(5) session(6) tty(7) tpgid(8) flags(9) minflt cminflt majflt cmajflt utime(14) stime cutime cstime */
+    /* state(3) ppid(4) pgrp(5) session(6) tty(7) tpgid(8) flags(9) minflt cminflt majflt cmajflt utime(14) stime cutime cstime */
     unsigned long long v[15] = {0};
     char state;
-    if (sscanf(p + 2, "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &state, &v[0], &v[1], &v[2], &v[3],
+    if (sscanf(p, "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &state, &v[0], &v[1], &v[2], &v[3],
                &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13]) < 15)
         return 0;
     long tick = sysconf(_SC_CLK_TCK);
@@ -77,17 +84,9 @@ static double cpu_of(const char *pid) {
 
 /* Whether the process runs (any state but stopped, traced, zombie or dead). */
 static int running(const char *pid) {
-    char path[300], buf[1024];
-    snprintf(path, sizeof path, "/proc/%s/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *close = strrchr(buf, ')');
-    if (!close || close[1] != ' ') return 0;
-    char state = close[2];
-    return !(state == 'T' || state == 't' || state == 'Z' || state == 'X');
+    char buf[1024];
+    const char *p = stat_fields(pid, buf, sizeof buf);
+    return p && !(*p == 'T' || *p == 't' || *p == 'Z' || *p == 'X');
 }
 
 /* One pass: SIGSTOP to every running process of ``uid``; returns how many were running. */
