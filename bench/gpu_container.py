@@ -163,7 +163,7 @@ def service(w: Path, token: str) -> tuple[dict[str, str], list[subprocess.Popen]
     h100 using the GPUs, and an admin (``w/alice.profile``); returns once the worker is alive."""
     import httpx
 
-    from raiserver.launch import free_port
+    from raiserver.ops.launch import free_port
 
     subprocess.run(["rm", "-rf", str(w)])
     w.mkdir(parents=True)
@@ -174,9 +174,9 @@ def service(w: Path, token: str) -> tuple[dict[str, str], list[subprocess.Popen]
            "RAI_WORKER_IMAGES": IMAGE, "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1", "RAI_METRICS_PORT": "0"}
     procs = [subprocess.Popen(["redis-server", "--port", str(rport), "--save", "", "--appendonly", "no"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
-    subprocess.run([sys.executable, "-m", "raiserver.cli", "add-user", "alice", "--role", "admin", "--server-url", env["RAI_SERVER_URL"],
+    subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "add-user", "alice", "--role", "admin", "--server-url", env["RAI_SERVER_URL"],
                     "--profile", f"{w}/alice.profile"], env=env, check=True, capture_output=True)
-    procs.append(subprocess.Popen([sys.executable, "-m", "raiserver.cli", "serve", "--port", str(port)], env=env,
+    procs.append(subprocess.Popen([sys.executable, "-m", "raiserver.ops.cli", "serve", "--port", str(port)], env=env,
                                   stdout=open(w / "server.log", "w"), stderr=subprocess.STDOUT))
     procs.append(subprocess.Popen([sys.executable, "-m", "raiworker.cli"], env=env, stdout=open(w / "worker.log", "w"),
                                   stderr=subprocess.STDOUT))

@@ -28,7 +28,7 @@ nvcc --version | tail -2
 
 step "start redis, server, worker"
 $REDIS_SERVER --port $RPORT --bind 127.0.0.1 --save "" --appendonly no --dir "$W" --daemonize yes --logfile "$W/redis.log"
-python3 -m raiserver.cli add-user alice --role student --server-url $RAI_SERVER_URL --profile "$W/alice.profile" >/dev/null
+python3 -m raiserver.ops.cli add-user alice --role student --server-url $RAI_SERVER_URL --profile "$W/alice.profile" >/dev/null
 python3 -m uvicorn raiserver.asgi:app --host 127.0.0.1 --port $PORT >"$W/server.log" 2>&1 &
 for _ in $(seq 1 100); do curl -sf $RAI_SERVER_URL/healthz >/dev/null && break; sleep 0.2; done
 python3 -m raiworker.cli >"$W/worker.log" 2>&1 &

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from raiserver.launch import free_port
+from raiserver.ops.launch import free_port
 
 
 @dataclass
@@ -42,7 +42,7 @@ def raid_dev(executor: str = "docker", extra_env: dict[str, str] | None = None, 
     tmp = Path(tempfile.mkdtemp(prefix="rai-bench-"))
     port = free_port()
     env = {**os.environ, "HOME": str(tmp), **(extra_env or {})}
-    raid = subprocess.Popen([sys.executable, "-m", "raiserver.dev", "dev", "--data-dir", str(tmp / "data"), "--port", str(port),
+    raid = subprocess.Popen([sys.executable, "-m", "raiserver.ops.dev", "dev", "--data-dir", str(tmp / "data"), "--port", str(port),
                              "--executor", executor, "--gpus", gpus,
                              "--workers", str(server_workers)], env=env, stdout=subprocess.DEVNULL,
                             stderr=open(tmp / "raid.log", "wb"), start_new_session=True)

@@ -118,7 +118,7 @@ def main() -> None:
         auth = []
         for k in range((args.watchers + STAFF_STREAMS - 1) // STAFF_STREAMS):
             prof = dev.tmp / f"ta{k}.profile"
-            subprocess.run([sys.executable, "-m", "raiserver.cli", "add-user", f"ta{k}", "--role", "ta", "--server-url", dev.url,
+            subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "add-user", f"ta{k}", "--role", "ta", "--server-url", dev.url,
                             "--profile", str(prof)], env=env, check=True, capture_output=True)
             p = read_profile_file(prof)
             auth.append((p.access_key, p.secret_key))

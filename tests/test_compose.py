@@ -24,7 +24,7 @@ import pytest
 import yaml
 from helpers import ROOT, make_project
 
-from raiserver.launch import free_port
+from raiserver.ops.launch import free_port
 
 pytestmark = [pytest.mark.timeout(1500),
               pytest.mark.skipif(shutil.which("docker-compose") is None and os.environ.get("RAI_REQUIRE_DOCKER") != "1",

@@ -83,7 +83,7 @@ def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(
 
     port = free_port()
     env = {**os.environ, "HOME": str(tmp_path)}
-    raid = subprocess.Popen([sys.executable, "-m", "raiserver.dev", "dev", "--data-dir", str(tmp_path / "d"), "--port", str(port),
+    raid = subprocess.Popen([sys.executable, "-m", "raiserver.ops.dev", "dev", "--data-dir", str(tmp_path / "d"), "--port", str(port),
                              "--executor", "process", "--gpus", "none"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     out: list[str] = []
@@ -177,7 +177,7 @@ def _raid(tmp_path, port: int, data: str = "d", *extra: str):
     import threading
 
     env = {**os.environ, "HOME": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "raiserver.dev", "dev", "--data-dir", str(tmp_path / data), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "raiserver.ops.dev", "dev", "--data-dir", str(tmp_path / data), "--port", str(port),
                              "--executor", "process", "--gpus", "none", *extra], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     out: list[str] = []
@@ -309,7 +309,7 @@ def test_raid_dev_started_with_ampersand_stops_on_sigint(tmp_path):
     from helpers import free_port
 
     port = free_port()
-    script = (f"{sys.executable} -m raiserver.dev dev --data-dir {tmp_path / 'd'} --port {port} --executor process "
+    script = (f"{sys.executable} -m raiserver.ops.dev dev --data-dir {tmp_path / 'd'} --port {port} --executor process "
               f"--gpus none > {tmp_path / 'raid.out'} 2>&1 & echo $!; wait")
     shell = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, env={**os.environ, "HOME": str(tmp_path)},
                              start_new_session=True)

@@ -11,8 +11,8 @@ from helpers import make_project, read_log, start_service
 from raiprotocol.keys import stream_key
 from raiprotocol.logwire import END
 from raiprotocol.models import LogStream
-from raiserver.logs import LogStore
-from raiserver.storage import Storage
+from raiserver.live.logs import LogStore
+from raiserver.store.storage import Storage
 from raiworker.logsink import LogSink
 
 

@@ -49,8 +49,8 @@ def own_pg(pg_url):
 
 def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_url, own_pg):
     pg_url = own_pg
-    from raiserver.auth import hash_secret
-    from raiserver.db import HERE
+    from raiserver.access.auth import hash_secret
+    from raiserver.store.db import HERE
 
     engine = create_engine(pg_url)
     cfg = Config()

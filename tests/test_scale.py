@@ -113,9 +113,9 @@ def test_stream_caps_answer_429_with_retry_after_not_a_broken_stream(svc, tmp_pa
 
 
 def test_a_slow_watcher_is_cut_off_and_others_go_on(redis_url, tmp_path):
-    from raiserver.feed import LogHub
-    from raiserver.logs import LogStore
-    from raiserver.storage import Storage
+    from raiserver.live.feed import LogHub
+    from raiserver.live.logs import LogStore
+    from raiserver.store.storage import Storage
     from raiworker.logsink import LogSink
 
     job = f"slow-{tmp_path.name}"

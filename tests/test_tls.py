@@ -14,7 +14,7 @@ import httpx
 import pytest
 from helpers import make_project, start_service
 
-from raiserver import launch
+from raiserver.ops import launch
 
 pytestmark = pytest.mark.timeout(180)
 

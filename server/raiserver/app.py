@@ -16,23 +16,25 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.requests import ClientDisconnect
 
-from . import __version__, metrics, web
-from .config import Settings, load_settings
-from .db import Database, migrate
-from .dispatch import Dispatcher
-from .errors import DomainError
-from .fairshare import release_jobs
-from .feed import LogHub
-from .hardening import LoginLimiter, SecurityHeaders
-from .jobs import QueueView, Services, job_out, reap, release_again, restore_fences
-from .logs import LogStore
-from .routes import admin as admin_routes
-from .routes import jobs as jobs_routes
-from .routes import leaderboard as leaderboard_routes
-from .routes import workers as workers_routes
-from .storage import Storage
-from .tables import Job
-from .uploadgate import UploadGate
+from raiserver import __version__
+from raiserver.access.hardening import LoginLimiter, SecurityHeaders
+from raiserver.access.uploadgate import UploadGate
+from raiserver.api import pages
+from raiserver.api.routes import admin as admin_routes
+from raiserver.api.routes import jobs as jobs_routes
+from raiserver.api.routes import leaderboard as leaderboard_routes
+from raiserver.api.routes import workers as workers_routes
+from raiserver.config import Settings, load_settings
+from raiserver.errors import DomainError
+from raiserver.fleet.dispatch import Dispatcher
+from raiserver.jobs.fairshare import release_jobs
+from raiserver.jobs.lifecycle import QueueView, Services, job_out, reap, release_again, restore_fences
+from raiserver.live.feed import LogHub
+from raiserver.live.logs import LogStore
+from raiserver.ops import metrics
+from raiserver.store.db import Database, migrate
+from raiserver.store.storage import Storage
+from raiserver.store.tables import Job
 
 log = logging.getLogger("raiserver")
 
@@ -197,7 +199,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(leaderboard_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(metrics.router)
-    web.install(app)
+    pages.install(app)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(metrics.HttpCounts, counts=app.state.counts)
 
@@ -207,8 +209,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(DomainError)
     async def _refused(request: Request, exc: DomainError) -> Response:
-        if web.wants_page(request):  # a browser gets the page with a way back, as for HTTP errors
-            return await run_in_threadpool(web.error_page, request, exc.status, str(exc))
+        if pages.wants_page(request):  # a browser gets the page with a way back, as for HTTP errors
+            return await run_in_threadpool(pages.error_page, request, exc.status, str(exc))
         return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(ClientDisconnect)

@@ -1,8 +1,8 @@
 """ASGI entry point for uvicorn/gunicorn: settings come from the environment."""
 
-from .app import create_app
-from .config import load_settings
-from .hardening import bind_host, check_deployment, private_files
+from raiserver.access.hardening import bind_host, check_deployment, private_files
+from raiserver.app import create_app
+from raiserver.config import load_settings
 
 settings = load_settings()
 check_deployment(settings, bind_host())

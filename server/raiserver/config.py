@@ -58,7 +58,7 @@ class Settings(SharedSettings):
     # reverse proxies (addresses or networks, e.g. "127.0.0.1,10.0.0.0/8") whose X-Real-IP and
     # X-Forwarded-Proto are believed; empty = no forwarding header is believed at all
     trusted_proxies: CommaList = []
-    # connections (raiserver.guard): headers due within, request body silent for at most, and open
+    # connections (raiserver.access.guard): headers due within, request body silent for at most, and open
     # connections per client address per server process (0 = no limit; behind a proxy, let it limit)
     header_seconds: float = 10.0
     body_idle_seconds: float = 30.0

@@ -50,7 +50,7 @@ from helpers import make_project, read_log, start_service, wait_for  # noqa: E40
 from helpers.proxy import Proxy  # noqa: E402
 
 from raiprotocol.states import JobState, exit_code_for  # noqa: E402
-from raiserver.launch import Part, free_port  # noqa: E402
+from raiserver.ops.launch import Part, free_port  # noqa: E402
 
 FAULTS = ["worker", "pool", "server", "redis", "client", "container"]
 PAUSES = ["worker-stop", "pool-stop", "server-stop", "cut-http", "cut-all", "flush", "unclaimed"]  # issue 33

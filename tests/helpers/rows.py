@@ -8,8 +8,8 @@ from itertools import count
 from sqlalchemy.orm import Session
 
 from raiprotocol.models import JobState
-from raiserver.db import utcnow
-from raiserver.tables import Job, User, Worker
+from raiserver.store.db import utcnow
+from raiserver.store.tables import Job, User, Worker
 
 _ids = count(1)
 SPEC = "rai:\n  version: 0.2\n  image: rai/busybox:latest\ncommands:\n  build:\n    - echo hi\n"

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from raiserver import launch
-from raiserver.launch import Part, free_port
+from raiserver.ops import launch
+from raiserver.ops.launch import Part, free_port
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 BUSYBOX = "rai/busybox:latest"

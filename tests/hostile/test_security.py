@@ -123,7 +123,7 @@ def test_the_worker_unpacks_projects_as_the_jobs_user(hostile):
 def test_server_refuses_a_public_address_with_default_secrets(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAI_")}
     env["RAI_DATA_DIR"] = str(tmp_path)
-    res = subprocess.run([sys.executable, "-m", "raiserver.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+    res = subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode != 0
     assert "RAI_WORKER_TOKEN, RAI_SESSION_SECRET, RAI_PSEUDONYM_SECRET" in res.stderr
@@ -134,11 +134,11 @@ def test_server_refuses_a_public_address_with_default_secrets(tmp_path):
 
 
 def test_generated_secrets_file_satisfies_the_check(tmp_path):
+    from raiserver.access.hardening import check_deployment, weak_secrets
     from raiserver.config import load_settings
-    from raiserver.hardening import check_deployment, weak_secrets
 
     path = tmp_path / "secrets.env"
-    res = subprocess.run([sys.executable, "-m", "raiserver.cli", "secrets", "--file", str(path), "--redis-host", "redis:6379"],
+    res = subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "secrets", "--file", str(path), "--redis-host", "redis:6379"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert path.stat().st_mode & 0o777 == 0o600

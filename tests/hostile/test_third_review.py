@@ -123,7 +123,7 @@ def test_direct_clients_keep_the_connection_cap_behind_a_proxy(proxied):
 
 def test_a_bad_trusted_proxy_setting_stops_the_server(tmp_path):
     env = {**os.environ, "RAI_DATA_DIR": str(tmp_path), "RAI_TRUSTED_PROXIES": "127.0.0.1,nginx"}
-    out = subprocess.run([sys.executable, "-m", "raiserver.cli", "serve", "--port", "1"], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "serve", "--port", "1"], env=env, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode != 0 and "RAI_TRUSTED_PROXIES: 'nginx' is not an IP address" in out.stderr
 
@@ -260,18 +260,18 @@ def test_the_database_and_stored_files_are_the_servers_alone(process_service, tm
 def test_a_readable_database_of_an_earlier_release_is_closed_at_start(tmp_path):
     env = {**os.environ, "RAI_DATA_DIR": str(tmp_path / "data")}
     env.pop("DATABASE_URL", None)
-    assert subprocess.run([sys.executable, "-m", "raiserver.cli", "migrate"], env=env, capture_output=True).returncode == 0
+    assert subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "migrate"], env=env, capture_output=True).returncode == 0
     db = tmp_path / "data" / "rai.sqlite3"
     assert _mode(db) == 0o600
     db.chmod(0o644)
     (tmp_path / "data" / "storage").mkdir(mode=0o755)
-    subprocess.run([sys.executable, "-m", "raiserver.cli", "migrate"], env=env, capture_output=True, check=True)
+    subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "migrate"], env=env, capture_output=True, check=True)
     assert _mode(db) == 0o600 and _mode(tmp_path / "data" / "storage") == 0o700
 
 
 def test_the_secrets_file_is_written_private(tmp_path):
     target = tmp_path / "run" / "secrets.env"
-    subprocess.run([sys.executable, "-m", "raiserver.cli", "secrets", "--file", str(target)], check=True, capture_output=True,
+    subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "secrets", "--file", str(target)], check=True, capture_output=True,
                    env={**os.environ, "RAI_DATA_DIR": str(tmp_path / "data")})
     assert _mode(target) == 0o600 and "RAI_SESSION_SECRET=" in target.read_text()
 

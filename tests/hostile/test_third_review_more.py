@@ -19,7 +19,7 @@ import httpx
 import pytest
 from helpers import Service, build_file, read_log, start_service, tar_gz
 
-from raiserver import launch
+from raiserver.ops import launch
 
 pytestmark = pytest.mark.timeout(300)
 

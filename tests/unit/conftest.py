@@ -8,10 +8,10 @@ import pytest
 from sqlalchemy.orm import Session
 
 from raiserver.config import Settings
-from raiserver.db import Database, migrate
-from raiserver.jobs import Services
-from raiserver.logs import LogStore
-from raiserver.storage import Storage
+from raiserver.jobs.lifecycle import Services
+from raiserver.live.logs import LogStore
+from raiserver.store.db import Database, migrate
+from raiserver.store.storage import Storage
 
 
 @pytest.fixture

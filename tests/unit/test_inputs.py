@@ -8,7 +8,7 @@ from __future__ import annotations
 from raiprotocol.inputs import run_seed, shuffled
 from raiprotocol.models import MeasuredRun
 from raiprotocol.spec import parse_course_spec
-from raiserver.measured import summarize
+from raiserver.grading.measured import summarize
 
 CPP = {4611686018427387903: (738, 6850, 5497, 6323, 1670, 12302394028731124648),
        12345: (7078, 7366, 1930, 2484, 4944, 1759168427511779042)}

@@ -12,7 +12,7 @@ from helpers.rows import add_job, add_user, add_worker
 from raiprotocol.logwire import END
 from raiprotocol.models import Claim, JobState, JobUpdate
 from raiserver.errors import Conflict, NotFound
-from raiserver.jobs import cancel_job, claim_job, reap, update_job
+from raiserver.jobs.lifecycle import cancel_job, claim_job, reap, update_job
 
 
 def log_of(services, job_id: str) -> list[tuple[str, str]]:
@@ -92,7 +92,7 @@ def test_a_lost_run_is_requeued_then_given_up(db, services):
 
 
 def test_waiting_in_slurm_is_shown_queued_and_a_node_failure_requeues(db, services):
-    from raiserver.jobs import QueueView, job_out
+    from raiserver.jobs.lifecycle import QueueView, job_out
 
     job = add_job(db, add_user(db, "alice"))
     add_worker(db, "w1")
@@ -134,7 +134,7 @@ def test_the_lease_decides_not_the_workers_heartbeat(db, services):
 
 
 def test_a_stalled_server_gives_every_run_a_fresh_window(db, services):
-    from raiserver.db import utcnow
+    from raiserver.store.db import utcnow
 
     job = add_job(db, add_user(db, "alice"))
     add_worker(db, "w1")
@@ -182,8 +182,8 @@ def test_a_takeover_on_the_same_worker_is_a_new_attempt(db, services):
 
 
 def test_a_release_nobody_claims_goes_again_within_30_s(db, services):
-    from raiserver.db import utcnow
-    from raiserver.jobs import release_again
+    from raiserver.jobs.lifecycle import release_again
+    from raiserver.store.db import utcnow
 
     job = add_job(db, add_user(db, "alice"))
     job.released_at = utcnow() - timedelta(seconds=5)
@@ -199,7 +199,7 @@ def test_a_release_nobody_claims_goes_again_within_30_s(db, services):
 
 def test_fences_lost_with_redis_come_back_from_the_database(db, services):
     from raiprotocol.keys import fence_key
-    from raiserver.jobs import restore_fences
+    from raiserver.jobs.lifecycle import restore_fences
 
     job = add_job(db, add_user(db, "alice"))
     add_worker(db, "w1")

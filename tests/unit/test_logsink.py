@@ -106,7 +106,7 @@ def test_lines_wait_while_the_fence_is_lost_and_the_copy_makes_the_log_whole(red
 
     from raiprotocol.keys import fence_key
     from raiprotocol.logwire import FENCE_LUA, Batch
-    from raiserver.logs import merge, read_copy
+    from raiserver.live.logs import merge, read_copy
 
     r = redis.Redis.from_url(redis_url)
     raise_fence = r.register_script(FENCE_LUA)

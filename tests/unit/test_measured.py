@@ -14,7 +14,7 @@ import pytest
 
 from raiprotocol.models import MeasuredRun
 from raiprotocol.spec import parse_course_spec
-from raiserver.measured import ReportError, accuracy, kernel_times, summarize
+from raiserver.grading.measured import ReportError, accuracy, kernel_times, summarize
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "ncu-h100-m2-baseline.csv"
 SPEC = parse_course_spec("""
@@ -113,7 +113,7 @@ ranked: {student_files: [new-forward.cu], timed: ./m2 10000, repeats: 3, measure
 
 
 def test_the_interval_is_a_95_percent_one_of_the_runs_mean():
-    from raiserver.measured import half_width
+    from raiserver.grading.measured import half_width
 
     assert half_width([1.0]) == 0.0
     assert abs(half_width([1.0, 1.1, 1.2]) - 4.303 * 0.1 / 3**0.5) < 1e-9

@@ -9,8 +9,8 @@ from helpers.rows import add_job, add_user, add_worker
 
 from raiprotocol.models import JobState
 from raiserver.config import Settings
-from raiserver.db import utcnow
-from raiserver.jobs import QueueView, add_phase
+from raiserver.jobs.lifecycle import QueueView, add_phase
+from raiserver.store.db import utcnow
 
 
 def finished(db, owner, seconds: float) -> None:

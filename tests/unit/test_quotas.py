@@ -10,10 +10,10 @@ from helpers.rows import add_job, add_user
 
 from raiprotocol.models import JobState
 from raiserver.config import Settings
-from raiserver.db import utcnow
 from raiserver.errors import OverQuota
-from raiserver.quotas import check_quotas
-from raiserver.tables import Job
+from raiserver.jobs.quotas import check_quotas
+from raiserver.store.db import utcnow
+from raiserver.store.tables import Job
 
 
 def refusal(db, user, settings: Settings) -> OverQuota:

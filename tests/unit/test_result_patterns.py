@@ -10,7 +10,7 @@ import time
 import pytest
 
 from raiprotocol.models import LogStream
-from raiserver.results import PATTERNS, Line, parse_log, parse_text_lines, relevant_lines
+from raiserver.grading.results import PATTERNS, Line, parse_log, parse_text_lines, relevant_lines
 
 LINE_LIMIT = 64 * 1024  # the worker's RAI_LINE_BYTES default: no stored line is longer
 HEADER = " Time (%)  Total Time (ns)  Instances  Name"
@@ -89,7 +89,7 @@ def test_every_pattern_of_the_results_module_is_declared_with_its_marker():
     never fuzzed; every compiled pattern of the module must come from results.pattern()."""
     import re2
 
-    from raiserver import results
+    from raiserver.grading import results
 
     compiled = [v for v in vars(results).values() if isinstance(v, type(re2.compile("x")))]
     assert compiled and all(any(p is c for p in results.PATTERNS) for c in compiled)

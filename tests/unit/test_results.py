@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from raiprotocol.models import LogLine, LogStream
-from raiserver.results import parse_log, parse_text_lines
+from raiserver.grading.results import parse_log, parse_text_lines
 
 FIX = Path(__file__).parent.parent / "fixtures"
 
@@ -76,7 +76,7 @@ def test_repeated_timing_runs_report_the_median_and_the_spread():
 
 
 def test_kernel_times_from_ncu_in_a_real_h100_transcript():
-    from raiserver.results import parse_kernels
+    from raiserver.grading.results import parse_kernels
 
     text = (FIX / "h100_submit_transcript.txt").read_text().splitlines()
     kernels = parse_kernels(text)
@@ -89,7 +89,7 @@ def test_skipping_unmarked_batches_changes_no_result():
     however the output was cut into batches (nsys tables split across batches included)."""
     import random
 
-    from raiserver.results import relevant_lines
+    from raiserver.grading.results import relevant_lines
 
     nsys = [" Time (%)  Total Time (ns)  Instances  Avg (ns)  Med (ns)  Min (ns)  Max (ns)  StdDev (ns)  Name",
             " --------  ---------------  ---------  --------  --------  --------  --------  -----------  ----",

@@ -9,8 +9,8 @@ from helpers.rows import add_job, add_user
 from sqlalchemy import text
 
 from raiprotocol.models import JobState
-from raiserver.db import Base
-from raiserver.tables import Job
+from raiserver.store.db import Base
+from raiserver.store.tables import Job
 
 
 def test_migrations_match_the_tables(db):

@@ -11,9 +11,9 @@ from helpers.rows import add_job, add_user
 
 from raiprotocol.models import JobState
 from raiserver.config import Settings
-from raiserver.db import utcnow
 from raiserver.errors import Conflict, OverQuota
-from raiserver.retention import apply_retention, check_storage, delete_files, usage
+from raiserver.jobs.retention import apply_retention, check_storage, delete_files, usage
+from raiserver.store.db import utcnow
 
 MiB = 1024**2
 

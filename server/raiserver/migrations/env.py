@@ -2,8 +2,8 @@
 
 from alembic import context
 
-from raiserver import tables  # noqa: F401  (registers the tables)
-from raiserver.db import Base
+from raiserver.store import tables  # noqa: F401  (registers the tables)
+from raiserver.store.db import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:

@@ -7,7 +7,7 @@ Create Date: 2026-11-22 14:07:03.870057
 import sqlalchemy as sa
 from alembic import op
 
-from raiserver.db import UTCDateTime
+from raiserver.store.db import UTCDateTime
 
 revision = '0001'
 down_revision = None

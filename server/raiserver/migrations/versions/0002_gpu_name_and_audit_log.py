@@ -6,7 +6,7 @@ Revises: 0001
 import sqlalchemy as sa
 from alembic import op
 
-from raiserver.db import UTCDateTime
+from raiserver.store.db import UTCDateTime
 
 revision = "0002"
 down_revision = "0001"

@@ -6,7 +6,7 @@ Revises: 0002
 import sqlalchemy as sa
 from alembic import op
 
-from raiserver.db import UTCDateTime
+from raiserver.store.db import UTCDateTime
 
 revision = "0003"
 down_revision = "0002"

@@ -9,7 +9,7 @@ Revises: 0007
 import sqlalchemy as sa
 from alembic import op
 
-from raiserver.db import UTCDateTime
+from raiserver.store.db import UTCDateTime
 
 revision = "0008"
 down_revision = "0007"

@@ -7,7 +7,7 @@ Revises: 0008
 import sqlalchemy as sa
 from alembic import op
 
-from raiserver.db import UTCDateTime
+from raiserver.store.db import UTCDateTime
 
 revision = "0009"
 down_revision = "0008"

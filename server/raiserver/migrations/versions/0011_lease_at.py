@@ -7,7 +7,7 @@ Revises: 0010
 import sqlalchemy as sa
 from alembic import op
 
-from raiserver.db import UTCDateTime
+from raiserver.store.db import UTCDateTime
 
 revision = "0011"
 down_revision = "0010"

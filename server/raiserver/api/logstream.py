@@ -1,0 +1,128 @@
+"""The events of one reader's log stream (Server-Sent Events): the stored log from disk for a
+finished job, else what Redis holds so far, then the live batches the hub hands this watcher, with
+status while queued and ``end`` with the job. The route only authorises and opens it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+
+from fastapi.concurrency import run_in_threadpool
+
+from raiprotocol import logwire
+from raiprotocol.logwire import END, Batch
+from raiprotocol.markers import SYSTEM_MARK, disarm
+from raiprotocol.models import JobOut, JobState
+from raiserver.jobs.lifecycle import Services
+from raiserver.live.feed import LogHub, Shared
+from raiserver.live.logs import PAGE_ENTRIES
+
+STATUS_FIELDS = {"state", "position", "eta_seconds", "worker"}
+
+
+def sse_json(model, **kw) -> str:
+    """JSON with every non-ASCII character escaped: an SSE data field is split at any Unicode line
+    break (U+2028, NEL…), which job output may well contain."""
+    return json.dumps(model.model_dump(mode="json", **kw))
+
+
+async def plain_text(svc: Services, job_id: str) -> AsyncIterator[bytes]:
+    """A finished job's stored log as text, a page at a time from disk (system lines marked ✱)."""
+    offset = 0
+    while offset >= 0:
+        batches, offset = await run_in_threadpool(svc.logs.stored_page, job_id, offset, 0)
+        yield "".join(("".join(f"{SYSTEM_MARK} {t}\n" for t in b.lines()) if b.s == "sys"
+                       else "".join(f"{disarm(t)}\n" for t in b.lines())) for b in batches).encode()
+
+
+def lines_event(batches: list[Batch]) -> dict:
+    return {"event": "lines", "id": str(batches[-1].last), "data": logwire.dumps(batches)}
+
+
+async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator[dict]:
+    """The stored log after line ``after``, a page at a time from disk: bounded memory however
+    long the log, nothing more read once the client is gone, and the reading and encoding done
+    off the event loop (the server keeps answering everyone else meanwhile)."""
+    def page(offset: int) -> tuple[dict | None, int]:
+        batches, offset = svc.logs.stored_page(job_id, offset, after, max_bytes=256 * 1024)
+        return (lines_event(batches) if batches else None), offset
+
+    offset = 0
+    while offset >= 0:
+        event, offset = await run_in_threadpool(page, offset)
+        if event:
+            yield event
+
+
+def merged_event(items: list[Shared], sent: int) -> tuple[dict | bytes | None, int]:
+    """One SSE event for every batch that arrived since the last one, re-using the data encoded
+    once for all watchers; only a batch that overlaps what this reader already has is cut."""
+    if len(items) == 1 and items[0].batches[0].n > sent:  # the usual case: the shared event as is
+        return items[0].frame, items[0].batches[-1].last
+    parts: list[str] = []
+    last = sent
+    for shared in items:
+        if shared.batches[-1].last <= last:
+            continue
+        if shared.batches[0].n > last:
+            parts.append(shared.data[1:-1])
+        else:
+            fresh = [b for b in (x.after(last) for x in shared.batches) if b is not None]
+            parts.append(logwire.dumps(fresh)[1:-1])
+        last = shared.batches[-1].last
+    if not parts:
+        return None, sent
+    return {"event": "lines", "id": str(last), "data": "[" + ",".join(parts) + "]"}, last
+
+
+async def log_events(svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot: Callable[[], JobOut], user_id: int,
+                     follow: bool = True) -> AsyncIterator[dict | bytes]:
+    """Every event for one reader from line ``sent`` on; releases the reader's stream slot at the
+    end, however the stream ends (finished, cut off as too slow, or the client gone)."""
+    w = None
+    try:
+        if job.state.finished:
+            async for event in stored_events(svc, job.id, sent):
+                yield event
+            yield {"event": "end", "data": sse_json(job)}
+            return
+        w = await hub.watch(job.id)
+        if job.state is JobState.queued:
+            yield {"event": "status", "data": sse_json(job, include=STATUS_FIELDS)}
+        top = hub.position(job.id)
+        while True:  # what was written before this watcher joined
+            page = await svc.logs.apage(job.id, sent)
+            lines = [b for b in page if b.s != END]
+            if lines:
+                yield lines_event(lines)
+                sent = lines[-1].last
+            if len(lines) != len(page):
+                yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
+                return
+            if len(page) < PAGE_ENTRIES or sent >= top:
+                break
+        if not follow:
+            yield {"event": "caught_up", "data": sse_json(job, include=STATUS_FIELDS)}
+            return
+        while True:
+            items = await w.next()
+            merged, sent = merged_event([payload for kind, payload in items if kind == "lines"], sent)
+            if merged:
+                yield merged
+            for kind, payload in items:
+                if kind == "status":
+                    yield {"event": "status", "data": sse_json(payload, include=STATUS_FIELDS)}
+                elif kind == "end":
+                    yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
+                    return
+                elif kind == "finished":  # no end marker came (Redis lost it): finish from storage
+                    async for event in stored_events(svc, job.id, sent):
+                        yield event
+                    yield {"event": "end", "data": sse_json(payload)}
+                    return
+                elif kind == "cut":  # too slow a reader: it reconnects with Last-Event-ID
+                    return
+    finally:
+        if w is not None:
+            hub.unwatch(w)
+        hub.release(user_id)

@@ -1,0 +1,122 @@
+"""The workers' API (worker token): heartbeats, claims, state changes, blobs in and out."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+from sqlalchemy import select
+
+from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate, QueueImages, WorkerOut
+from raiserver.api.deps import WORKER_ONLY, CurrentUser, DatabaseDep, SessionDep, StaffUser, services
+from raiserver.errors import Missing, NotFound, TooLarge
+from raiserver.fleet.images import blob_path, wanted_by
+from raiserver.fleet.workers import is_alive, queue_images, record_heartbeat
+from raiserver.jobs.lifecycle import check_build_attempt, claim_job, note_build, reconcile, renew_lease, update_job
+from raiserver.store.db import utcnow
+from raiserver.store.storage import human_size
+from raiserver.store.tables import Job, Worker
+
+log = logging.getLogger("raiserver")
+router = APIRouter(prefix="/api/v1", tags=["workers"])
+
+
+@router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=WORKER_ONLY)
+def heartbeat(hb: Heartbeat, request: Request, db: SessionDep) -> HeartbeatReply:
+    w = record_heartbeat(db, hb)
+    svc = services(request)
+    lost = reconcile(db, svc, hb.name, hb.running)
+    if lost:
+        log.warning("worker %s does not list %d job(s) it held: requeued", hb.name, lost)
+    svc.kick()  # free slots may have appeared
+    return HeartbeatReply(pull=wanted_by(svc.logs.redis, w.images))
+
+
+@router.get("/workers", response_model=list[WorkerOut])
+def workers(request: Request, _: StaffUser, db: SessionDep) -> list[WorkerOut]:
+    dead_after = services(request).settings.worker_dead_after
+    now = utcnow()
+    return [
+        WorkerOut(
+            name=w.name, queues=w.queues, executor=w.executor, slots=w.slots, busy=w.busy, gpus=w.gpus,
+            running=w.running, last_seen=w.last_seen.isoformat(), alive=is_alive(w, dead_after, now),
+            jobs_done=w.jobs_done,
+        )
+        for w in db.scalars(select(Worker).order_by(Worker.name))
+    ]
+
+
+@router.get("/images", response_model=list[QueueImages])
+def images(request: Request, _: CurrentUser, db: SessionDep) -> list[QueueImages]:
+    """What each queue can run: the images its live workers hold (what a build file may name)."""
+    return queue_images(db, services(request).settings.worker_dead_after)
+
+
+@router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=WORKER_ONLY)
+def claim(job_id: str, body: Claim, request: Request, db: SessionDep) -> ClaimGranted:
+    return claim_job(db, services(request), job_id, body)
+
+
+@router.post("/worker/jobs/{job_id}/state", dependencies=WORKER_ONLY)
+def state(job_id: str, body: JobUpdate, request: Request, db: SessionDep) -> dict:
+    job = update_job(db, services(request), job_id, body)
+    return {"state": job.state.value}
+
+
+@router.post("/worker/jobs/{job_id}/lease", dependencies=WORKER_ONLY)
+def lease(job_id: str, body: Claim, request: Request, db: SessionDep) -> dict:
+    """The run of ``body.attempt`` on ``body.worker`` renews its lease (409: it no longer holds the job)."""
+    return {"cancel": renew_lease(db, services(request), job_id, body.worker, body.attempt)}
+
+
+@router.get("/worker/jobs/{job_id}/archive", dependencies=WORKER_ONLY)
+def archive(job_id: str, request: Request, db: SessionDep) -> FileResponse:
+    job = db.get(Job, job_id)
+    if job is None:
+        raise NotFound("no such job")
+    path = services(request).storage.archive_path(job.archive_sha256)
+    if not path.exists():
+        raise Missing("the project archive is missing from storage")
+    return FileResponse(path, media_type="application/gzip")
+
+
+@router.get("/worker/images/{sha256}", dependencies=WORKER_ONLY)
+def image_blob(sha256: str, request: Request) -> FileResponse:
+    """A `docker save` tar staff uploaded, for workers to load."""
+    if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+        raise NotFound("no such image archive")
+    path = blob_path(services(request).storage, sha256)
+    if not path.exists():
+        raise NotFound("no such image archive")
+    return FileResponse(path, media_type="application/x-tar")
+
+
+@router.put("/worker/jobs/{job_id}/build", dependencies=WORKER_ONLY)
+async def upload_build(job_id: str, request: Request, database: DatabaseDep, attempt: int = Query(...)) -> dict:
+    svc = services(request)
+
+    await run_in_threadpool(check_build_attempt, database, job_id, attempt)
+    limit = svc.settings.max_build_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:  # before a byte is read: the worker hears it at once
+        raise TooLarge(f"the build folder is {human_size(int(declared))}, over the limit of {human_size(limit)} (RAI_MAX_BUILD_BYTES)")
+    tmp, _, size = await svc.storage.receive(request.stream(), limit, "the build folder (RAI_MAX_BUILD_BYTES)")
+    svc.storage.keep_build(tmp, job_id)
+    await run_in_threadpool(note_build, database, job_id, size)
+    return {"bytes": size}
+
+
+WORKER_COPY_BYTES = 64 * 1024**2  # a run's lines are capped at RAI_OUTPUT_BYTES (16 MiB) and rai's own lines
+
+
+@router.put("/worker/jobs/{job_id}/log", dependencies=WORKER_ONLY)
+async def upload_log(job_id: str, request: Request, database: DatabaseDep, attempt: int = Query(...)) -> dict:
+    """The run's own copy of its lines, sent before its end when Redis lost some: the stored log is
+    made whole from it as the job ends."""
+    svc = services(request)
+    await run_in_threadpool(check_build_attempt, database, job_id, attempt, True)
+    tmp, _, size = await svc.storage.receive(request.stream(), WORKER_COPY_BYTES, "the worker's copy of the log")
+    svc.storage.keep_worker_copy(tmp, job_id, attempt)
+    return {"bytes": size}

@@ -1,0 +1,181 @@
+"""The leaderboard: each team's (or lone student's) best valid run, fastest first.
+
+Ranked board (issue 23): runs the service built with the course's build file, timed itself (the
+median of its timed runs) and checked against answers only the server holds, that reach the
+course's correctness threshold; what the program printed never ranks. Unverified board: every
+other run whose own output printed op times and a good enough correctness, shown apart. Best: smallest op time,
+ties to the earlier run (or, with the "last" policy, each team's latest valid run). Students see
+other teams under stable pseudonyms and their own under its real name; staff see everyone's
+names; with ``leaderboard_hidden_until_deadline`` students see only their own row until then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, joinedload
+
+from raiprotocol.models import Entry, JobState
+from raiserver.access.auth import Principal
+from raiserver.config import Settings
+from raiserver.grading.measured import in_words
+from raiserver.store.tables import Job
+
+
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def team_key(job: Job) -> str:
+    return f"team:{job.owner.team}" if job.owner.team else f"user:{job.owner.username}"
+
+
+def pseudonym(key: str, secret: str) -> str:
+    digest = hmac.new(secret.encode(), key.encode(), hashlib.sha256).hexdigest()
+    return f"team-{digest[:6]}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A job that makes a board: its results and end, which ``job`` only holds as optional columns."""
+
+    job: Job
+    results: dict[str, Any]
+    finished: datetime
+
+    @property
+    def measured(self) -> dict[str, Any] | None:
+        return self.results.get("measured")
+
+    @property
+    def op_time(self) -> float:
+        m = self.measured
+        return float(m["op_time"]) if m else float(self.results["op_time_total"])
+
+    @property
+    def correctness(self) -> float:
+        m = self.measured
+        return float(m["accuracy"]) if m else min(self.results["correctness"].values())
+
+
+def _ranks(job: Job) -> bool:
+    """Measured by the service, with nothing that keeps it off the board."""
+    m = (job.results or {}).get("measured") or {}
+    return m.get("problem") is None and m.get("op_time") is not None and m.get("accuracy") is not None
+
+
+def board_run(job: Job, settings: Settings, board: str = "ranked", remeasured: frozenset[str] = frozenset()) -> Run | None:
+    """The job as a run of this board, or None if it does not make it."""
+    r = job.results or {}
+    if job.state != JobState.succeeded or job.finished_at is None:
+        return None
+    if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
+        return None  # a final submission after the deadline is kept, not ranked
+    if job.id in remeasured:  # staff measured it again: that run's result stands instead (issue 32)
+        return None
+    if board == "ranked":
+        run = Run(job, r, job.finished_at) if _ranks(job) else None
+    elif job.course_build_id is None and r.get("op_time_total") is not None and r.get("correctness"):
+        run = Run(job, r, job.finished_at)
+    else:
+        return None
+    if run is None or run.correctness < settings.correctness_threshold:
+        return None
+    return run
+
+
+def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tuple[str, Run, set[str]]]:
+    jobs = db.scalars(
+        select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded)
+    ).all()
+    remeasured = frozenset(j.remeasure_of for j in jobs if j.remeasure_of)
+    best: dict[str, Run] = {}
+    members: dict[str, set[str]] = {}
+    last = settings.leaderboard_policy == "last"
+    for job in jobs:
+        run = board_run(job, settings, board, remeasured)
+        if run is None:
+            continue
+        key = team_key(job)
+        members.setdefault(key, set()).add(job.owner.username)
+        cur = best.get(key)
+        if cur is None or (run.finished > cur.finished if last else
+                           (run.op_time, run.finished) < (cur.op_time, cur.finished)):
+            best[key] = run
+    ranked = sorted(best.items(), key=lambda kv: (kv[1].op_time, kv[1].finished))
+    return [(key, run, members[key]) for key, run in ranked]
+
+
+def hidden(settings: Settings, viewer: Principal) -> bool:
+    """Whether this viewer sees only their own row (hidden board, before the deadline)."""
+    return (settings.leaderboard_hidden_until_deadline and not viewer.is_staff
+            and (settings.deadline is None or datetime.now(timezone.utc) < _aware(settings.deadline)))
+
+
+def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int | None = None,
+                board: str = "ranked") -> list[Entry]:
+    mine_key = f"team:{viewer.user.team}" if viewer.user.team else f"user:{viewer.user.username}"
+    only_mine = hidden(settings, viewer)
+    out = []
+    for i, (key, run, names) in enumerate(best_runs(db, settings, board)[:limit], start=1):
+        job, results, m = run.job, run.results, run.measured
+        mine = key == mine_key
+        if only_mine and not mine:
+            continue
+        real = key.split(":", 1)[1]
+        out.append(Entry(
+            rank=i,
+            name=real if (viewer.is_staff or mine) else pseudonym(key, settings.pseudonym_secret),
+            op_time=run.op_time,
+            op_times=[k["ms"] / 1e3 for k in m["kernels"]] if m and m.get("kernels") else results["op_times"],
+            spread=m["spread"] if m else results.get("op_time_spread"),
+            runs=len(m["runs"]) if m else (len(results.get("op_time_runs") or []) or 1),
+            correctness=run.correctness,
+            when=run.finished,
+            gpu=job.gpu_name,
+            kind=job.kind,
+            verified=m is not None,
+            flags=(m.get("flags") or []) if m is not None and viewer.is_staff else [],
+            ci=m.get("ci") if m else None,
+            mine=mine,
+            job_id=job.id if (viewer.is_staff or mine) else None,
+            members=sorted(names) if viewer.is_staff else None,
+        ))
+    for above, below in zip(out, out[1:]):  # intervals that overlap: a tie, not a lead (issue 32)
+        if above.ci is not None and below.ci is not None and below.op_time - above.op_time <= above.ci + below.ci:
+            below.tie = above.tie = True
+    return out
+
+
+def verdict(db: Session, settings: Settings, job: Job) -> str | None:
+    """What the student of a ranked run (one the course's build file built and timed) is told at
+    its end, in the client and on its page: its rank, or why it does not rank (issue 32). The job's
+    state and results are set in ``db``'s session (not yet committed): the board includes it."""
+    m = (job.results or {}).get("measured")
+    if job.course_build_id is None or not m:
+        return None
+    if m.get("problem"):
+        return f"Not ranked: {m['problem']}"
+    if job.state is not JobState.succeeded:
+        return f"Not ranked: the job {job.state.value.replace('_', ' ')}"
+    if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
+        return f"Not ranked: submitted after the deadline ({_aware(settings.deadline):%Y-%m-%d %H:%M} UTC)"
+    accuracy = m.get("accuracy")
+    if accuracy is None or accuracy < settings.correctness_threshold:
+        return f"Not ranked: accuracy {accuracy if accuracy is not None else 0:.4g} is below {settings.correctness_threshold:g}"
+    runs = best_runs(db, settings)
+    key = team_key(job)
+    for i, (k, run, _) in enumerate(runs, start=1):
+        if k != key:
+            continue
+        ci = f" ± {in_words(m['ci'])}" if m.get("ci") else ""
+        if run.job.id == job.id:
+            return f"Ranked #{i} of {len(runs)}: {in_words(m['op_time'])}{ci}"
+        return (f"This run: {in_words(m['op_time'])}{ci}; your best run ({in_words(run.op_time)}) stays ranked "
+                f"#{i} of {len(runs)}")
+    return "Not ranked"

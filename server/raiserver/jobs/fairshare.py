@@ -1,0 +1,99 @@
+"""Fair share: waiting jobs stay in the database and are released to Celery only as workers have
+free slots, round-robin across students.
+
+Round-robin by last service: among students with waiting jobs, the one whose last job was
+released longest ago (or never) goes next, with their oldest waiting job; then they go to the back.
+A student with ten jobs therefore never delays a hundred students with one each: a waiting job sees
+at most one job of any other student released per job of its own owner ahead of it. The same
+order gives queue positions, so what a student is told is what will happen.
+"""
+
+from __future__ import annotations
+
+import heapq
+from datetime import datetime
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session, joinedload
+
+from raiprotocol.models import JobState
+from raiserver.access.permissions import is_staff
+from raiserver.fleet.workers import live_slots
+from raiserver.store.db import utcnow
+from raiserver.store.tables import Job
+
+
+def _priority(job: Job, staff_priority: bool, priority_kinds: set[str]) -> int:
+    if job.kind in priority_kinds:
+        return 0
+    if staff_priority and is_staff(job.owner.role):
+        return 0
+    return 1
+
+
+def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> list[Job]:
+    """The queue's waiting (not yet released) jobs in the order they will be released."""
+    waiting = db.scalars(
+        select(Job).options(joinedload(Job.owner))
+        .where(Job.queue == queue, Job.state == JobState.queued, Job.released_at.is_(None))
+        .order_by(Job.created_at, Job.id)
+    ).all()
+    if not waiting:
+        return []
+    owners = {j.owner_id for j in waiting}
+    last = dict(db.execute(
+        select(Job.owner_id, func.max(Job.released_at)).where(Job.owner_id.in_(owners), Job.released_at.is_not(None))
+        .group_by(Job.owner_id)
+    ).all())
+    per_owner: dict[int, list[Job]] = {}
+    for job in waiting:
+        per_owner.setdefault(job.owner_id, []).append(job)
+    # heap of each owner's next job: (priority, last service, that job's submission time, tiebreak)
+    heap: list[tuple[int, tuple[int, float], datetime, str, int, int]] = []
+    for owner, jobs in per_owner.items():
+        served = last.get(owner)
+        heapq.heappush(heap, (_priority(jobs[0], staff_priority, priority_kinds or set()),
+                              (1, served.timestamp()) if served else (0, 0.0), jobs[0].created_at, jobs[0].id, owner, 0))
+    order: list[Job] = []
+    tick = 0
+    while heap:
+        _, _, _, _, owner, i = heapq.heappop(heap)
+        jobs = per_owner[owner]
+        order.append(jobs[i])
+        tick += 1
+        if i + 1 < len(jobs):  # served now: to the back of the round
+            nxt = jobs[i + 1]
+            heapq.heappush(heap, (_priority(nxt, staff_priority, priority_kinds or set()), (2, float(tick)),
+                                  nxt.created_at, nxt.id, owner, i + 1))
+    return order
+
+
+def free_slots(db: Session, queue: str, dead_after: float) -> int:
+    slots = live_slots(db, queue, dead_after)
+    busy = db.scalar(
+        select(func.count()).select_from(Job).where(
+            Job.queue == queue,
+            or_(Job.state == JobState.running,
+                (Job.state == JobState.queued) & Job.released_at.is_not(None)),
+        )
+    )
+    return max(slots - int(busy or 0), 0)
+
+
+def queues_with_work(db: Session) -> list[str]:
+    return list(db.scalars(select(Job.queue).where(Job.state == JobState.queued).distinct()))
+
+
+def release_jobs(db: Session, send, dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> int:
+    """Release as many jobs as there are free slots, in fair order. ``send(job)`` hands one to Celery."""
+    released = 0
+    for queue in queues_with_work(db):
+        free = free_slots(db, queue, dead_after)
+        if free <= 0:
+            continue
+        for job in fair_order(db, queue, staff_priority, priority_kinds)[:free]:
+            job.released_at = utcnow()
+            db.commit()  # durable before the message exists: a crash here leaves it for jobs.release_again
+            send(job)
+            released += 1
+    return released

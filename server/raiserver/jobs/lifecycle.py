@@ -1,0 +1,548 @@
+"""A job's life: queued → running → succeeded | failed | timed_out | cancelled | error.
+
+Every change goes through here and is committed before anyone is told (log end marker, API), so
+the database always holds the truth. Each run of a job is one attempt, and only the current
+attempt may write: its claim, lease, state changes and build folder are checked against the
+database, its log lines against the job's fence in Redis (``raiprotocol.keys.fence_key``), which
+follows every change of attempt made here and turns to "end" before the log is stored. A run holds
+a lease its worker renews; the job goes to another worker only once the lease lapsed by a margin
+(the run stopped itself by then), never because the server itself was not running to hear it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import redis
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from ulid import ULID
+
+from raiprotocol.inputs import run_seed
+from raiprotocol.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate, MeasuredRun, Phase, TimedRun
+from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
+from raiserver.access.audit import audit
+from raiserver.config import Settings
+from raiserver.errors import Conflict, Invalid, Missing, NotFound
+from raiserver.fleet.dispatch import Dispatcher
+from raiserver.fleet.workers import live_slots
+from raiserver.grading.course import spec_of
+from raiserver.grading.leaderboard import verdict
+from raiserver.grading.measured import summarize
+from raiserver.grading.results import parse_log, relevant_lines
+from raiserver.jobs.fairshare import fair_order
+from raiserver.live.logs import LogStore
+from raiserver.store.db import Database, utcnow
+from raiserver.store.storage import Storage
+from raiserver.store.tables import CourseBuild, Job, User, Worker
+
+log = logging.getLogger("raiserver")
+
+
+@dataclass
+class Services:
+    settings: Settings
+    storage: Storage
+    logs: LogStore
+    dispatcher: Dispatcher
+    kick: Callable[[], None] = lambda: None  # run a fair-share release pass soon
+
+
+def fence(svc: Services, job: Job) -> None:
+    """Tell Redis which attempt of the job may write, once the database holds it: the job's
+    attempt, or "end". Should Redis be away, the reaper puts the fence back from the database."""
+    s = svc.settings
+    try:
+        if job.state.finished:
+            svc.logs.fence(job.id, "end", s.log_ttl_seconds + s.visibility_timeout)
+        else:
+            svc.logs.fence(job.id, job.attempt, s.visibility_timeout)
+    except redis.RedisError as exc:
+        log.warning("job %s: fence not set (%s); the reaper sets it again", job.id, exc)
+
+
+def add_phase(job: Job, name: str, detail: str | None = None) -> None:
+    """Note when a step of the job happened (a new list: the JSON column sees the change)."""
+    job.phases = [*(job.phases or []), {"name": name, "at": utcnow().isoformat(), "detail": detail}]
+
+
+def phases_of(job: Job) -> list[Phase]:
+    """The job's timeline: the steps the server and the worker noted, with the ones its columns
+    already hold (submitted, released, finished), in the order they happened."""
+    phases = [Phase(name="submitted", at=job.created_at)]
+    if job.released_at:
+        phases.append(Phase(name="released", at=job.released_at, detail=job.queue))
+    phases += [Phase.model_validate(p) for p in job.phases or []]
+    if job.finished_at:
+        phases.append(Phase(name="finished", at=job.finished_at, detail=job.state.value))
+    return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
+
+
+TYPICAL_RUN = 30.0  # seconds, for a queue that has no finished job yet
+
+
+class QueueView:
+    """Queue positions and ETAs, computed once per queue however many jobs are shown (the web
+    queue renders every waiting job each second: one fair-order pass, not one per job)."""
+
+    def __init__(self, db: Session, settings: Settings):
+        self.db = db
+        self.settings = settings
+        self._positions: dict[str, dict[str, int]] = {}
+        self._per_slot: dict[str, float | None] = {}  # a typical run on the queue
+        self._frees: dict[str, list[float]] = {}  # when each of its slots frees, seconds from now
+
+    def position(self, job: Job) -> int | None:
+        """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
+        if job.state != JobState.queued:
+            return None
+        if job.released_at is not None:
+            return 1
+        if job.queue not in self._positions:
+            s = self.settings
+            order = fair_order(self.db, job.queue, s.staff_priority, set(s.priority_kinds))
+            self._positions[job.queue] = {j.id: i for i, j in enumerate(order, start=1)}
+        return self._positions[job.queue].get(job.id)
+
+    def eta(self, job: Job, position: int | None) -> float | None:
+        """Expected wait until the job starts: when each slot of its queue frees (from what runs
+        there now: how long it has run, against a typical run and its time limit), then the jobs
+        ahead each taking a typical run. Rounded to 5 s (an estimate, not a promise). None when no
+        live worker serves the queue."""
+        if position is None:
+            return None
+        if job.queue not in self._per_slot:
+            self._frees[job.queue], self._per_slot[job.queue] = self._schedule(job.queue)
+        typical, frees = self._per_slot[job.queue], list(self._frees[job.queue])
+        if typical is None or not frees:
+            return None
+        heapq.heapify(frees)
+        for _ in range(position - 1):
+            heapq.heappush(frees, heapq.heappop(frees) + typical)
+        return float(5 * round(frees[0] / 5))
+
+    def _schedule(self, queue: str) -> tuple[list[float], float | None]:
+        slots = live_slots(self.db, queue, self.settings.worker_dead_after)
+        if slots == 0:
+            return [], None
+        recent = self.db.execute(
+            select(Job.started_at, Job.finished_at).where(Job.queue == queue, Job.finished_at.is_not(None),
+                                                          Job.started_at.is_not(None))
+            .order_by(Job.finished_at.desc()).limit(20)
+        ).all()
+        spans = sorted((f - s).total_seconds() for s, f in recent if s is not None and f is not None)
+        typical = spans[len(spans) // 2] if spans else TYPICAL_RUN
+        now, wall = utcnow(), float(self.settings.wall_seconds)
+        frees = []
+        for running in self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.running, Job.waiting.is_(None))):
+            claimed = _claimed_at(running)
+            ran = (now - claimed).total_seconds() if claimed else 0.0
+            # within a typical run: the rest of it; past it, half again what it ran, never past its limit
+            frees.append(max(typical - ran, 1.0) if ran < typical else max(min(wall - ran, max(ran * 0.5, 10.0)), 1.0))
+        frees = sorted(frees) + [0.0] * max(slots - len(frees), 0)  # idle slots free now
+        return frees, typical
+
+
+def shown_state(state: JobState, waiting: bool) -> JobState:
+    """What users see: a job a worker handed to Slurm that Slurm has not started yet is queued
+    (the database keeps it running: it is claimed, and cancelling it must reach that worker)."""
+    return JobState.queued if state is JobState.running and waiting else state
+
+
+def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
+    position = view.position(job)
+    return JobOut(
+        id=job.id,
+        owner=job.owner.username,
+        queue=job.queue,
+        kind=job.kind,
+        state=shown_state(job.state, bool(job.waiting)),
+        waiting=job.waiting,
+        image=job.image,
+        created_at=job.created_at,
+        released_at=job.released_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        worker=job.worker,
+        exit_code=job.exit_code,
+        failed_command=job.failed_command,
+        message=job.message,
+        position=position,
+        eta_seconds=view.eta(job, position),
+        gpu_name=job.gpu_name,
+        has_build=job.has_build,
+        archive_bytes=job.archive_bytes,
+        results=JobResultSummary.model_validate(job.results) if job.results else None,
+        phases=phases_of(job),
+    )
+
+
+def create_job(
+    db: Session, svc: Services, owner: User, spec: BuildSpec, spec_text: str, sha256: str, size: int, queue: str, kind: str,
+    course: CourseBuild | None = None,
+) -> Job:
+    job = Job(
+        id=str(ULID()),
+        owner_id=owner.id,
+        queue=queue,
+        kind=kind,
+        state=JobState.queued,
+        image=spec.image,
+        spec_yaml=spec_text,
+        archive_sha256=sha256,
+        archive_bytes=size,
+        gpu_count=spec.gpu_count,
+        attempt=1,
+        course_build_id=course.id if course is not None else None,
+    )
+    db.add(job)
+    db.commit()
+    s = svc.settings
+    if course is not None:
+        files = ", ".join(spec_of(course).ranked.student_files)
+        svc.logs.system(job.id, f"A ranked '{kind}' run: built and timed by the course's build file (version {course.version}); "
+                                f"your rai_build.yml is not used, only your {files}")
+    elif kind in s.ranked_kind_set:
+        svc.logs.system(job.id, f"The course has not installed its build file for '{kind}' yet: this run is kept "
+                                "but does not rank (only runs the service builds and measures itself rank)")
+    if s.deadline and kind == s.verified_kind:
+        deadline = s.deadline if s.deadline.tzinfo else s.deadline.replace(tzinfo=timezone.utc)
+        if job.created_at > deadline:
+            svc.logs.system(job.id, f"Submitted after the deadline ({deadline:%Y-%m-%d %H:%M} UTC): this '{kind}' run is kept but does not rank")
+    svc.kick()
+    return job
+
+
+def finish_job(
+    db: Session,
+    svc: Services,
+    job: Job,
+    state: JobState,
+    exit_code: int | None = None,
+    failed_command: str | None = None,
+    message: str | None = None,
+    announce: bool = True,
+    measured: list[MeasuredRun] | None = None,
+    run_attempt: int | None = None,
+) -> None:
+    """Terminal transition: store the log and results, commit, then tell live readers.
+    ``measured``: a ranked run's timed runs, as its worker reported them; ``run_attempt``: the
+    attempt whose run ended (its worker's copy of the log, if it sent one, makes the log whole)."""
+    if job.state.finished:
+        return
+    if announce and message and state is not JobState.succeeded:
+        svc.logs.system(job.id, message)
+    job.state = state
+    job.waiting = None
+    job.finished_at = utcnow()
+    job.exit_code = exit_code
+    job.failed_command = failed_command
+    job.message = message
+    fence(svc, job)  # no line of any run lands after this: what is archived is the whole log
+    copy = svc.storage.worker_copy_path(job.id, run_attempt or job.attempt)
+    svc.logs.archive(job.id, copy if copy.exists() else None)
+    copy.unlink(missing_ok=True)
+    summary = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id)))
+    if job.course_build_id is not None:
+        course = db.get_one(CourseBuild, job.course_build_id)
+        spec = spec_of(course)
+        seeds = [run_seed(svc.settings.session_secret, job.id, run_attempt or job.attempt, r)
+                 for r in range(1, len(measured or []) + 1)] if spec.ranked.seeded else None
+        summary.measured = summarize(measured, spec, course.version, course.labels, summary.op_time_total, seeds)
+        if state is not JobState.succeeded and summary.measured.problem is None:
+            summary.measured.problem = f"the job {state.value.replace('_', ' ')}"
+    job.results = summary.model_dump()
+    if summary.measured is not None:  # the student learns the outcome: one line, and the page's banner
+        summary.measured.verdict = verdict(db, svc.settings, job)
+        job.results = summary.model_dump()
+        if summary.measured.verdict:
+            svc.logs.system_after_archive(job.id, summary.measured.verdict)
+    job.has_build = svc.storage.build_path(job.id).exists()
+    if job.worker:
+        w = db.get(Worker, job.worker)
+        if w is not None:
+            w.jobs_done += 1
+    db.commit()
+    svc.logs.end(job.id, state.value)
+    svc.kick()  # a slot is free
+
+
+def remeasure(db: Session, svc: Services, original: Job, by: User, repeats: int) -> Job:
+    """Staff ask for a ranked entry to be measured again (issue 32): a new job with the same archive
+    and course build, ``repeats`` timed runs alone on an idle host, ahead of the queue; audited. Once
+    it ends its result replaces the original's on the board (leaderboard.board_run)."""
+    if original.course_build_id is None:
+        raise Invalid("only a ranked run (one the course's build file built and timed) can be measured again")
+    if not original.state.finished:
+        raise Conflict(f"job {original.id} has not ended yet")
+    if not svc.storage.archive_path(original.archive_sha256).exists():
+        raise Missing("the project archive of that run is no longer kept")
+    job = Job(id=str(ULID()), owner_id=original.owner_id, queue=original.queue, kind=original.kind, state=JobState.queued,
+              image=original.image, spec_yaml=original.spec_yaml, archive_sha256=original.archive_sha256,
+              archive_bytes=original.archive_bytes, gpu_count=original.gpu_count, attempt=1,
+              course_build_id=original.course_build_id, remeasure_of=original.id, repeats=repeats, created_at=original.created_at)
+    db.add(job)
+    audit(db, by.username, "job.remeasure", original.id, new_job=job.id, repeats=repeats, owner=original.owner.username)
+    db.commit()
+    svc.logs.system(job.id, f"A re-measure of job {original.id}, asked for by {by.username}: the same files and course build, "
+                            f"{repeats} timed runs on an idle GPU; its result replaces that run's on the board")
+    svc.kick()
+    return job
+
+
+def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
+    if job.state.finished:
+        return
+    if job.state == JobState.queued:
+        if by.id != job.owner_id:
+            audit(db, by.username, "job.cancel", job.id, owner=job.owner.username)
+        finish_job(db, svc, job, JobState.cancelled, message=f"Cancelled by {by.username} before it started")
+        return
+    job.cancel_requested = True
+    if by.id != job.owner_id:
+        audit(db, by.username, "job.cancel", job.id, owner=job.owner.username)
+    db.commit()
+    svc.logs.request_cancel(job.id)
+    svc.logs.system(job.id, f"Cancel requested by {by.username}; stopping the container")
+
+
+def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGranted:
+    job = db.get(Job, job_id, with_for_update=True)
+    if job is None:
+        raise NotFound("no such job")
+    if job.state.finished:
+        raise Conflict(f"job already {job.state.value}")
+    if claim.attempt != job.attempt:
+        raise Conflict(f"stale delivery: attempt {claim.attempt}, job is on attempt {job.attempt}")
+    if job.state == JobState.running:
+        # the same worker's pool process died with the run (its container goes before the new
+        # run starts); another worker only once the run's lease lapsed (it has stopped itself)
+        if job.worker != claim.worker and not lease_lapsed(svc, job, utcnow()):
+            raise Conflict(f"job is running on {job.worker}")
+        job.attempt += 1  # a new run: the lost one, should it write again, is refused
+        svc.logs.system(job.id, f"Restarting on {claim.worker} as attempt {job.attempt} (the previous run on {job.worker} was lost)")
+    job.state = JobState.running
+    job.waiting = None
+    job.worker = claim.worker
+    job.started_at = job.started_at or utcnow()
+    job.lease_at = utcnow()
+    add_phase(job, "claimed", claim.worker)
+    w = db.get(Worker, claim.worker)
+    if w is not None:
+        w.last_seen = utcnow()
+        if job.gpu_count and w.gpus:
+            job.gpu_name = w.gpus[0].get("name")
+    db.commit()
+    fence(svc, job)
+    s = svc.settings
+    spec = parse_course_spec(job.spec_yaml) if job.course_build_id is not None else parse_spec(job.spec_yaml)
+    limits = spec.resources.limits
+    repeats = max(1, s.timing_repeats) if job.kind in s.repeat_kinds else 1
+    timed = None
+    if job.course_build_id is not None:  # the course's file: its timed command, measured, alone on the host
+        ranked = spec.ranked
+        runs = job.repeats or ranked.repeats
+        seeds = [run_seed(s.session_secret, job.id, job.attempt, r) for r in range(1, runs + 1)] if ranked.seeded else None
+        timed = TimedRun(command=ranked.timed, repeats=runs, measure=ranked.measure, predictions=ranked.predictions,
+                         keep=ranked.keep, seeds=seeds)
+        repeats = 1
+    return ClaimGranted(
+        job_id=job.id,
+        attempt=job.attempt,
+        image=job.image,
+        commands=spec.commands.build,
+        gpu_count=job.gpu_count,
+        exclusive=spec.resources.gpu.exclusive or repeats > 1 or timed is not None,
+        timed=timed,
+        repeat_timing=repeats,
+        wall_seconds=min(limits.wall_seconds or s.wall_seconds, s.wall_seconds),
+        command_seconds=limits.command_seconds,
+        memory_mb=min(limits.memory_mb or s.memory_mb, s.memory_mb),
+        archive_sha256=job.archive_sha256,
+        max_build_bytes=s.max_build_bytes,
+    )
+
+
+def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worker: str | None = None) -> Job:
+    job = db.get(Job, job_id, with_for_update=True)
+    if job is None:
+        raise NotFound("no such job")
+    if _late_end(job, update):  # its run ended before the server, stalled or cut off, heard it
+        svc.logs.system(job.id, f"The run of attempt {update.attempt} had ended after all ({update.state.value}): "
+                                "its result is kept and the job does not run again")
+        job.attempt = update.attempt
+    elif update.attempt != job.attempt or job.state.finished:
+        raise Conflict(f"job {job.id} is {job.state.value} on attempt {job.attempt}; this update is stale")
+    if update.phases:
+        job.phases = [*(job.phases or []), *(p.model_dump(mode="json") for p in update.phases[:1000])]
+    if update.state is JobState.running:  # progress: waiting in the batch system, or started there
+        job.waiting = update.waiting[:500] if update.waiting else None
+        db.commit()
+    elif update.state is JobState.queued:  # the worker lost the job's environment (a batch node failed)
+        requeue_lost(db, svc, job, update.message or f"{job.worker} lost the job")
+    elif update.state.finished:
+        state = update.state
+        if job.cancel_requested and state in (JobState.failed, JobState.error):
+            state = JobState.cancelled  # killed because of the cancel, not of its own accord
+        finish_job(db, svc, job, state, update.exit_code, update.failed_command, update.message, announce=False,
+                   measured=update.measured, run_attempt=update.attempt)
+    return job
+
+
+def _late_end(job: Job, update: JobUpdate) -> bool:
+    """The end report of the attempt just before the job's, which was put back in the queue and
+    not yet claimed again: that run ended whole (a run still writing when it was superseded is
+    refused its next line and never reports an end), so its result is kept, not run again."""
+    return (update.state.finished and job.state is JobState.queued and job.worker is None
+            and update.attempt == job.attempt - 1 and not job.cancel_requested)
+
+
+def renew_lease(db: Session, svc: Services, job_id: str, worker: str, attempt: int) -> bool:
+    """The run of ``attempt`` on ``worker`` still holds the job; returns whether it was cancelled.
+    Conflict once it does not (another attempt owns the job, or it ended): the run stops."""
+    job = db.get(Job, job_id)
+    if job is None:
+        raise NotFound("no such job")
+    if job.state.finished:
+        raise Conflict(f"job already {job.state.value}")
+    if job.attempt != attempt or job.worker != worker or job.state is not JobState.running:
+        raise Conflict(f"superseded: the job is on attempt {job.attempt} ({job.state.value}{f' on {job.worker}' if job.worker else ''})")
+    job.lease_at = utcnow()
+    db.commit()
+    return job.cancel_requested
+
+
+def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
+    """The worker holding this job is gone: run it again elsewhere, up to max_attempts."""
+    if job.cancel_requested:
+        finish_job(db, svc, job, JobState.cancelled, message=f"{reason}; the job had been cancelled")
+        return
+    if job.attempt >= svc.settings.max_attempts:
+        finish_job(db, svc, job, JobState.error, message=f"{reason}; gave up after {job.attempt} attempts")
+        return
+    job.attempt += 1
+    job.state = JobState.queued
+    job.waiting = None
+    job.worker = None
+    job.released_at = None
+    db.commit()
+    fence(svc, job)
+    svc.logs.system(job.id, f"{reason}; the job goes back in the queue (attempt {job.attempt} of {svc.settings.max_attempts})")
+
+
+CLAIM_GRACE = timedelta(seconds=10)  # a heartbeat listed before a claim arrives after it: no false alarm
+
+
+def _claimed_at(job: Job) -> datetime | None:
+    times = [p.get("at") for p in job.phases or [] if p.get("name") == "claimed"]
+    return datetime.fromisoformat(times[-1]) if times and times[-1] else job.started_at
+
+
+def reconcile(db: Session, svc: Services, worker: str, running: list[str]) -> int:
+    """Jobs the database has running on this worker that its heartbeat does not list (it
+    restarted under the same name, or lost the run): back in the queue at once, not when the
+    heartbeats stop (a worker restarted within a second never stops them). Returns how many."""
+    listed = set(running)
+    held = db.scalars(select(Job).where(Job.state == JobState.running, Job.worker == worker)).all()
+    now, n = utcnow(), 0
+    for job in held:
+        claimed = _claimed_at(job)
+        if job.id in listed or (claimed is not None and now - claimed < CLAIM_GRACE):
+            continue
+        requeue_lost(db, svc, job, f"Worker {worker} is no longer running the job (it restarted or lost the run)")
+        n += 1
+    return n
+
+
+def lease_window(svc: Services) -> timedelta:
+    """How long a run's lease holds without renewal, and the margin after it: by then the run
+    has stopped itself (it stops at worker_dead_after without a renewal it sent)."""
+    return timedelta(seconds=svc.settings.worker_dead_after + svc.settings.lease_margin)
+
+
+def lease_lapsed(svc: Services, job: Job, now: datetime, awake_since: datetime | None = None) -> bool:
+    """Neither channel renewed the run's lease within the window, and the server was awake to hear
+    it for that long (a server that was stopped gives every run a fresh window)."""
+    window = lease_window(svc)
+    if awake_since is not None and now - awake_since < window:
+        return False
+    renewed = job.lease_at or _claimed_at(job) or job.started_at
+    if renewed is not None and now - renewed < window:
+        return False
+    try:
+        return job.id not in svc.logs.leases_held([job.id])
+    except redis.RedisError:
+        return False  # cannot tell: wait for the next pass
+
+
+def reap(db: Session, svc: Services, awake_since: datetime | None = None) -> int:
+    """Requeue running jobs whose run's lease lapsed (its worker stopped, or was cut off and has
+    stopped the run itself). ``awake_since``: when the reaper last resumed after not running for a
+    while (the server stopped, Redis away): no lease is judged before a full window after it.
+    Returns how many."""
+    now, window = utcnow(), lease_window(svc)
+    if awake_since is not None and now - awake_since < window:
+        return 0
+    running = db.scalars(select(Job).where(Job.state == JobState.running)).all()
+    quiet = [j for j in running if j.worker is None or now - (j.lease_at or _claimed_at(j) or now - window) >= window]
+    if not quiet:
+        return 0
+    held = svc.logs.leases_held([j.id for j in quiet])  # a Redis error fails the pass: nothing requeued
+    n = 0
+    for job in quiet:
+        if job.id in held:
+            continue
+        requeue_lost(db, svc, job, f"Worker {job.worker} stopped answering")  # no lease renewed, on either channel
+        n += 1
+    return n
+
+
+def restore_fences(db: Session, svc: Services) -> int:
+    """Put back the fences Redis lost (a flush, a wiped Redis) for the jobs a worker may hold:
+    raised from the database, never lowered. Returns how many jobs were checked."""
+    rows = db.execute(select(Job.id, Job.attempt).where(
+        (Job.state == JobState.running) | ((Job.state == JobState.queued) & Job.released_at.is_not(None)))).all()
+    svc.logs.restore_fences({job_id: attempt for job_id, attempt in rows}, svc.settings.visibility_timeout)
+    return len(rows)
+
+
+def release_again(db: Session, svc: Services) -> int:
+    """A released job nobody claimed within ``release_again_seconds`` (its Celery message was
+    lost: the worker that took it died, Redis lost it): release it again under a new attempt
+    number, so the lost message, should it reappear, is refused. Returns how many."""
+    cutoff = utcnow() - timedelta(seconds=svc.settings.release_again_seconds)
+    stale = db.scalars(
+        select(Job).where(Job.state == JobState.queued, Job.released_at.is_not(None), Job.released_at < cutoff)
+    ).all()
+    for job in stale:
+        job.attempt += 1
+        job.released_at = None
+    db.commit()
+    for job in stale:
+        fence(svc, job)
+    return len(stale)
+
+
+def check_build_attempt(db: Database, job_id: str, attempt: int, late_ok: bool = False) -> None:
+    """A worker may upload a job's build folder only for the attempt that is still running (and,
+    ``late_ok``, its copy of the log also for a run whose end report will be kept late: _late_end)."""
+    with db.session() as s:
+        job = s.get(Job, job_id)
+        if job is None:
+            raise NotFound("no such job")
+        late = late_ok and job.state is JobState.queued and job.worker is None and attempt == job.attempt - 1
+        if (job.attempt != attempt or job.state.finished) and not late:
+            raise Conflict("stale attempt")
+
+
+def note_build(db: Database, job_id: str, size: int) -> None:
+    """The build folder is stored: the job's timeline and its size say so."""
+    with db.session() as s:
+        job = s.get(Job, job_id)
+        if job is not None:
+            add_phase(job, "build uploaded", f"{size} bytes")
+            job.build_bytes = size

@@ -1,0 +1,51 @@
+"""The job a user names, if they may see it (API and web alike): a whole id or any unique start of
+one, and the same "no such job" whether it does not exist or is someone else's, so ids of others'
+jobs leak nothing."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from raiserver.access.auth import Principal
+from raiserver.access.permissions import can_cancel, can_see
+from raiserver.errors import Conflict, Forbidden, NotFound
+from raiserver.store.tables import Job, User
+
+ID_LENGTH, MIN_PREFIX = 26, 6
+
+
+def visible_job(db: Session, p: Principal, job_id: str) -> Job:
+    """The job if this user may see it; NotFound otherwise. Any unique start of an id (6
+    characters or more, any case) stands for it, among the jobs this user may see: what a student
+    copied from a narrow table still works."""
+    job_id = job_id.strip().upper()
+    if len(job_id) < ID_LENGTH:
+        return _job_by_prefix(db, p, job_id)
+    job = db.get(Job, job_id)
+    if job is None or not can_see(p, job):
+        raise NotFound(f"no job {job_id} (or not yours)")
+    return job
+
+
+def cancellable_job(db: Session, p: Principal, job_id: str) -> Job:
+    job = visible_job(db, p, job_id)
+    if not can_cancel(p, job):
+        raise Forbidden(f"job {job.id} is {job.owner.username}'s: only its owner or staff can cancel it")
+    return job
+
+
+def _job_by_prefix(db: Session, p: Principal, prefix: str) -> Job:
+    if len(prefix) < MIN_PREFIX or not prefix.isalnum():
+        raise NotFound(f"no job {prefix}: give at least {MIN_PREFIX} characters of its id")
+    q = select(Job).where(Job.id.startswith(prefix, autoescape=True)).order_by(Job.id).limit(50)
+    if not p.is_staff:
+        mates = select(User.id).where(User.team == p.user.team) if p.user.team else None
+        q = q.where(Job.owner_id == p.user.id if mates is None else (Job.owner_id == p.user.id) | Job.owner_id.in_(mates))
+    found = [j for j in db.scalars(q) if can_see(p, j)][:4]
+    if not found:
+        raise NotFound(f"no job {prefix} (none of yours starts with it)")
+    if len(found) > 1:
+        more = ", …" if len(found) > 3 else ""
+        raise Conflict(f"{prefix} is the start of several jobs ({', '.join(j.id for j in found[:3])}{more}); give more characters")
+    return found[0]

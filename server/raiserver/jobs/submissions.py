@@ -1,0 +1,124 @@
+"""Accepting a submission: everything between an upload's first byte and a queued job.
+
+Checks run in the order that spares the student's time on bad Wi-Fi: size, queue, kind and quota
+before a byte of the body is read; archive, build file, kind's files, image and GPUs after; the
+quota again under the student's row lock, so concurrent uploads cannot both pass. Refusals are
+``errors.DomainError``s; nothing refused leaves anything behind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import update
+
+from raiprotocol.archive import ArchiveError, ArchiveLimits, inspect_archive
+from raiprotocol.models import JobOut
+from raiprotocol.project import SPEC_FILENAME, missing_for_kind
+from raiprotocol.spec import SpecError, parse_spec
+from raiserver.access.uploadgate import UploadGate
+from raiserver.errors import BadArchive, Invalid, TooLarge
+from raiserver.fleet.workers import check_image, check_queue, check_requirements
+from raiserver.grading.course import current as current_course
+from raiserver.grading.course import spec_of, student_part
+from raiserver.jobs.lifecycle import QueueView, Services, create_job, job_out
+from raiserver.jobs.quotas import check_quotas
+from raiserver.jobs.retention import check_storage
+from raiserver.store.db import Database
+from raiserver.store.storage import human_size, sha256_of
+from raiserver.store.tables import User
+
+KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+async def accept_submission(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int,
+                            queue: str | None, kind: str, content_length: int | None, gate: UploadGate | None = None) -> JobOut:
+    """``gate``: the student's upload limits (None for staff, when they are exempt)."""
+    token = await run_in_threadpool(gate.admit, user_id) if gate is not None else None
+    try:
+        return await _accept(svc, database, gate.renewing(body, user_id, token) if gate is not None else body,
+                             user_id, queue, kind, content_length)
+    finally:
+        if gate is not None:
+            await run_in_threadpool(gate.release, user_id, token)
+
+
+async def _accept(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int,
+                  queue: str | None, kind: str, content_length: int | None) -> JobOut:
+    limit = svc.settings.max_upload_bytes
+    if content_length is not None and content_length > limit:
+        raise TooLarge(f"archive is {human_size(content_length)}; the limit is {human_size(limit)}")
+    queue = queue or svc.settings.default_queue
+    if not QUEUE.match(queue):
+        raise Invalid(f"bad queue name {queue!r}")
+    if not KIND.match(kind):
+        raise Invalid(f"bad submission kind {kind!r}: lower-case letters, digits, - and _")
+    known = svc.settings.kind_set
+    if kind not in known:
+        raise Invalid(f"this course has no submission kind '{kind}'; it has: {', '.join(sorted(known))}")
+
+    def _precheck() -> None:  # before reading a byte of the upload: bad Wi-Fi, big projects
+        with database.session() as db:
+            check_queue(db, queue, svc.settings.default_queue)
+            user = db.get_one(User, user_id)
+            check_quotas(db, user, svc.settings)
+            check_storage(db, user, svc.settings, content_length or 0)
+
+    await run_in_threadpool(_precheck)
+    tmp, sha, size = await svc.storage.receive(body, limit, "the archive")
+
+    def _accept() -> JobOut:
+        """Everything that reads the student's bytes runs here, off the event loop."""
+        with database.session() as db:
+            course = current_course(db, kind) if kind in svc.settings.ranked_kind_set else None
+            course_spec = spec_of(course) if course is not None else None
+        try:
+            info = inspect_archive(tmp, ArchiveLimits())
+            if course is not None and course_spec is not None:  # a ranked run: the course's build file, not the student's
+                spec, spec_text = course_spec, course.spec_yaml
+            elif info.spec_bytes is None:
+                raise Invalid(f"{SPEC_FILENAME}: not found at the top of the uploaded project")
+            else:
+                spec, spec_text = parse_spec(info.spec_bytes), info.spec_bytes.decode()
+        except ArchiveError as exc:
+            raise BadArchive(str(exc)) from None
+        except SpecError as exc:
+            raise Invalid(str(exc)) from None
+        required = {svc.settings.verified_kind: list(svc.settings.final_requires)}
+        if course_spec is not None:
+            required[kind] = [*required.get(kind, []), *course_spec.ranked.student_files]
+        missing = missing_for_kind(kind, info.names, required)
+        if missing:
+            raise Invalid(f"a '{kind}' submission must include {', '.join(missing)} (not found in the project)")
+        check_image(spec.image, queue, svc.settings.images_allowed_on(queue))
+        run_archive, run_sha, run_size = tmp, sha, size
+        if course_spec is not None:
+            run_archive = svc.storage.tempfile(".tar.gz")
+        try:
+            if course_spec is not None:  # what runs holds only the files the course names
+                run_size = student_part(tmp, course_spec.ranked.student_files, run_archive)
+                run_sha = sha256_of(run_archive)
+            with database.session() as db:
+                # First statement of the transaction: a write on the student's row. It takes the
+                # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent
+                # uploads of one student are checked against the quota one after the other.
+                db.execute(update(User).where(User.id == user_id).values(id=User.id))
+                owner = db.get_one(User, user_id)
+                check_quotas(db, owner, svc.settings)
+                check_storage(db, owner, svc.settings, run_size)
+                check_requirements(db, queue, spec, svc.settings.worker_dead_after)
+                svc.storage.keep_archive(run_archive, run_sha)  # only now: a refused upload leaves nothing behind
+                job = create_job(db, svc, owner, spec, spec_text, run_sha, run_size, queue, kind,
+                                 course=db.merge(course) if course is not None else None)
+                return job_out(db, job, QueueView(db, svc.settings))
+        finally:
+            if run_archive is not tmp:
+                run_archive.unlink(missing_ok=True)
+
+    try:
+        return await run_in_threadpool(_accept)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,167 @@
+"""Prometheus metrics at ``/metrics``, the same whichever server process answers the scrape.
+
+What the database knows (jobs by state, queue depth, wait and run times, live workers and GPUs)
+is read from it at scrape time. What each process counts (HTTP answers by class, refused
+uploads by cause, log lines sent to watchers) goes to Redis hashes every couple of seconds, and
+each process's open SSE streams as a gauge with a time stamp, so a scrape sums every process.
+Served to loopback only, or to whoever sends ``Authorization: Bearer $RAI_METRICS_TOKEN``; a
+request that came through a proxy is never loopback's own (behind nginx on the same host every
+request arrives from 127.0.0.1), so it needs the token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import redis
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from sqlalchemy import func, select
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from raiprotocol.models import JobState
+from raiserver.access.hardening import came_through_proxy, is_loopback
+from raiserver.errors import Forbidden
+from raiserver.fleet.workers import live_workers
+from raiserver.store.tables import Job
+
+log = logging.getLogger("raiserver")
+router = APIRouter(include_in_schema=False)
+
+COUNTS = "rai:metrics:counts"  # hash "name|label" -> count, summed over processes
+STREAMS = "rai:metrics:streams"  # hash pid -> "open streams|unix time"
+BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
+
+
+class ProcessCounts:
+    """This process's counters, flushed to Redis; cheap to bump on a hot path."""
+
+    def __init__(self) -> None:
+        self.pending: Counter[str] = Counter()
+
+    def add(self, name: str, label: str, n: int = 1) -> None:
+        self.pending[f"{name}|{label}"] += n
+
+    def flush(self, r: redis.Redis, open_streams: int) -> None:
+        pending, self.pending = self.pending, Counter()
+        try:
+            pipe = r.pipeline(transaction=False)
+            for key, n in pending.items():
+                pipe.hincrby(COUNTS, key, n)
+            pipe.hset(STREAMS, str(os.getpid()), f"{open_streams}|{time.time():.0f}")
+            pipe.execute()
+        except redis.RedisError:
+            self.pending.update(pending)  # next time
+
+
+async def flush_loop(app) -> None:
+    counts: ProcessCounts = app.state.counts
+    hub = app.state.hub
+    while True:
+        await asyncio.sleep(2.0)
+        lines, hub.lines_sent = hub.lines_sent, 0
+        if lines:
+            counts.add("log_lines", "sent", lines)
+        await run_in_threadpool(counts.flush, app.state.services.logs.redis, hub.open_streams)
+
+
+class HttpCounts:
+    """Counts every answer by status class (2xx, 4xx, 5xx…)."""
+
+    def __init__(self, app: ASGIApp, counts: ProcessCounts):
+        self.app, self.counts = app, counts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.counts.add("http_responses", f"{message['status'] // 100}xx")
+            await send(message)
+
+        await self.app(scope, receive, counted)
+
+
+class Collector:
+    def __init__(self, app):
+        self.app = app
+
+    def collect(self) -> Iterator:
+        settings = self.app.state.settings
+        r = self.app.state.services.logs.redis
+        with self.app.state.db.session() as db:
+            jobs = GaugeMetricFamily("rai_jobs", "Jobs by state", labels=["state"])
+            by_state = dict(db.execute(select(Job.state, func.count()).group_by(Job.state)).all())
+            for state in JobState:
+                jobs.add_metric([state.value], by_state.get(state, 0))
+            yield jobs
+            depth = GaugeMetricFamily("rai_queue_depth", "Jobs waiting, per queue", labels=["queue"])
+            for queue, n in db.execute(select(Job.queue, func.count()).where(Job.state == JobState.queued).group_by(Job.queue)):
+                depth.add_metric([queue], n)
+            yield depth
+            rows = db.execute(select(Job.created_at, Job.started_at, Job.finished_at).where(Job.started_at.is_not(None))).all()
+            yield _histogram("rai_job_wait_seconds", "From submission to a worker starting the job",
+                             [(s - c).total_seconds() for c, s, _ in rows])
+            yield _histogram("rai_job_run_seconds", "From a worker starting the job to its end",
+                             [(f - s).total_seconds() for _, s, f in rows if f is not None])
+            live = live_workers(db, settings.worker_dead_after)
+            yield GaugeMetricFamily("rai_workers_live", "Workers sending heartbeats", value=len(live))
+            gpus = GaugeMetricFamily("rai_gpus", "GPUs of live workers", labels=["state"])
+            total = sum(len(w.gpus or []) for w in live)
+            busy = sum(min(w.busy, len(w.gpus or [])) for w in live)
+            gpus.add_metric(["busy"], busy)
+            gpus.add_metric(["idle"], total - busy)
+            yield gpus
+        try:
+            counts = r.hgetall(COUNTS)
+            streams = r.hgetall(STREAMS)
+        except redis.RedisError:
+            return
+        families = {
+            "http_responses": CounterMetricFamily("rai_http_responses", "HTTP answers by status class", labels=["class"]),
+            "uploads_refused": CounterMetricFamily("rai_uploads_refused", "Submissions refused, by cause", labels=["cause"]),
+            "log_lines": CounterMetricFamily("rai_log_lines", "Log lines sent to live watchers", labels=["what"]),
+        }
+        for key, n in counts.items():
+            name, _, label = key.decode().partition("|")
+            if name in families:
+                families[name].add_metric([label], int(n))
+        yield from families.values()
+        now = time.time()
+        open_streams = 0
+        for _, value in streams.items():
+            n, _, at = value.decode().partition("|")
+            if now - float(at or 0) < 15:
+                open_streams += int(n)
+        yield GaugeMetricFamily("rai_sse_watchers", "Open log and queue streams, all server processes", value=open_streams)
+
+
+def _histogram(name: str, doc: str, values: list[float]) -> HistogramMetricFamily:
+    buckets = [(str(b) if b != float("inf") else "+Inf", sum(1 for v in values if v <= b)) for b in BUCKETS]
+    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=sum(values))
+
+
+@router.get("/metrics")
+def metrics(request: Request) -> Response:
+    token = request.app.state.settings.metrics_token
+    given = request.headers.get("authorization", "").removeprefix("Bearer ")
+    if token:
+        allowed = hmac.compare_digest(given.encode(), token.encode())
+    else:
+        allowed = is_loopback(request.client.host if request.client else "") and not came_through_proxy(request.scope)
+    if not allowed:
+        raise Forbidden("metrics are served to loopback (not through a proxy) or with RAI_METRICS_TOKEN")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Collector(request.app))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,1 @@
+"""Where state lives: the database (engine, migrations, tables) and blob storage on disk."""

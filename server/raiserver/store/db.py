@@ -1,0 +1,94 @@
+"""Database engine, sessions and migrations (Alembic runs at start, so a new server is ready)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import DateTime, Engine, create_engine, event, text
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.types import TypeDecorator
+
+HERE = Path(__file__).parent.parent  # raiserver/, where the migrations live
+
+
+class UTCDateTime(TypeDecorator):
+    """Always timezone-aware UTC, also on SQLite which forgets the zone."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=10, max_overflow=30)
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(conn, _record) -> None:  # WAL: readers never block the writer
+            cur = conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+MIGRATION_LOCK = 0x7261692D6D6967  # "rai-mig": the PostgreSQL advisory lock migrations take
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the head revision. Every server process calls this as it starts (four
+    at once under compose): on PostgreSQL they take turns on an advisory lock held to the end of
+    the transaction, so one migrates and the others find the schema done (without it they raced
+    to create the same tables). SQLite serialises writers itself."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(HERE / "migrations"))
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+class Database:
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = make_engine(url)
+        self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self.sessionmaker() as s:
+            try:
+                yield s
+                s.commit()
+            except BaseException:
+                s.rollback()
+                raise

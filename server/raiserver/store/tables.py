@@ -1,0 +1,132 @@
+"""The database tables: users, jobs, workers."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Enum, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from raiprotocol.models import JobState
+from raiserver.store.db import Base, UTCDateTime, utcnow
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16), default="student")
+    firstname: Mapped[str | None] = mapped_column(String(128))
+    lastname: Mapped[str | None] = mapped_column(String(128))
+    email: Mapped[str | None] = mapped_column(String(256))
+    team: Mapped[str | None] = mapped_column(String(128))
+    access_key: Mapped[str] = mapped_column(String(64), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(128))
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    sessions_after: Mapped[datetime | None] = mapped_column(UTCDateTime)  # browser sessions begun before are over
+
+    jobs: Mapped[list["Job"]] = relationship(back_populates="owner")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    queue: Mapped[str] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(32), default="dev")
+    # stored as the state's name in a VARCHAR(16), as before (no database enum type to migrate)
+    state: Mapped[JobState] = mapped_column(Enum(JobState, native_enum=False, length=16, create_constraint=False),
+                                            index=True, default=JobState.queued)
+    image: Mapped[str] = mapped_column(String(256))
+    spec_yaml: Mapped[str] = mapped_column(Text)
+    archive_sha256: Mapped[str] = mapped_column(String(64))
+    archive_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    worker: Mapped[str | None] = mapped_column(String(128))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    failed_command: Mapped[str | None] = mapped_column(Text)
+    message: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    has_build: Mapped[bool] = mapped_column(Boolean, default=False)
+    build_bytes: Mapped[int] = mapped_column(BigInteger, default=0)  # the stored build folder's size
+    archive_kept: Mapped[bool] = mapped_column(Boolean, default=True)  # False once retention removed it
+    results: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    gpu_name: Mapped[str | None] = mapped_column(String(128))
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # handed to Celery (fair share)
+    lease_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # the running attempt last renewed its lease over HTTP
+    remeasure_of: Mapped[str | None] = mapped_column(String(26))  # staff asked to measure this job again (issue 32)
+    repeats: Mapped[int | None] = mapped_column(Integer)  # timed runs, where not the course file's (a re-measure)
+    phases: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # [{name, at, detail}]: raiprotocol.models.Phase
+    waiting: Mapped[str | None] = mapped_column(Text)  # claimed but waiting in the batch system (Slurm PENDING): why
+    # a ranked run: built and timed by the course's build file of this id, not the student's
+    course_build_id: Mapped[int | None] = mapped_column(ForeignKey("course_builds.id"), nullable=True)
+
+    owner: Mapped[User] = relationship(back_populates="jobs")
+
+
+class CourseBuild(Base):
+    """The course's build file for a ranked kind (issue 23), one row per installed version: a job
+    names the version it ran, so a grade can be traced to the exact commands that produced it.
+    The labels stay here: no job container ever sees them."""
+
+    __tablename__ = "course_builds"
+    __table_args__ = (UniqueConstraint("kind", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    spec_yaml: Mapped[str] = mapped_column(Text)
+    labels: Mapped[str] = mapped_column(Text)  # one expected answer per line
+    installed_by: Mapped[str] = mapped_column(String(64))
+    installed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    queues: Mapped[list[str]] = mapped_column(JSON, default=list)
+    executor: Mapped[str] = mapped_column(String(32), default="")
+    slots: Mapped[int] = mapped_column(Integer, default=1)
+    busy: Mapped[int] = mapped_column(Integer, default=0)
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    running: Mapped[list[str]] = mapped_column(JSON, default=list)
+    version: Mapped[str] = mapped_column(String(32), default="")
+    images: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)  # None: runs any image (no containers)
+    pulls: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
+    arch: Mapped[str | None] = mapped_column(String(16), nullable=True)  # CPU architecture of its jobs
+    first_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    jobs_done: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class AuditEntry(Base):
+    """Every state-changing action by staff: who did what to whom, when."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(256), default="")
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class RevokedKey(Base):
+    """Access keys that no longer work, so their holders get a clear message instead of 'unknown'."""
+
+    __tablename__ = "revoked_keys"
+
+    access_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    username: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    reason: Mapped[str] = mapped_column(String(32), default="revoked")
