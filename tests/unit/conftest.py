@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from raiserver.config import Settings
-from raiserver.jobs.lifecycle import Services
 from raiserver.live.logs import LogStore
+from raiserver.services import Services
 from raiserver.store.db import Database, migrate
 from raiserver.store.storage import Storage
 

@@ -92,7 +92,7 @@ def test_a_lost_run_is_requeued_then_given_up(db, services):
 
 
 def test_waiting_in_slurm_is_shown_queued_and_a_node_failure_requeues(db, services):
-    from raiserver.jobs.lifecycle import QueueView, job_out
+    from raiserver.jobs.views import QueueView, job_out
 
     job = add_job(db, add_user(db, "alice"))
     add_worker(db, "w1")

@@ -9,7 +9,8 @@ from helpers.rows import add_job, add_user, add_worker
 
 from raiprotocol.models import JobState
 from raiserver.config import Settings
-from raiserver.jobs.lifecycle import QueueView, add_phase
+from raiserver.jobs.lifecycle import add_phase
+from raiserver.jobs.views import QueueView
 from raiserver.store.db import utcnow
 
 

@@ -7,8 +7,8 @@ import pytest
 from helpers.rows import add_job, add_user, add_worker
 
 from raiserver.config import Settings
-from raiserver.jobs.fairshare import release_jobs
-from raiserver.jobs.lifecycle import QueueView
+from raiserver.jobs.lifecycle import release_jobs
+from raiserver.jobs.views import QueueView
 
 
 def released_order(db, settings: Settings, slots: int) -> list[str]:

@@ -16,7 +16,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from raiserver.access.permissions import ROLES, is_staff
-from raiserver.errors import TooManyAttempts
 from raiserver.store.tables import RevokedKey, User
 
 
@@ -104,9 +103,3 @@ def session_user(db: Session, request: Request) -> User | None:
 
 def client_ip(request: Request) -> str:
     return request.client.host if request.client else "?"
-
-
-def too_many_failures(request: Request, access_key: str) -> None:
-    wait = request.app.state.login_limiter.retry_after(client_ip(request), access_key)
-    if wait is not None:
-        raise TooManyAttempts(f"too many failed logins; try again in {wait} s", wait)

@@ -241,6 +241,12 @@ class LoginLimiter:
             return None
         return ttl if ttl > 0 else None
 
+    def refuse(self, ip: str, key: str) -> int | None:
+        """A wrong login, for the API and the web view alike: seconds to wait when the address or
+        the key is over its limit (this one counted), else None (answer "wrong keys")."""
+        wait = self.retry_after(ip, key)
+        return wait if wait is not None else self.failed(ip, key)
+
     def failed(self, ip: str, key: str) -> int | None:
         """Count a failure; returns seconds to wait (answer 429) or None (answer 401)."""
         pair, address = self._pair(ip, key), f"rai:loginfail:ip:{ip}"

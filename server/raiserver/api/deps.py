@@ -1,6 +1,6 @@
 """Every FastAPI dependency of the API and the web view, as annotated types (``db: SessionDep``,
 ``p: CurrentUser``, ``svc: ServicesDep``): who is calling, with which rights, the request's database
-session and the app's parts. One place, so a handler's signature says what it needs; the rules
+session and the process's parts (settings included: ``svc.settings``). One place, so a handler's signature says what it needs; the rules
 themselves are permissions.py's and the credentials' auth.py's."""
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from raiserver.access.auth import Principal, authenticate, client_ip, session_user, too_many_failures
+from raiserver.access.auth import Principal, authenticate, client_ip, session_user
+from raiserver.access.csrf import check_csrf
 from raiserver.access.permissions import is_instructor
-from raiserver.config import Settings
 from raiserver.errors import Forbidden, TooManyAttempts, Unauthorized
-from raiserver.jobs.lifecycle import Services
-from raiserver.store.db import Database
+from raiserver.services import AppServices, services_of
 from raiserver.store.tables import RevokedKey, User
 
 basic = HTTPBasic(auto_error=False)
@@ -30,36 +29,29 @@ class LoginRequired(Exception):
     """A page needs a logged-in browser: the web view answers with the login page."""
 
 
+def services(request: Request) -> AppServices:
+    """The process's parts: the one way a request reaches settings, the database, storage, logs."""
+    return services_of(request.app)
+
+
 def get_db(request: Request) -> Iterator[Session]:
-    with request.app.state.db.session() as s:
+    """The request's database session. Handlers that must hold none while a client is slow
+    (streams, uploads) open short ones of their own from ``svc.db``."""
+    with services(request).db.session() as s:
         yield s
-
-
-def services(request: Request) -> Services:
-    return request.app.state.services
-
-
-def settings(request: Request) -> Settings:
-    return request.app.state.settings
-
-
-def database(request: Request) -> Database:
-    """For handlers that open short sessions of their own (streams, uploads) instead of one per request."""
-    return request.app.state.db
 
 
 def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(basic)) -> Principal:
     """Who is calling. Uses its own short session, so no database connection is held while a
     slow upload streams in (students on bad Wi-Fi must not exhaust the pool)."""
-    with request.app.state.db.session() as db:
+    with services(request).db.session() as db:
         user: User | None = None
         if creds is not None:
             # the secret first: a right one is always served, whatever others tried with this key or
             # from this address (a known access key must not lock its owner out); only wrong ones wait
             user = authenticate(db, creds.username, creds.password)
             if user is None:
-                too_many_failures(request, creds.username)
-                wait = request.app.state.login_limiter.failed(client_ip(request), creds.username)
+                wait = services(request).login_limiter.refuse(client_ip(request), creds.username)
                 if wait is not None:
                     raise TooManyAttempts(f"too many failed logins; try again in {wait} s", wait)
                 retired = db.get(RevokedKey, creds.username)
@@ -69,10 +61,7 @@ def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(
         else:
             user = session_user(db, request)
             if user is not None and request.method in UNSAFE:
-                # a browser sends the cookie with any request to us: a write needs the page's token
-                expected = request.session.get("csrf", "")
-                if not expected or not hmac.compare_digest(expected, request.headers.get("x-csrf-token", "")):
-                    raise Forbidden("a cookie-authenticated write needs the X-CSRF-Token header")
+                check_csrf(request, request.headers.get("x-csrf-token", ""), "a cookie-authenticated write needs the X-CSRF-Token header")
         if user is None:
             raise Unauthorized("credentials required")
         if not user.active:
@@ -93,7 +82,7 @@ def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
 
 
 def require_worker(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-    token = request.app.state.settings.worker_token
+    token = services(request).settings.worker_token
     if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):
         raise Unauthorized("worker token required", challenge=False)
 
@@ -108,9 +97,7 @@ def web_user(request: Request, db: Session = Depends(get_db)) -> Principal:
 
 
 SessionDep = Annotated[Session, Depends(get_db)]
-ServicesDep = Annotated[Services, Depends(services)]
-SettingsDep = Annotated[Settings, Depends(settings)]
-DatabaseDep = Annotated[Database, Depends(database)]
+ServicesDep = Annotated[AppServices, Depends(services)]
 CurrentUser = Annotated[Principal, Depends(current_user)]
 StaffUser = Annotated[Principal, Depends(require_staff)]
 InstructorUser = Annotated[Principal, Depends(require_instructor)]

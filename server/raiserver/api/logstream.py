@@ -13,9 +13,9 @@ from raiprotocol import logwire
 from raiprotocol.logwire import END, Batch
 from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.models import JobOut, JobState
-from raiserver.jobs.lifecycle import Services
 from raiserver.live.feed import LogHub, Shared
 from raiserver.live.logs import PAGE_ENTRIES
+from raiserver.services import Services
 
 STATUS_FIELDS = {"state", "position", "eta_seconds", "worker"}
 

@@ -7,55 +7,40 @@ SameSite=strict); every form carries a CSRF token bound to the session.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
-import secrets
 import time
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request, status
+from fastapi import APIRouter, FastAPI, Form, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import select
-from sqlalchemy.orm import Session, joinedload
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.sessions import SessionMiddleware
 
-from raiprotocol.models import JobState
-from raiprotocol.states import UNFINISHED
 from raiserver.access.auth import Principal, authenticate, client_ip, key_tag, session_user
+from raiserver.access.csrf import check_csrf, csrf_token
 from raiserver.access.permissions import can_cancel
-from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, SettingsDep, WebUser
+from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebUser, services
 from raiserver.config import Settings
 from raiserver.errors import Forbidden, NotFound, Unauthorized
 from raiserver.fleet.workers import is_alive
 from raiserver.grading.leaderboard import hidden, leaderboard
-from raiserver.jobs.lifecycle import QueueView, cancel_job, job_out
+from raiserver.jobs.lifecycle import cancel_job
 from raiserver.jobs.lookup import cancellable_job, visible_job
+from raiserver.jobs.views import QueueView, job_out, queue_snapshot, shown_to
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, User, Worker
 
 HERE = Path(__file__).parent.parent  # raiserver/, where the templates and static files live
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 router = APIRouter(include_in_schema=False)
-
-
-def csrf_token(request: Request) -> str:
-    token = request.session.get("csrf")
-    if not token:
-        token = secrets.token_urlsafe(24)
-        request.session["csrf"] = token
-    return token
-
-
-def check_csrf(request: Request, token: str) -> None:
-    expected = request.session.get("csrf", "")
-    if not expected or not hmac.compare_digest(expected, token):
-        raise Forbidden("the form expired; reload the page and try again")
+FORM_EXPIRED = "the form expired; reload the page and try again"
 
 
 def render(request: Request, name: str, p: Principal | None, **ctx) -> HTMLResponse:
@@ -70,18 +55,14 @@ def login_page(request: Request, error: str | None = None) -> HTMLResponse:
 
 @router.post("/login")
 def login(request: Request, access_key: Annotated[str, Form()], secret_key: Annotated[str, Form()], csrf: Annotated[str, Form()],
-          db: SessionDep) -> Response:
-    check_csrf(request, csrf)
+          db: SessionDep, svc: ServicesDep) -> Response:
+    check_csrf(request, csrf, FORM_EXPIRED)
     key = access_key.strip()
-    limiter = request.app.state.login_limiter
     user = authenticate(db, key, secret_key.strip())  # first: right keys are never refused by the limits
     if user is None or not user.active:
-        wait = limiter.retry_after(client_ip(request), key)
+        wait = svc.login_limiter.refuse(client_ip(request), key)
         if wait is not None:
             return render(request, "login.html", None, error=f"Too many failed logins; try again in {wait} s.")
-        wait = limiter.failed(client_ip(request), key)
-        if wait is not None:
-            return render(request, "login.html", None, error=f"Too many failed logins from your address; try again in {wait} s.")
         return render(request, "login.html", None, error="Unknown access key or wrong secret key.")
     request.session.clear()
     request.session["user_id"] = user.id
@@ -94,7 +75,7 @@ def login(request: Request, access_key: Annotated[str, Form()], secret_key: Anno
 def logout(request: Request, csrf: Annotated[str, Form()], db: SessionDep) -> Response:
     """Ends this user's browser sessions for good, not only this cookie: a copy of the signed
     cookie would otherwise answer until it expires (12 h)."""
-    check_csrf(request, csrf)
+    check_csrf(request, csrf, FORM_EXPIRED)
     user = session_user(db, request)
     if user is not None:
         user.sessions_after = utcnow()
@@ -108,80 +89,15 @@ def home() -> Response:
     return RedirectResponse("/queue", status.HTTP_303_SEE_OTHER)
 
 
-def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
-    """Every waiting and running job, as staff see it (``owner_id`` to tell whose it is)."""
-    jobs = db.scalars(
-        select(Job).options(joinedload(Job.owner))
-        .where(Job.state.in_(UNFINISHED)).order_by(Job.created_at)
-    ).all()
-    now = utcnow()
-    rows: dict[str, list[dict]] = {"queued": [], "running": []}
-    view = QueueView(db, settings)
-    for job in jobs:
-        out = job_out(db, job, view)
-        since = job.started_at if out.state is JobState.running else job.created_at
-        rows[out.state.value].append({
-            "id": job.id, "owner": job.owner.username, "owner_id": job.owner_id, "queue": job.queue, "kind": job.kind,
-            "image": job.image, "worker": job.worker or "", "position": out.position, "eta": out.eta_seconds,
-            "waiting": job.waiting,
-            "seconds": round((now - since).total_seconds()) if since else 0,
-        })
-    rows["queued"].sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["queue"]))  # who goes next first
-    return rows
-
-
-def shown_to(rows: dict[str, list[dict]], user_id: int, staff: bool) -> dict[str, list[dict]]:
-    """The queue as one user may see it: others' jobs anonymous to students."""
-    view: dict[str, list[dict]] = {}
-    for state, jobs in rows.items():
-        view[state] = []
-        for row in jobs:
-            mine = row["owner_id"] == user_id
-            shown = staff or mine
-            view[state].append({**{k: v for k, v in row.items() if k != "owner_id"}, "mine": mine,
-                                "id": row["id"] if shown else None, "owner": row["owner"] if shown else "another student"})
-    return view
-
-
-def queue_snapshot(db: Session, settings: Settings, p: Principal) -> dict:
-    return shown_to(queue_rows(db, settings), p.user.id, p.is_staff)
-
-
-class QueueFeed:
-    """The live queue page's data: computed at most once a second per server process, however
-    many people watch, with the session check of every watcher in the same pass."""
-
-    def __init__(self, app):
-        self.app = app
-        self.at = -1.0
-        self.rows: dict[str, list[dict]] = {}
-        self.sessions: dict[int, tuple[bool, str]] = {}  # user id -> (active, key tag)
-        self.watching: Counter[int] = Counter()
-        self.lock = asyncio.Lock()
-
-    def _compute(self) -> tuple[dict, dict]:
-        with self.app.state.db.session() as db:
-            users = db.execute(select(User.id, User.active, User.access_key).where(User.id.in_(list(self.watching)))).all()
-            return queue_rows(db, self.app.state.settings), {u.id: (u.active, key_tag(u.access_key)) for u in users}
-
-    async def get(self) -> tuple[dict, dict]:
-        async with self.lock:
-            now = asyncio.get_running_loop().time()
-            if now - self.at >= 1.0:
-                self.rows, self.sessions = await run_in_threadpool(self._compute)
-                self.at = asyncio.get_running_loop().time()
-            return self.rows, self.sessions
-
-
 @router.get("/queue")
-def queue_page(request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
-    return render(request, "queue.html", p, snapshot=queue_snapshot(db, settings, p))
+def queue_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
+    return render(request, "queue.html", p, snapshot=queue_snapshot(db, svc.settings, p))
 
 
 @router.get("/web/queue/events")
-async def queue_events(request: Request) -> EventSourceResponse:
+async def queue_events(request: Request, svc: ServicesDep) -> EventSourceResponse:
     def who() -> Principal:
-        with request.app.state.db.session() as db:
+        with svc.db.session() as db:
             user = session_user(db, request)
             if user is None:
                 raise Unauthorized("log in first", challenge=False)
@@ -189,9 +105,8 @@ async def queue_events(request: Request) -> EventSourceResponse:
 
     p = await run_in_threadpool(who)
     uid, staff, tag = p.user.id, p.is_staff, request.session.get("key")
-    hub = request.app.state.hub
+    hub, feed = svc.hub, svc.queue_feed
     hub.admit(uid, staff)
-    feed: QueueFeed = request.app.state.queue_feed
     feed.watching[uid] += 1
 
     async def events():
@@ -218,10 +133,10 @@ async def queue_events(request: Request) -> EventSourceResponse:
 
 
 @router.get("/workers")
-def workers_page(request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
+def workers_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     if not p.is_staff:
         raise Forbidden("the workers page is for staff")
-    dead_after = settings.worker_dead_after
+    dead_after = svc.settings.worker_dead_after
     now = utcnow()
     rows = [{"w": w, "alive": is_alive(w, dead_after, now), "age": round((now - w.last_seen).total_seconds())}
             for w in db.scalars(select(Worker).order_by(Worker.name))]
@@ -229,16 +144,16 @@ def workers_page(request: Request, p: WebUser, db: SessionDep, settings: Setting
 
 
 @router.get("/jobs/{job_id}")
-def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
+def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     job = visible_job(db, p, job_id)
-    return render(request, "job.html", p, job=job_out(db, job, QueueView(db, settings)), spec=job.spec_yaml,
+    return render(request, "job.html", p, job=job_out(db, job, QueueView(db, svc.settings)), spec=job.spec_yaml,
                   can_cancel=can_cancel(p, job))
 
 
 @router.post("/jobs/{job_id}/cancel")
 def cancel_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()], p: WebUser,
                     db: SessionDep, svc: ServicesDep) -> Response:
-    check_csrf(request, csrf)
+    check_csrf(request, csrf, FORM_EXPIRED)
     job = cancellable_job(db, p, job_id)
     cancel_job(db, svc, job, p.user)
     back = request.headers.get("referer") or f"/jobs/{job_id}"
@@ -246,22 +161,22 @@ def cancel_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()],
 
 
 @router.get("/leaderboard")
-def leaderboard_page(request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
-    entries = leaderboard(db, settings, p)
-    unverified = leaderboard(db, settings, p, board="unverified")
+def leaderboard_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
+    entries = leaderboard(db, svc.settings, p)
+    unverified = leaderboard(db, svc.settings, p, board="unverified")
     return render(request, "leaderboard.html", p, entries=entries, unverified=unverified,
-                  times=[round(e.op_time * 1000, 6) for e in entries], threshold=settings.correctness_threshold,
-                  ranked_kinds=", ".join(sorted(settings.ranked_kind_set)), policy=settings.leaderboard_policy,
-                  only_mine=hidden(settings, p))
+                  times=[round(e.op_time * 1000, 6) for e in entries], threshold=svc.settings.correctness_threshold,
+                  ranked_kinds=", ".join(sorted(svc.settings.ranked_kind_set)), policy=svc.settings.leaderboard_policy,
+                  only_mine=hidden(svc.settings, p))
 
 
 @router.get("/users/{username}")
-def user_page(username: str, request: Request, p: WebUser, db: SessionDep, settings: SettingsDep) -> HTMLResponse:
+def user_page(username: str, request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     user = db.scalar(select(User).where(User.username == username))
     if user is None or not (p.is_staff or user.id == p.user.id):
         raise NotFound(f"no user {username}")
     jobs = db.scalars(select(Job).where(Job.owner_id == user.id).order_by(Job.created_at.desc()).limit(200)).all()
-    view = QueueView(db, settings)
+    view = QueueView(db, svc.settings)
     history = [
         {"t": j.finished_at.isoformat(), "ms": j.results["op_time_total"] * 1000, "id": j.id}
         for j in reversed(jobs)
@@ -270,17 +185,12 @@ def user_page(username: str, request: Request, p: WebUser, db: SessionDep, setti
     return render(request, "user.html", p, user=user, jobs=[job_out(db, j, view) for j in jobs], history=history)
 
 
-def install(app) -> None:
+def install(app: FastAPI, settings: Settings) -> None:
     """Mount the pages, the static files and the login redirect on an app."""
-    from fastapi.staticfiles import StaticFiles
-    from starlette.middleware.sessions import SessionMiddleware
-
-    settings = app.state.settings
     secure = settings.cookie_secure if settings.cookie_secure is not None else settings.public_url.startswith("https:")
     app.add_middleware(SessionMiddleware, secret_key=settings.session_secret, same_site="strict", https_only=secure,
                        max_age=int(timedelta(hours=12).total_seconds()), session_cookie="rai_session")
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
-    app.state.queue_feed = QueueFeed(app)
     app.include_router(router)
 
     @app.exception_handler(LoginRequired)
@@ -304,7 +214,7 @@ def wants_page(request: Request) -> bool:
 
 
 def error_page(request: Request, code: int, detail: str) -> HTMLResponse:
-    with request.app.state.db.session() as db:
+    with services(request).db.session() as db:
         user = session_user(db, request)
         p = Principal(user) if user is not None else None
         if code == 404 and detail == "Not Found":

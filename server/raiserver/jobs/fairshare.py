@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session, joinedload
 from raiprotocol.models import JobState
 from raiserver.access.permissions import is_staff
 from raiserver.fleet.workers import live_slots
-from raiserver.store.db import utcnow
 from raiserver.store.tables import Job
 
 
@@ -82,18 +81,3 @@ def free_slots(db: Session, queue: str, dead_after: float) -> int:
 
 def queues_with_work(db: Session) -> list[str]:
     return list(db.scalars(select(Job.queue).where(Job.state == JobState.queued).distinct()))
-
-
-def release_jobs(db: Session, send, dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> int:
-    """Release as many jobs as there are free slots, in fair order. ``send(job)`` hands one to Celery."""
-    released = 0
-    for queue in queues_with_work(db):
-        free = free_slots(db, queue, dead_after)
-        if free <= 0:
-            continue
-        for job in fair_order(db, queue, staff_priority, priority_kinds)[:free]:
-            job.released_at = utcnow()
-            db.commit()  # durable before the message exists: a crash here leaves it for jobs.release_again
-            send(job)
-            released += 1
-    return released

@@ -11,10 +11,7 @@ a lease its worker renews; the job goes to another worker only once the lease la
 
 from __future__ import annotations
 
-import heapq
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import redis
@@ -23,33 +20,20 @@ from sqlalchemy.orm import Session
 from ulid import ULID
 
 from raiprotocol.inputs import run_seed
-from raiprotocol.models import Claim, ClaimGranted, JobOut, JobResultSummary, JobState, JobUpdate, MeasuredRun, Phase, TimedRun
+from raiprotocol.models import Claim, ClaimGranted, JobState, JobUpdate, MeasuredRun, Phase, TimedRun
 from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
 from raiserver.access.audit import audit
-from raiserver.config import Settings
 from raiserver.errors import Conflict, Invalid, Missing, NotFound
-from raiserver.fleet.dispatch import Dispatcher
-from raiserver.fleet.workers import live_slots
 from raiserver.grading.course import spec_of
 from raiserver.grading.leaderboard import verdict
 from raiserver.grading.measured import summarize
 from raiserver.grading.results import parse_log, relevant_lines
-from raiserver.jobs.fairshare import fair_order
-from raiserver.live.logs import LogStore
+from raiserver.jobs.fairshare import fair_order, free_slots, queues_with_work
+from raiserver.services import Services
 from raiserver.store.db import Database, utcnow
-from raiserver.store.storage import Storage
 from raiserver.store.tables import CourseBuild, Job, User, Worker
 
 log = logging.getLogger("raiserver")
-
-
-@dataclass
-class Services:
-    settings: Settings
-    storage: Storage
-    logs: LogStore
-    dispatcher: Dispatcher
-    kick: Callable[[], None] = lambda: None  # run a fair-share release pass soon
 
 
 def fence(svc: Services, job: Job) -> None:
@@ -80,105 +64,6 @@ def phases_of(job: Job) -> list[Phase]:
     if job.finished_at:
         phases.append(Phase(name="finished", at=job.finished_at, detail=job.state.value))
     return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
-
-
-TYPICAL_RUN = 30.0  # seconds, for a queue that has no finished job yet
-
-
-class QueueView:
-    """Queue positions and ETAs, computed once per queue however many jobs are shown (the web
-    queue renders every waiting job each second: one fair-order pass, not one per job)."""
-
-    def __init__(self, db: Session, settings: Settings):
-        self.db = db
-        self.settings = settings
-        self._positions: dict[str, dict[str, int]] = {}
-        self._per_slot: dict[str, float | None] = {}  # a typical run on the queue
-        self._frees: dict[str, list[float]] = {}  # when each of its slots frees, seconds from now
-
-    def position(self, job: Job) -> int | None:
-        """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
-        if job.state != JobState.queued:
-            return None
-        if job.released_at is not None:
-            return 1
-        if job.queue not in self._positions:
-            s = self.settings
-            order = fair_order(self.db, job.queue, s.staff_priority, set(s.priority_kinds))
-            self._positions[job.queue] = {j.id: i for i, j in enumerate(order, start=1)}
-        return self._positions[job.queue].get(job.id)
-
-    def eta(self, job: Job, position: int | None) -> float | None:
-        """Expected wait until the job starts: when each slot of its queue frees (from what runs
-        there now: how long it has run, against a typical run and its time limit), then the jobs
-        ahead each taking a typical run. Rounded to 5 s (an estimate, not a promise). None when no
-        live worker serves the queue."""
-        if position is None:
-            return None
-        if job.queue not in self._per_slot:
-            self._frees[job.queue], self._per_slot[job.queue] = self._schedule(job.queue)
-        typical, frees = self._per_slot[job.queue], list(self._frees[job.queue])
-        if typical is None or not frees:
-            return None
-        heapq.heapify(frees)
-        for _ in range(position - 1):
-            heapq.heappush(frees, heapq.heappop(frees) + typical)
-        return float(5 * round(frees[0] / 5))
-
-    def _schedule(self, queue: str) -> tuple[list[float], float | None]:
-        slots = live_slots(self.db, queue, self.settings.worker_dead_after)
-        if slots == 0:
-            return [], None
-        recent = self.db.execute(
-            select(Job.started_at, Job.finished_at).where(Job.queue == queue, Job.finished_at.is_not(None),
-                                                          Job.started_at.is_not(None))
-            .order_by(Job.finished_at.desc()).limit(20)
-        ).all()
-        spans = sorted((f - s).total_seconds() for s, f in recent if s is not None and f is not None)
-        typical = spans[len(spans) // 2] if spans else TYPICAL_RUN
-        now, wall = utcnow(), float(self.settings.wall_seconds)
-        frees = []
-        for running in self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.running, Job.waiting.is_(None))):
-            claimed = _claimed_at(running)
-            ran = (now - claimed).total_seconds() if claimed else 0.0
-            # within a typical run: the rest of it; past it, half again what it ran, never past its limit
-            frees.append(max(typical - ran, 1.0) if ran < typical else max(min(wall - ran, max(ran * 0.5, 10.0)), 1.0))
-        frees = sorted(frees) + [0.0] * max(slots - len(frees), 0)  # idle slots free now
-        return frees, typical
-
-
-def shown_state(state: JobState, waiting: bool) -> JobState:
-    """What users see: a job a worker handed to Slurm that Slurm has not started yet is queued
-    (the database keeps it running: it is claimed, and cancelling it must reach that worker)."""
-    return JobState.queued if state is JobState.running and waiting else state
-
-
-def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
-    position = view.position(job)
-    return JobOut(
-        id=job.id,
-        owner=job.owner.username,
-        queue=job.queue,
-        kind=job.kind,
-        state=shown_state(job.state, bool(job.waiting)),
-        waiting=job.waiting,
-        image=job.image,
-        created_at=job.created_at,
-        released_at=job.released_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        worker=job.worker,
-        exit_code=job.exit_code,
-        failed_command=job.failed_command,
-        message=job.message,
-        position=position,
-        eta_seconds=view.eta(job, position),
-        gpu_name=job.gpu_name,
-        has_build=job.has_build,
-        archive_bytes=job.archive_bytes,
-        results=JobResultSummary.model_validate(job.results) if job.results else None,
-        phases=phases_of(job),
-    )
 
 
 def create_job(
@@ -437,7 +322,7 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
 CLAIM_GRACE = timedelta(seconds=10)  # a heartbeat listed before a claim arrives after it: no false alarm
 
 
-def _claimed_at(job: Job) -> datetime | None:
+def claimed_at(job: Job) -> datetime | None:
     times = [p.get("at") for p in job.phases or [] if p.get("name") == "claimed"]
     return datetime.fromisoformat(times[-1]) if times and times[-1] else job.started_at
 
@@ -450,7 +335,7 @@ def reconcile(db: Session, svc: Services, worker: str, running: list[str]) -> in
     held = db.scalars(select(Job).where(Job.state == JobState.running, Job.worker == worker)).all()
     now, n = utcnow(), 0
     for job in held:
-        claimed = _claimed_at(job)
+        claimed = claimed_at(job)
         if job.id in listed or (claimed is not None and now - claimed < CLAIM_GRACE):
             continue
         requeue_lost(db, svc, job, f"Worker {worker} is no longer running the job (it restarted or lost the run)")
@@ -470,7 +355,7 @@ def lease_lapsed(svc: Services, job: Job, now: datetime, awake_since: datetime |
     window = lease_window(svc)
     if awake_since is not None and now - awake_since < window:
         return False
-    renewed = job.lease_at or _claimed_at(job) or job.started_at
+    renewed = job.lease_at or claimed_at(job) or job.started_at
     if renewed is not None and now - renewed < window:
         return False
     try:
@@ -488,7 +373,7 @@ def reap(db: Session, svc: Services, awake_since: datetime | None = None) -> int
     if awake_since is not None and now - awake_since < window:
         return 0
     running = db.scalars(select(Job).where(Job.state == JobState.running)).all()
-    quiet = [j for j in running if j.worker is None or now - (j.lease_at or _claimed_at(j) or now - window) >= window]
+    quiet = [j for j in running if j.worker is None or now - (j.lease_at or claimed_at(j) or now - window) >= window]
     if not quiet:
         return 0
     held = svc.logs.leases_held([j.id for j in quiet])  # a Redis error fails the pass: nothing requeued
@@ -508,6 +393,22 @@ def restore_fences(db: Session, svc: Services) -> int:
         (Job.state == JobState.running) | ((Job.state == JobState.queued) & Job.released_at.is_not(None)))).all()
     svc.logs.restore_fences({job_id: attempt for job_id, attempt in rows}, svc.settings.visibility_timeout)
     return len(rows)
+
+
+def release_jobs(db: Session, send, dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> int:
+    """Release as many jobs as there are free slots, in fair order (``fairshare``). ``send(job)``
+    hands one to Celery."""
+    released = 0
+    for queue in queues_with_work(db):
+        free = free_slots(db, queue, dead_after)
+        if free <= 0:
+            continue
+        for job in fair_order(db, queue, staff_priority, priority_kinds)[:free]:
+            job.released_at = utcnow()
+            db.commit()  # durable before the message exists: a crash here leaves it for jobs.release_again
+            send(job)
+            released += 1
+    return released
 
 
 def release_again(db: Session, svc: Services) -> int:

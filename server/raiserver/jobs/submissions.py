@@ -23,9 +23,11 @@ from raiserver.errors import BadArchive, Invalid, TooLarge
 from raiserver.fleet.workers import check_image, check_queue, check_requirements
 from raiserver.grading.course import current as current_course
 from raiserver.grading.course import spec_of, student_part
-from raiserver.jobs.lifecycle import QueueView, Services, create_job, job_out
+from raiserver.jobs.lifecycle import create_job
 from raiserver.jobs.quotas import check_quotas
 from raiserver.jobs.retention import check_storage
+from raiserver.jobs.views import QueueView, job_out
+from raiserver.services import Services
 from raiserver.store.db import Database
 from raiserver.store.storage import human_size, sha256_of
 from raiserver.store.tables import User

@@ -14,13 +14,11 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import os
 import time
-from collections import Counter
 from collections.abc import Iterator
 
 import redis
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -30,48 +28,28 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from raiprotocol.models import JobState
 from raiserver.access.hardening import came_through_proxy, is_loopback
+from raiserver.api.deps import ServicesDep
 from raiserver.errors import Forbidden
 from raiserver.fleet.workers import live_workers
+from raiserver.live.counts import COUNTS, STREAMS, ProcessCounts
+from raiserver.services import AppServices, services_of
 from raiserver.store.tables import Job
 
 log = logging.getLogger("raiserver")
 router = APIRouter(include_in_schema=False)
 
-COUNTS = "rai:metrics:counts"  # hash "name|label" -> count, summed over processes
-STREAMS = "rai:metrics:streams"  # hash pid -> "open streams|unix time"
 BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
 
 
-class ProcessCounts:
-    """This process's counters, flushed to Redis; cheap to bump on a hot path."""
-
-    def __init__(self) -> None:
-        self.pending: Counter[str] = Counter()
-
-    def add(self, name: str, label: str, n: int = 1) -> None:
-        self.pending[f"{name}|{label}"] += n
-
-    def flush(self, r: redis.Redis, open_streams: int) -> None:
-        pending, self.pending = self.pending, Counter()
-        try:
-            pipe = r.pipeline(transaction=False)
-            for key, n in pending.items():
-                pipe.hincrby(COUNTS, key, n)
-            pipe.hset(STREAMS, str(os.getpid()), f"{open_streams}|{time.time():.0f}")
-            pipe.execute()
-        except redis.RedisError:
-            self.pending.update(pending)  # next time
-
-
-async def flush_loop(app) -> None:
-    counts: ProcessCounts = app.state.counts
-    hub = app.state.hub
+async def flush_loop(app: FastAPI) -> None:
+    svc = services_of(app)
+    counts, hub = svc.counts, svc.hub
     while True:
         await asyncio.sleep(2.0)
         lines, hub.lines_sent = hub.lines_sent, 0
         if lines:
             counts.add("log_lines", "sent", lines)
-        await run_in_threadpool(counts.flush, app.state.services.logs.redis, hub.open_streams)
+        await run_in_threadpool(counts.flush, svc.logs.redis, hub.open_streams)
 
 
 class HttpCounts:
@@ -94,13 +72,13 @@ class HttpCounts:
 
 
 class Collector:
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, svc: AppServices):
+        self.svc = svc
 
     def collect(self) -> Iterator:
-        settings = self.app.state.settings
-        r = self.app.state.services.logs.redis
-        with self.app.state.db.session() as db:
+        settings = self.svc.settings
+        r = self.svc.logs.redis
+        with self.svc.db.session() as db:
             jobs = GaugeMetricFamily("rai_jobs", "Jobs by state", labels=["state"])
             by_state = dict(db.execute(select(Job.state, func.count()).group_by(Job.state)).all())
             for state in JobState:
@@ -112,9 +90,9 @@ class Collector:
             yield depth
             rows = db.execute(select(Job.created_at, Job.started_at, Job.finished_at).where(Job.started_at.is_not(None))).all()
             yield _histogram("rai_job_wait_seconds", "From submission to a worker starting the job",
-                             [(s - c).total_seconds() for c, s, _ in rows])
+                             [(s - c).total_seconds() for c, s, _ in rows if s is not None])
             yield _histogram("rai_job_run_seconds", "From a worker starting the job to its end",
-                             [(f - s).total_seconds() for _, s, f in rows if f is not None])
+                             [(f - s).total_seconds() for _, s, f in rows if s is not None and f is not None])
             live = live_workers(db, settings.worker_dead_after)
             yield GaugeMetricFamily("rai_workers_live", "Workers sending heartbeats", value=len(live))
             gpus = GaugeMetricFamily("rai_gpus", "GPUs of live workers", labels=["state"])
@@ -153,8 +131,8 @@ def _histogram(name: str, doc: str, values: list[float]) -> HistogramMetricFamil
 
 
 @router.get("/metrics")
-def metrics(request: Request) -> Response:
-    token = request.app.state.settings.metrics_token
+def metrics(request: Request, svc: ServicesDep) -> Response:
+    token = svc.settings.metrics_token
     given = request.headers.get("authorization", "").removeprefix("Bearer ")
     if token:
         allowed = hmac.compare_digest(given.encode(), token.encode())
@@ -163,5 +141,5 @@ def metrics(request: Request) -> Response:
     if not allowed:
         raise Forbidden("metrics are served to loopback (not through a proxy) or with RAI_METRICS_TOKEN")
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(Collector(request.app))
+    registry.register(Collector(svc))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -12,11 +12,12 @@ from raiserver.access.audit import audit
 from raiserver.access.auth import revoke_keys, rotate_keys
 from raiserver.access.permissions import may_change
 from raiserver.access.roster import import_csv, issued
-from raiserver.api.deps import DatabaseDep, InstructorUser, ServicesDep, SessionDep, SettingsDep, StaffUser
+from raiserver.api.deps import InstructorUser, ServicesDep, SessionDep, StaffUser
 from raiserver.errors import NotFound
 from raiserver.fleet.images import blob_path, request_pull, tar_images
 from raiserver.grading import course
-from raiserver.jobs.lifecycle import QueueView, job_out, remeasure
+from raiserver.jobs.lifecycle import remeasure
+from raiserver.jobs.views import QueueView, job_out
 from raiserver.store.tables import AuditEntry, CourseBuild, Job, User
 
 router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
@@ -84,7 +85,7 @@ def pull_image(body: PullBody, svc: ServicesDep, p: InstructorUser,
 
 
 @router.post("/images/load", response_model=list[PullRequest])
-async def load_image(request: Request, p: InstructorUser, svc: ServicesDep, database: DatabaseDep) -> list[PullRequest]:
+async def load_image(request: Request, p: InstructorUser, svc: ServicesDep) -> list[PullRequest]:
     """Body: a `docker save` tar. Every worker downloads it from here and loads it (no registry needed)."""
     tmp, sha, _ = await svc.storage.receive(request.stream(), svc.settings.max_image_bytes,
                                             "the image archive (RAI_MAX_IMAGE_BYTES)")
@@ -95,7 +96,7 @@ async def load_image(request: Request, p: InstructorUser, svc: ServicesDep, data
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp.replace(dest)
         reqs = [request_pull(svc.logs.redis, name, blob=sha) for name in names]
-        with database.session() as db:
+        with svc.db.session() as db:
             audit(db, p.user.username, "image.load", ", ".join(names), sha256=sha)
             db.commit()
         return reqs
@@ -114,24 +115,24 @@ def _course_out(row: CourseBuild) -> CourseBuildOut:
 
 
 @router.put("/course/{kind}", response_model=CourseBuildOut)
-def install_course_build(kind: str, body: CourseBuildIn, p: InstructorUser, db: SessionDep, settings: SettingsDep) -> CourseBuildOut:
+def install_course_build(kind: str, body: CourseBuildIn, p: InstructorUser, db: SessionDep, svc: ServicesDep) -> CourseBuildOut:
     """A new version of a ranked kind's build file: submissions from now on run it (issue 23)."""
-    row = course.install(db, kind, body.build_file, body.labels, p.user.username, settings.ranked_kind_set)
+    row = course.install(db, kind, body.build_file, body.labels, p.user.username, svc.settings.ranked_kind_set)
     audit(db, p.user.username, "course.install", kind, version=row.version)
     db.commit()
     return _course_out(row)
 
 
 @router.get("/course", response_model=list[CourseBuildOut])
-def course_builds(_: StaffUser, db: SessionDep, settings: SettingsDep) -> list[CourseBuildOut]:
+def course_builds(_: StaffUser, db: SessionDep, svc: ServicesDep) -> list[CourseBuildOut]:
     """The build file each ranked kind runs now."""
-    rows = [course.current(db, kind) for kind in sorted(settings.ranked_kind_set)]
+    rows = [course.current(db, kind) for kind in sorted(svc.settings.ranked_kind_set)]
     return [_course_out(row) for row in rows if row is not None]
 
 
 
 @router.post("/jobs/{job_id}/remeasure", response_model=JobOut)
-def remeasure_job(job_id: str, p: StaffUser, db: SessionDep, svc: ServicesDep, settings: SettingsDep,
+def remeasure_job(job_id: str, p: StaffUser, db: SessionDep, svc: ServicesDep,
                   repeats: int = Query(10, ge=2, le=20)) -> JobOut:
     """Measure a ranked entry again (issue 32): more timed runs on an idle GPU; its result replaces
     the original's on the board once it ends. Audited."""
@@ -139,4 +140,4 @@ def remeasure_job(job_id: str, p: StaffUser, db: SessionDep, svc: ServicesDep, s
     if original is None:
         raise NotFound("no such job")
     job = remeasure(db, svc, original, p.user, repeats)
-    return job_out(db, job, QueueView(db, settings))
+    return job_out(db, job, QueueView(db, svc.settings))

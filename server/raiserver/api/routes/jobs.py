@@ -12,25 +12,26 @@ from sse_starlette.sse import EventSourceResponse
 
 from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
 from raiserver.access.auth import Principal
-from raiserver.api.deps import CurrentUser, SessionDep, services
+from raiserver.api.deps import CurrentUser, ServicesDep, SessionDep
 from raiserver.api.logstream import log_events, plain_text
 from raiserver.errors import Conflict, DomainError, NotFound
-from raiserver.jobs.lifecycle import QueueView, cancel_job, job_out
+from raiserver.jobs.lifecycle import cancel_job
 from raiserver.jobs.lookup import cancellable_job, visible_job
-from raiserver.jobs.queues import summaries
 from raiserver.jobs.retention import delete_files, usage
 from raiserver.jobs.submissions import accept_submission
+from raiserver.jobs.views import QueueView, job_out, summaries
+from raiserver.services import AppServices
 from raiserver.store.tables import Job, User
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
 
-def job_snapshot(request: Request, p: Principal, job_id: str) -> Callable[[], JobOut]:
+def job_snapshot(svc: AppServices, p: Principal, job_id: str) -> Callable[[], JobOut]:
     """The job as this user may see it, read with a short session of its own (for streams that
     outlive any one database session)."""
     def snapshot() -> JobOut:
-        with request.app.state.db.session() as db:
-            return job_out(db, visible_job(db, p, job_id), QueueView(db, request.app.state.settings))
+        with svc.db.session() as db:
+            return job_out(db, visible_job(db, p, job_id), QueueView(db, svc.settings))
 
     return snapshot
 
@@ -40,8 +41,8 @@ def user_out(user: User) -> UserOut:
 
 
 @router.get("/me", response_model=UserOut)
-def me(request: Request, p: CurrentUser) -> UserOut:
-    return user_out(p.user).model_copy(update={"max_upload_bytes": services(request).settings.max_upload_bytes})
+def me(p: CurrentUser, svc: ServicesDep) -> UserOut:
+    return user_out(p.user).model_copy(update={"max_upload_bytes": svc.settings.max_upload_bytes})
 
 
 @router.post("/jobs", response_model=JobOut, status_code=status.HTTP_201_CREATED)
@@ -52,75 +53,74 @@ async def submit(
     kind: str = Query("dev"),
     content_length: int | None = Header(None),
     p: CurrentUser,
+    svc: ServicesDep,
 ) -> JobOut:
     """Body: the project as a .tar.gz holding rai_build.yml at its top."""
     try:
-        svc = services(request)
-        gate = None if svc.settings.staff_exempt and p.is_staff else request.app.state.upload_gate
-        return await accept_submission(svc, request.app.state.db, request.stream(), p.user.id, queue, kind,
-                                       content_length, gate)
+        gate = None if svc.settings.staff_exempt and p.is_staff else svc.upload_gate
+        return await accept_submission(svc, svc.db, request.stream(), p.user.id, queue, kind, content_length, gate)
     except DomainError as exc:
-        request.app.state.counts.add("uploads_refused", exc.refusal)
+        svc.counts.add("uploads_refused", exc.refusal)
         raise
 
 
 @router.get("/jobs", response_model=JobList)
 def history(
-    request: Request,
     *,
     limit: int = Query(20, ge=1, le=500),
     everyone: bool = Query(False, alias="all"),
     p: CurrentUser,
     db: SessionDep,
+    svc: ServicesDep,
 ) -> JobList:
     q = select(Job).order_by(Job.created_at.desc()).limit(limit)
     if not (everyone and p.is_staff):
         q = q.where(Job.owner_id == p.user.id)
-    view = QueueView(db, services(request).settings)
+    view = QueueView(db, svc.settings)
     return JobList(jobs=[job_out(db, j, view) for j in db.scalars(q)])
 
 
 @router.get("/queue", response_model=list[QueueSummary])
-def queue_summary(request: Request, p: CurrentUser, db: SessionDep) -> list[QueueSummary]:
+def queue_summary(p: CurrentUser, db: SessionDep, svc: ServicesDep) -> list[QueueSummary]:
     """Every queue: jobs waiting and running, live workers and slots serving it, and the caller's
     own jobs in it with their positions."""
-    return summaries(db, services(request).settings, p.user)
+    return summaries(db, svc.settings, p.user)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-def get_job(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> JobOut:
-    return job_out(db, visible_job(db, p, job_id), QueueView(db, services(request).settings))
+def get_job(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesDep) -> JobOut:
+    return job_out(db, visible_job(db, p, job_id), QueueView(db, svc.settings))
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobOut)
-def cancel(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> JobOut:
+def cancel(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesDep) -> JobOut:
     job = cancellable_job(db, p, job_id)
     if job.state.finished:
         when = f" at {job.finished_at:%Y-%m-%d %H:%M:%S} UTC" if job.finished_at else ""
         raise Conflict(f"job {job.id} already {job.state.value.replace('_', ' ')}{when}: nothing was cancelled")
-    cancel_job(db, services(request), job, p.user)
+    cancel_job(db, svc, job, p.user)
     db.refresh(job)
-    return job_out(db, job, QueueView(db, services(request).settings))
+    return job_out(db, job, QueueView(db, svc.settings))
 
 
 @router.delete("/jobs/{job_id}/files", response_model=FilesFreed)
-def delete_job_files(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> FilesFreed:
+def delete_job_files(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesDep) -> FilesFreed:
     """Free storage: the finished job's archive and build folder go; its log and results stay.
     A run of the verified kind is kept for grading unless staff delete it."""
     job = cancellable_job(db, p, job_id)
-    settings = services(request).settings
+    settings = svc.settings
     if job.kind == settings.verified_kind and not p.is_staff:
         raise Conflict(f"job {job.id} is a '{job.kind}' run: it is kept for grading")
-    freed = delete_files(db, services(request).storage, job)
+    freed = delete_files(db, svc.storage, job)
     left = usage(db, p.user.id)
     return FilesFreed(job_id=job.id, freed_bytes=freed, stored_bytes=left.total,
                       quota_bytes=settings.storage_mb_per_student * 1024**2)
 
 
 @router.get("/jobs/{job_id}/build.tar.gz")
-def build_folder(job_id: str, request: Request, p: CurrentUser, db: SessionDep) -> FileResponse:
+def build_folder(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesDep) -> FileResponse:
     job = visible_job(db, p, job_id)
-    path = services(request).storage.build_path(job.id)
+    path = svc.storage.build_path(job.id)
     if not job.has_build or not path.exists():
         detail = "the job has not finished yet" if not job.state.finished else "this job left no build folder"
         raise NotFound(detail)
@@ -136,24 +136,23 @@ async def log(
     after: int = Query(0, ge=0, description="resume after this line (same as Last-Event-ID)"),
     follow: bool = Query(True, description="false: send what exists, then `caught_up`, and stop"),
     p: CurrentUser,
+    svc: ServicesDep,
 ) -> EventSourceResponse:
     """Server-Sent Events: `lines` (a batch; id = its last line's number), `status` while queued,
     then `end` with the job. A stream that ends without `end` was cut off: resume with
     Last-Event-ID."""
-    svc = services(request)
-    job = await run_in_threadpool(job_snapshot(request, p, job_id))
-    snapshot = job_snapshot(request, p, job.id)  # the whole id from now on, whatever start of it was given
+    job = await run_in_threadpool(job_snapshot(svc, p, job_id))
+    snapshot = job_snapshot(svc, p, job.id)  # the whole id from now on, whatever start of it was given
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
-    hub = request.app.state.hub
+    hub = svc.hub
     hub.admit(p.user.id, p.is_staff)
     return EventSourceResponse(log_events(svc, hub, job, start, snapshot, p.user.id, follow), ping=15, send_timeout=30)
 
 
 @router.get("/jobs/{job_id}/log.txt")
-async def log_text(job_id: str, request: Request, p: CurrentUser) -> StreamingResponse:
+async def log_text(job_id: str, p: CurrentUser, svc: ServicesDep) -> StreamingResponse:
     """A finished job's whole log as plain text, streamed from disk page by page."""
-    svc = services(request)
-    job = await run_in_threadpool(job_snapshot(request, p, job_id))
+    job = await run_in_threadpool(job_snapshot(svc, p, job_id))
     if not job.state.finished:
         raise Conflict(f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
     return StreamingResponse(plain_text(svc, job.id), media_type="text/plain; charset=utf-8",

@@ -10,7 +10,7 @@ from fastapi.responses import FileResponse
 from sqlalchemy import select
 
 from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate, QueueImages, WorkerOut
-from raiserver.api.deps import WORKER_ONLY, CurrentUser, DatabaseDep, SessionDep, StaffUser, services
+from raiserver.api.deps import WORKER_ONLY, CurrentUser, ServicesDep, SessionDep, StaffUser
 from raiserver.errors import Missing, NotFound, TooLarge
 from raiserver.fleet.images import blob_path, wanted_by
 from raiserver.fleet.workers import is_alive, queue_images, record_heartbeat
@@ -24,9 +24,8 @@ router = APIRouter(prefix="/api/v1", tags=["workers"])
 
 
 @router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=WORKER_ONLY)
-def heartbeat(hb: Heartbeat, request: Request, db: SessionDep) -> HeartbeatReply:
+def heartbeat(hb: Heartbeat, db: SessionDep, svc: ServicesDep) -> HeartbeatReply:
     w = record_heartbeat(db, hb)
-    svc = services(request)
     lost = reconcile(db, svc, hb.name, hb.running)
     if lost:
         log.warning("worker %s does not list %d job(s) it held: requeued", hb.name, lost)
@@ -35,8 +34,8 @@ def heartbeat(hb: Heartbeat, request: Request, db: SessionDep) -> HeartbeatReply
 
 
 @router.get("/workers", response_model=list[WorkerOut])
-def workers(request: Request, _: StaffUser, db: SessionDep) -> list[WorkerOut]:
-    dead_after = services(request).settings.worker_dead_after
+def workers(_: StaffUser, db: SessionDep, svc: ServicesDep) -> list[WorkerOut]:
+    dead_after = svc.settings.worker_dead_after
     now = utcnow()
     return [
         WorkerOut(
@@ -49,62 +48,60 @@ def workers(request: Request, _: StaffUser, db: SessionDep) -> list[WorkerOut]:
 
 
 @router.get("/images", response_model=list[QueueImages])
-def images(request: Request, _: CurrentUser, db: SessionDep) -> list[QueueImages]:
+def images(_: CurrentUser, db: SessionDep, svc: ServicesDep) -> list[QueueImages]:
     """What each queue can run: the images its live workers hold (what a build file may name)."""
-    return queue_images(db, services(request).settings.worker_dead_after)
+    return queue_images(db, svc.settings.worker_dead_after)
 
 
 @router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=WORKER_ONLY)
-def claim(job_id: str, body: Claim, request: Request, db: SessionDep) -> ClaimGranted:
-    return claim_job(db, services(request), job_id, body)
+def claim(job_id: str, body: Claim, db: SessionDep, svc: ServicesDep) -> ClaimGranted:
+    return claim_job(db, svc, job_id, body)
 
 
 @router.post("/worker/jobs/{job_id}/state", dependencies=WORKER_ONLY)
-def state(job_id: str, body: JobUpdate, request: Request, db: SessionDep) -> dict:
-    job = update_job(db, services(request), job_id, body)
+def state(job_id: str, body: JobUpdate, db: SessionDep, svc: ServicesDep) -> dict:
+    job = update_job(db, svc, job_id, body)
     return {"state": job.state.value}
 
 
 @router.post("/worker/jobs/{job_id}/lease", dependencies=WORKER_ONLY)
-def lease(job_id: str, body: Claim, request: Request, db: SessionDep) -> dict:
+def lease(job_id: str, body: Claim, db: SessionDep, svc: ServicesDep) -> dict:
     """The run of ``body.attempt`` on ``body.worker`` renews its lease (409: it no longer holds the job)."""
-    return {"cancel": renew_lease(db, services(request), job_id, body.worker, body.attempt)}
+    return {"cancel": renew_lease(db, svc, job_id, body.worker, body.attempt)}
 
 
 @router.get("/worker/jobs/{job_id}/archive", dependencies=WORKER_ONLY)
-def archive(job_id: str, request: Request, db: SessionDep) -> FileResponse:
+def archive(job_id: str, db: SessionDep, svc: ServicesDep) -> FileResponse:
     job = db.get(Job, job_id)
     if job is None:
         raise NotFound("no such job")
-    path = services(request).storage.archive_path(job.archive_sha256)
+    path = svc.storage.archive_path(job.archive_sha256)
     if not path.exists():
         raise Missing("the project archive is missing from storage")
     return FileResponse(path, media_type="application/gzip")
 
 
 @router.get("/worker/images/{sha256}", dependencies=WORKER_ONLY)
-def image_blob(sha256: str, request: Request) -> FileResponse:
+def image_blob(sha256: str, svc: ServicesDep) -> FileResponse:
     """A `docker save` tar staff uploaded, for workers to load."""
     if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
         raise NotFound("no such image archive")
-    path = blob_path(services(request).storage, sha256)
+    path = blob_path(svc.storage, sha256)
     if not path.exists():
         raise NotFound("no such image archive")
     return FileResponse(path, media_type="application/x-tar")
 
 
 @router.put("/worker/jobs/{job_id}/build", dependencies=WORKER_ONLY)
-async def upload_build(job_id: str, request: Request, database: DatabaseDep, attempt: int = Query(...)) -> dict:
-    svc = services(request)
-
-    await run_in_threadpool(check_build_attempt, database, job_id, attempt)
+async def upload_build(job_id: str, request: Request, svc: ServicesDep, attempt: int = Query(...)) -> dict:
+    await run_in_threadpool(check_build_attempt, svc.db, job_id, attempt)
     limit = svc.settings.max_build_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:  # before a byte is read: the worker hears it at once
         raise TooLarge(f"the build folder is {human_size(int(declared))}, over the limit of {human_size(limit)} (RAI_MAX_BUILD_BYTES)")
     tmp, _, size = await svc.storage.receive(request.stream(), limit, "the build folder (RAI_MAX_BUILD_BYTES)")
     svc.storage.keep_build(tmp, job_id)
-    await run_in_threadpool(note_build, database, job_id, size)
+    await run_in_threadpool(note_build, svc.db, job_id, size)
     return {"bytes": size}
 
 
@@ -112,11 +109,10 @@ WORKER_COPY_BYTES = 64 * 1024**2  # a run's lines are capped at RAI_OUTPUT_BYTES
 
 
 @router.put("/worker/jobs/{job_id}/log", dependencies=WORKER_ONLY)
-async def upload_log(job_id: str, request: Request, database: DatabaseDep, attempt: int = Query(...)) -> dict:
+async def upload_log(job_id: str, request: Request, svc: ServicesDep, attempt: int = Query(...)) -> dict:
     """The run's own copy of its lines, sent before its end when Redis lost some: the stored log is
     made whole from it as the job ends."""
-    svc = services(request)
-    await run_in_threadpool(check_build_attempt, database, job_id, attempt, True)
+    await run_in_threadpool(check_build_attempt, svc.db, job_id, attempt, True)
     tmp, _, size = await svc.storage.receive(request.stream(), WORKER_COPY_BYTES, "the worker's copy of the log")
     svc.storage.keep_worker_copy(tmp, job_id, attempt)
     return {"bytes": size}

@@ -1,0 +1,53 @@
+"""The parts every server process makes once, at start (``create_app``), and reaches one way.
+
+``Services`` is what the domain (jobs, submissions, retention) works with; ``AppServices`` adds
+what only requests and background loops use. One object of the latter per process, kept at
+``app.state.services`` and nowhere else: handlers take it as ``svc: ServicesDep``
+(``api/deps.py``), background loops as ``services_of(app)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from raiserver.access.hardening import LoginLimiter
+from raiserver.access.uploadgate import UploadGate
+from raiserver.config import Settings
+from raiserver.fleet.dispatch import Dispatcher
+from raiserver.live.counts import ProcessCounts
+from raiserver.live.feed import LogHub
+from raiserver.live.logs import LogStore
+from raiserver.live.queuefeed import QueueFeed
+from raiserver.store.db import Database
+from raiserver.store.storage import Storage
+
+
+def _no_kick() -> None:
+    """Outside a running server (tests, the CLI) nobody waits for a release pass."""
+
+
+@dataclass
+class Services:
+    settings: Settings
+    storage: Storage
+    logs: LogStore
+    dispatcher: Dispatcher
+    kick: Callable[[], None] = _no_kick  # run a fair-share release pass soon
+
+
+@dataclass
+class AppServices(Services):
+    db: Database = field(kw_only=True)
+    hub: LogHub = field(kw_only=True)
+    queue_feed: QueueFeed = field(kw_only=True)
+    login_limiter: LoginLimiter = field(kw_only=True)
+    upload_gate: UploadGate = field(kw_only=True)
+    counts: ProcessCounts = field(kw_only=True, default_factory=ProcessCounts)
+
+
+def services_of(app: Any) -> AppServices:
+    """The process's services from the FastAPI app (a background loop's way in)."""
+    svc: AppServices = app.state.services
+    return svc
