@@ -19,6 +19,7 @@ fi
 
 .venv/bin/ruff check protocol client server worker tests bench
 .venv/bin/mypy protocol/raiprotocol client/raiclient server/raiserver worker/raiworker  # config: mypy.ini
+.venv/bin/lint-imports  # the layers and no import cycles, lazy imports included: .importlinter
 bash scripts/check_packages.sh  # each distribution alone: its declared dependencies suffice (~1 min)
 export RAI_REQUIRE_DOCKER=1 RAI_REQUIRE_POSTGRES=1 RAI_REQUIRE_BROWSER=1 RAI_REQUIRE_SLURM=1
 exec .venv/bin/python -m pytest "$@"

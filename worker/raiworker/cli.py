@@ -134,6 +134,27 @@ def published() -> None:
     typer.echo(offer_line(docker.from_env(timeout=30), settings))
 
 
+@app.command("docker-check")
+def docker_check() -> None:
+    """Whether this host's Docker engine can run jobs: it answers, and rai/busybox is there (built
+    from busybox-static when missing). One line; exit 1 when not (`raid dev` then uses the process
+    executor)."""
+    try:
+        import docker
+
+        from .images import ensure_busybox_image
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine"
+        typer.echo(f"no Docker engine answers ({exc.__class__.__name__})")
+        raise typer.Exit(1)
+    if not ensure_busybox_image(client):
+        typer.echo("Docker answers but rai/busybox could not be built (apt-get install busybox-static)")
+        raise typer.Exit(1)
+    typer.echo("Docker engine found")
+
+
 def main() -> None:
     os.environ.setdefault("FORKED_BY_MULTIPROCESSING", "1")
     app()

@@ -9,13 +9,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
 
 from fastapi import Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiserver.access.permissions import ROLES, is_staff
+from raiserver.access.permissions import ROLES
 from raiserver.store.tables import RevokedKey, User
 
 
@@ -68,15 +67,6 @@ def authenticate(db: Session, access_key: str, secret: str) -> User | None:
     user = db.scalar(select(User).where(User.access_key == access_key))
     matches = hmac.compare_digest(user.secret_hash if user is not None else _NO_USER_HASH, hash_secret(secret))
     return user if user is not None and matches else None
-
-
-@dataclass
-class Principal:
-    user: User
-
-    @property
-    def is_staff(self) -> bool:
-        return is_staff(self.user.role)
 
 
 def key_tag(access_key: str) -> str:

@@ -3,13 +3,13 @@ queue's fair share and the quotas ask these functions; none restates a rule."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from raiserver.errors import Forbidden
 
 if TYPE_CHECKING:
-    from raiserver.access.auth import Principal
     from raiserver.store.tables import Job, User
 
 
@@ -24,6 +24,17 @@ ROLES = tuple(r.value for r in Role)  # lowest to highest
 RANK = {role: i for i, role in enumerate(ROLES)}
 STAFF = (Role.ta.value, Role.instructor.value, Role.admin.value)  # see every job, the workers, the roster
 INSTRUCTORS = (Role.instructor.value, Role.admin.value)  # change the course: roster, keys, images, build files
+
+
+@dataclass
+class Principal:
+    """Who is calling (API key or browser session), as every rule below sees them."""
+
+    user: User
+
+    @property
+    def is_staff(self) -> bool:
+        return is_staff(self.user.role)
 
 
 def is_staff(role: str) -> bool:

@@ -13,9 +13,9 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBasic, HTTPBasicCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from raiserver.access.auth import Principal, authenticate, client_ip, session_user
+from raiserver.access.auth import authenticate, client_ip, session_user
 from raiserver.access.csrf import check_csrf
-from raiserver.access.permissions import is_instructor
+from raiserver.access.permissions import Principal, is_instructor
 from raiserver.errors import Forbidden, TooManyAttempts, Unauthorized
 from raiserver.services import AppServices, services_of
 from raiserver.store.tables import RevokedKey, User

@@ -23,9 +23,9 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
-from raiserver.access.auth import Principal, authenticate, client_ip, key_tag, session_user
+from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
 from raiserver.access.csrf import check_csrf, csrf_token
-from raiserver.access.permissions import can_cancel
+from raiserver.access.permissions import Principal, can_cancel
 from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebUser, services
 from raiserver.config import Settings
 from raiserver.errors import Forbidden, NotFound, Unauthorized

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import Entry, JobState
-from raiserver.access.auth import Principal
+from raiserver.access.permissions import Principal
 from raiserver.config import Settings
 from raiserver.grading.measured import in_words
 from raiserver.store.tables import Job

@@ -7,8 +7,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiserver.access.auth import Principal
-from raiserver.access.permissions import can_cancel, can_see
+from raiserver.access.permissions import Principal, can_cancel, can_see
 from raiserver.errors import Conflict, Forbidden, NotFound
 from raiserver.store.tables import Job, User
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import JobOut, JobResultSummary, JobState, QueueSummary
 from raiprotocol.states import UNFINISHED
-from raiserver.access.auth import Principal
+from raiserver.access.permissions import Principal
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_slots, live_workers
 from raiserver.jobs.fairshare import fair_order

@@ -46,18 +46,14 @@ def redis_binary() -> str:
 
 
 def docker_ready() -> tuple[bool, str]:
+    """Asks the worker's own check (``raiworker docker-check``): the server imports no worker code."""
     try:
-        import docker
-
-        from raiworker.images import ensure_busybox_image
-
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no engine"
-        return False, f"no Docker engine answers ({exc.__class__.__name__})"
-    if not ensure_busybox_image(client):
-        return False, "Docker answers but rai/busybox could not be built (apt-get install busybox-static)"
-    return True, "Docker engine found"
+        res = subprocess.run([sys.executable, "-m", "raiworker.cli", "docker-check"], capture_output=True, text=True,
+                             timeout=180)
+    except subprocess.TimeoutExpired:
+        return False, "the Docker engine did not answer within 180 s"
+    lines = res.stdout.strip().splitlines() or [res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "the worker is not installed"]
+    return res.returncode == 0, lines[-1]
 
 
 def ensure_admin(env: dict[str, str], data: Path, server_url: str) -> Path:

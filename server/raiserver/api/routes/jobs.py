@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sse_starlette.sse import EventSourceResponse
 
 from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
-from raiserver.access.auth import Principal
+from raiserver.access.permissions import Principal
 from raiserver.api.deps import CurrentUser, ServicesDep, SessionDep
 from raiserver.api.logstream import log_events, plain_text
 from raiserver.errors import Conflict, DomainError, NotFound
