@@ -40,6 +40,7 @@ class JobResultSummary(BaseModel):
     elapsed_seconds: float | None = None
     max_rss_kb: int | None = None
     measured: Measured | None = None  # ranked runs: what the service measured and checked itself
+    gpu_shared_with: int | None = None  # the most other jobs on its GPU beside it (0: alone; None: no GPU)
 
 
 class Measured(BaseModel):
@@ -161,6 +162,8 @@ class GpuInfo(BaseModel):
     index: int
     name: str = "unknown"
     memory_mb: int = 0
+    shares: int = 1  # jobs that may share it at once (the worker's RAI_JOBS_PER_GPU)
+    jobs: int = 0  # shares held by running jobs now (heartbeats)
 
 
 class Heartbeat(BaseModel):
@@ -210,6 +213,7 @@ class ClaimGranted(BaseModel):
     # the most the server stores of the build folder (RAI_MAX_BUILD_BYTES): the worker keeps no more
     # than this (or its own RAI_BUILD_MB, if smaller); None from a server that did not say
     max_build_bytes: int | None = None
+    queue: str = ""  # the job's queue (how many jobs may share a GPU is the worker's word, per queue)
 
 
 class TimedRun(BaseModel):
@@ -246,6 +250,9 @@ class JobUpdate(BaseModel):
     phases: list[Phase] = []  # measured on the worker: container started, each command, first line
     waiting: str | None = None  # with state running: still waiting in the batch system, and why; None: started
     measured: list[MeasuredRun] | None = Field(default=None, max_length=20)  # a ranked run's timed runs
+    # at the end: the most other jobs that ran on the run's GPU beside it (0: it had the GPU alone;
+    # None: no GPU); times it printed are marked as shared
+    gpu_shared_with: int | None = Field(default=None, ge=0, le=64)
 
 
 # -- staff views (leaderboard, workers, roster, audit log, images) --------------------------------
@@ -269,6 +276,7 @@ class Entry(BaseModel):
     flags: list[str] = []  # staff only: what the service's measurement found worth a look
     ci: float | None = None  # half the 95 % confidence interval of the timed runs' mean (ranked board)
     tie: bool = False  # its interval overlaps a neighbour's: the order between them is not a lead
+    shared_gpu: bool = False  # the run printed its op time while other jobs shared its GPU (unverified board)
 
 
 class WorkerOut(BaseModel):

@@ -19,17 +19,18 @@ from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
 from raiprotocol.keys import TASK_NAME
-from raiprotocol.models import Heartbeat
+from raiprotocol.models import GpuInfo, Heartbeat
 
 from . import __version__
 from .errors import ServerUnreachable
 from .executors import executor_class
+from .gpus import occupancy
 from .images import Puller, offer_line, offered_images
 from .metrics import serve
 from .runner import run_job, running_dir
 from .runtime import WorkerRuntime
 from .server import ServerClient
-from .workdir import pulls_dir
+from .workdir import locks_dir, pulls_dir
 
 log = logging.getLogger("raiworker")
 
@@ -134,6 +135,12 @@ class _Heartbeat(threading.Thread):
             elif quiet <= settings.worker_dead_after:
                 self.orphans.discard(marker.name)
 
+    def gpus_now(self) -> list[GpuInfo]:
+        """The GPUs with the shares jobs hold on each now (the workers page, rai_gpu_jobs)."""
+        settings = self.rt.settings
+        used = occupancy(locks_dir(settings.work_dir), self.rt.gpus, settings.per_gpu)
+        return [g.model_copy(update={"shares": settings.per_gpu, "jobs": used.get(g.index, 0)}) for g in self.rt.gpus]
+
     def beat(self) -> None:
         settings, rt = self.rt.settings, self.rt
         running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
@@ -142,7 +149,7 @@ class _Heartbeat(threading.Thread):
             self.images = offered_images(self.docker, settings)
         reply = self.client.heartbeat(Heartbeat(
             name=settings.worker_name, queues=settings.queues, executor=settings.executor, slots=rt.slots,
-            busy=len(running), gpus=rt.gpus, running=running, version=__version__, images=self.images, pulls=self.pulls(),
+            busy=len(running), gpus=self.gpus_now(), running=running, version=__version__, images=self.images, pulls=self.pulls(),
             arch=job_arch(),
         ))
         if self.puller is not None and reply.pull:

@@ -20,6 +20,23 @@ def _pairs(value: Any) -> Any:
     return value
 
 
+MAX_JOBS_PER_GPU = 16
+
+
+def _per_queue(value: Any) -> Any:
+    """"4" (every queue) or "dev=4,gpu=2" (per queue; "*" for the rest) as {queue: jobs per GPU}."""
+    if isinstance(value, int):
+        return {"*": value}
+    if isinstance(value, str):
+        value = value.strip()
+        if not value:
+            return {}
+        if "=" not in value:
+            return {"*": value}
+        return _pairs(value)
+    return value
+
+
 class WorkerSettings(SharedSettings):
     server_url: str = "http://127.0.0.1:8000"
     # unset: the host's name and a suffix made once and kept in the work folder (workdir.own_name):
@@ -45,7 +62,27 @@ class WorkerSettings(SharedSettings):
         if value not in EXECUTORS:
             raise ValueError(f"unknown executor {value!r}; one of: {', '.join(EXECUTORS)}")
         return value
-    slots: int = 0  # 0: one per GPU, or 1 without GPUs
+    slots: int = 0  # 0: one per GPU share (RAI_JOBS_PER_GPU), or 1 without GPUs
+    # jobs that may share one GPU at once (time-sliced): "4" for every queue, or "dev=4,*=1" per
+    # queue; default 1 (a GPU per job). Ranked runs always have the host and its GPUs alone.
+    jobs_per_gpu: Annotated[dict[str, int], NoDecode, BeforeValidator(_per_queue)] = {}
+
+    @field_validator("jobs_per_gpu")
+    @classmethod
+    def _sane_shares(cls, value: dict[str, int]) -> dict[str, int]:
+        for queue, k in value.items():
+            if not 1 <= k <= MAX_JOBS_PER_GPU:
+                raise ValueError(f"RAI_JOBS_PER_GPU for {queue!r} is {k}: from 1 to {MAX_JOBS_PER_GPU}")
+        return value
+
+    def share_for(self, queue: str) -> int:
+        """How many jobs of this queue may share one GPU."""
+        return self.jobs_per_gpu.get(queue, self.jobs_per_gpu.get("*", 1))
+
+    @property
+    def per_gpu(self) -> int:
+        """The most jobs any queue lets share one GPU: the number of shares each GPU is cut in."""
+        return max([self.share_for(q) for q in self.queues] + [1])
     gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"
     work_dir: Path = Path("/var/lib/rai-worker")
 

@@ -1,7 +1,8 @@
-"""GPUs of this host: discovery through nvidia-smi, and one job per GPU at a time.
+"""GPUs of this host: discovery through nvidia-smi, and which jobs hold them.
 
-Each Celery process takes a GPU by holding an exclusive lock file for it, so a job's container is
-given exactly the device it holds, whatever the number of processes.
+Each Celery process takes a GPU by holding exclusive lock files for it, so a job's container is
+given exactly the device it holds, whatever the number of processes. A GPU may be shared by up to
+``RAI_JOBS_PER_GPU`` jobs (one lock per share); ranked runs hold every share and the host.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import fcntl
 import os
 import shutil
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,39 +45,87 @@ def discover(spec: str) -> list[GpuInfo]:
     return [by_index.get(i, GpuInfo(index=i)) for i in wanted]
 
 
+def _slot_file(lock_dir: Path, gpu: int, k: int) -> Path:
+    # one lock per share of a GPU; share 0 keeps the name a GPU's one lock always had
+    return lock_dir / (f"gpu{gpu}.lock" if k == 0 else f"gpu{gpu}.{k}.lock")
+
+
+def _take(lock_dir: Path, gpu: int, per_gpu: int, need: int) -> list[int] | None:
+    """``need`` of the GPU's ``per_gpu`` shares, taken now, or None (nothing kept)."""
+    fds: list[int] = []
+    for k in range(per_gpu):
+        fd = os.open(_slot_file(lock_dir, gpu, k), os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fds.append(fd)
+            if len(fds) == need:
+                return fds
+        except BlockingIOError:
+            os.close(fd)
+    for fd in fds:
+        os.close(fd)
+    return None
+
+
+def occupancy(lock_dir: Path, gpus: list[GpuInfo], per_gpu: int) -> dict[int, int]:
+    """How many shares of each GPU jobs hold now (probed: a lock taken here is let go at once)."""
+    used: dict[int, int] = {}
+    for g in gpus:
+        used[g.index] = 0
+        for k in range(per_gpu):
+            path = _slot_file(lock_dir, g.index, k)
+            if not path.exists():
+                continue
+            fd = os.open(path, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                used[g.index] += 1
+            finally:
+                os.close(fd)
+    return used
+
+
 @contextmanager
-def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0):
-    """Yield ``count`` GPU ids held exclusively by this process until the block ends."""
+def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0, per_gpu: int = 1,
+              share: int = 1) -> Iterator[list[str]]:
+    """Yield ``count`` GPU ids held by this process until the block ends.
+
+    A GPU is cut in ``per_gpu`` shares (``RAI_JOBS_PER_GPU``'s largest value on this worker); a
+    job of a queue that allows ``share`` jobs per GPU takes ``per_gpu // share`` of them, so
+    ``share`` 1 (and every ranked run) has the GPU alone. The least used GPUs are taken first."""
     if count <= 0:
         yield []
         return
     if count > len(gpus):
         raise NoGpu(f"the job asks for {count} GPU(s); this worker has {len(gpus)}")
     lock_dir.mkdir(parents=True, exist_ok=True)
+    per_gpu = max(per_gpu, 1)
+    need = max(per_gpu // max(min(share, per_gpu), 1), 1)
     deadline = time.monotonic() + wait
     while True:
-        held: list[tuple[int, int]] = []
-        for g in gpus:
-            fd = os.open(lock_dir / f"gpu{g.index}.lock", os.O_CREAT | os.O_RDWR, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held.append((g.index, fd))
+        used = occupancy(lock_dir, gpus, per_gpu) if per_gpu > 1 else {}
+        held: list[tuple[int, list[int]]] = []
+        for g in sorted(gpus, key=lambda g: (used.get(g.index, 0), g.index)):
+            fds = _take(lock_dir, g.index, per_gpu, need)
+            if fds is not None:
+                held.append((g.index, fds))
                 if len(held) == count:
                     break
-            except BlockingIOError:
-                os.close(fd)
         if len(held) == count:
             break
-        for _, fd in held:
-            os.close(fd)
+        for _, fds in held:
+            for fd in fds:
+                os.close(fd)
         if time.monotonic() > deadline:
             raise NoGpu("timed out waiting for a free GPU")
         time.sleep(0.2)
     try:
         yield [str(i) for i, _ in held]
     finally:
-        for _, fd in held:
-            os.close(fd)
+        for _, fds in held:
+            for fd in fds:
+                os.close(fd)
 
 
 @contextmanager
@@ -101,3 +152,35 @@ def host_share(lock_dir: Path, exclusive: bool):
     finally:
         os.close(fd)
         os.close(gate)
+
+
+class ShareWatch:
+    """How many other jobs ran on a run's GPUs beside it: sampled every second while it runs, so
+    what it printed of its own speed can say it was shared (issue 38)."""
+
+    def __init__(self, lock_dir: Path, gpus: list[GpuInfo], gpu_ids: list[str], per_gpu: int, mine: int):
+        self.lock_dir, self.per_gpu, self.mine = lock_dir, per_gpu, mine
+        self.gpus = [g for g in gpus if str(g.index) in gpu_ids]
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="share-watch")
+
+    def others(self) -> int:
+        """Other jobs on the busiest of the run's GPUs now (each holds at least one share)."""
+        used = occupancy(self.lock_dir, self.gpus, self.per_gpu)
+        return max((max(n - self.mine, 0) for n in used.values()), default=0)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            self.most = max(self.most, self.others())
+
+    def __enter__(self) -> ShareWatch:
+        self.most = self.others()
+        if self.per_gpu > 1 and self.gpus:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(2)

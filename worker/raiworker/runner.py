@@ -26,7 +26,7 @@ from raiprotocol.models import ClaimGranted, GpuInfo, JobState, JobUpdate, Measu
 from .config import WorkerSettings
 from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
 from .executors import Executor, JobContext, Outcome, execute, make_executor
-from .gpus import hold_gpus, host_share
+from .gpus import ShareWatch, hold_gpus, host_share
 from .lease import LOST, SUPERSEDED, Lease
 from .logsink import LogSink
 from .metrics import job_done
@@ -197,7 +197,8 @@ def _report(settings: WorkerSettings, server: ServerClient, sink: LogSink, grant
             phases.append(Phase(name="first line", at=sink.first_output))
         server.update(job_id, JobUpdate(attempt=attempt, state=outcome.state, exit_code=outcome.exit_code,
                                         failed_command=outcome.failed_command, message=outcome.message, phases=phases,
-                                        measured=measured if grant.timed else None))
+                                        measured=measured if grant.timed else None,
+                                        gpu_shared_with=outcome.gpu_shared_with))
     except Refused as exc:
         log.warning("final state of %s refused: %s", job_id, exc)
 
@@ -221,8 +222,14 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
     try:
         if grant.exclusive:
             sink.system(f"Waiting for {settings.worker_name} to be free of other jobs (exclusive run)")
+        per_gpu = settings.per_gpu
+        share = 1 if grant.exclusive else settings.share_for(grant.queue)  # ranked runs: the GPU alone
         with host_share(locks_dir(settings.work_dir), grant.exclusive), \
-                hold_gpus(locks_dir(settings.work_dir), gpus, grant.gpu_count) as gpu_ids:
+                hold_gpus(locks_dir(settings.work_dir), gpus, grant.gpu_count, per_gpu=per_gpu, share=share) as gpu_ids, \
+                ShareWatch(locks_dir(settings.work_dir), gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared:
+            if gpu_ids and share > 1:
+                sink.system(f"GPU {', '.join(gpu_ids)} is shared: up to {share} jobs run on it at once "
+                            f"({shared.most} other(s) now); times this run prints are not those of a GPU alone")
             ctx = JobContext(
                 job_id=grant.job_id,
                 image=grant.image,
@@ -253,6 +260,11 @@ def _run(settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r:
                 if outcome.state is not JobState.succeeded and outcome.message and outcome.state is not JobState.failed:
                     sink.system(outcome.message)
                 log.info("job %s: %s in %.1f s", grant.job_id, outcome.state.value, time.monotonic() - started)
+                if gpu_ids:
+                    outcome.gpu_shared_with = max(shared.most, shared.others())
+                    if share > 1:
+                        sink.system(f"This run shared its GPU with up to {outcome.gpu_shared_with} other job(s)"
+                                    if outcome.gpu_shared_with else "This run had its GPU alone after all")
                 return outcome
             finally:
                 executor.cleanup()

@@ -20,4 +20,4 @@ class WorkerRuntime:
     @classmethod
     def start(cls, settings: WorkerSettings) -> WorkerRuntime:
         gpus = discover(settings.gpus)
-        return cls(settings, gpus, settings.slots or max(len(gpus), 1))
+        return cls(settings, gpus, settings.slots or max(len(gpus) * settings.per_gpu, 1))

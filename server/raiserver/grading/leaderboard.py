@@ -145,6 +145,7 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
             mine=mine,
             job_id=job.id if (viewer.is_staff or mine) else None,
             members=sorted(names) if viewer.is_staff else None,
+            shared_gpu=m is None and bool(results.get("gpu_shared_with")),
         ))
     for above, below in zip(out, out[1:]):  # intervals that overlap: a tie, not a lead (issue 32)
         if above.ci is not None and below.ci is not None and below.op_time - above.op_time <= above.ci + below.ci:

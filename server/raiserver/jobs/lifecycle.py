@@ -113,6 +113,7 @@ def finish_job(
     announce: bool = True,
     measured: list[MeasuredRun] | None = None,
     run_attempt: int | None = None,
+    gpu_shared_with: int | None = None,
 ) -> None:
     """Terminal transition: store the log and results, commit, then tell live readers.
     ``measured``: a ranked run's timed runs, as its worker reported them; ``run_attempt``: the
@@ -132,6 +133,7 @@ def finish_job(
     svc.logs.archive(job.id, copy if copy.exists() else None)
     copy.unlink(missing_ok=True)
     summary = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id)))
+    summary.gpu_shared_with = gpu_shared_with
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)
         spec = spec_of(course)
@@ -249,6 +251,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         memory_mb=min(limits.memory_mb or s.memory_mb, s.memory_mb),
         archive_sha256=job.archive_sha256,
         max_build_bytes=s.max_build_bytes,
+        queue=job.queue,
     )
 
 
@@ -274,7 +277,7 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
         if job.cancel_requested and state in (JobState.failed, JobState.error):
             state = JobState.cancelled  # killed because of the cancel, not of its own accord
         finish_job(db, svc, job, state, update.exit_code, update.failed_command, update.message, announce=False,
-                   measured=update.measured, run_attempt=update.attempt)
+                   measured=update.measured, run_attempt=update.attempt, gpu_shared_with=update.gpu_shared_with)
     return job
 
 

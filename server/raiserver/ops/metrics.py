@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy import func, select
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from raiprotocol.models import JobState
+from raiprotocol.models import GpuInfo, JobState
 from raiserver.access.hardening import came_through_proxy, is_loopback
 from raiserver.api.deps import ServicesDep
 from raiserver.errors import Forbidden
@@ -96,11 +96,23 @@ class Collector:
             live = live_workers(db, settings.worker_dead_after)
             yield GaugeMetricFamily("rai_workers_live", "Workers sending heartbeats", value=len(live))
             gpus = GaugeMetricFamily("rai_gpus", "GPUs of live workers", labels=["state"])
-            total = sum(len(w.gpus or []) for w in live)
-            busy = sum(min(w.busy, len(w.gpus or [])) for w in live)
+            per_gpu = GaugeMetricFamily("rai_gpu_jobs", "Jobs running on each GPU of a live worker (shares held)",
+                                        labels=["worker", "gpu"])
+            shares = GaugeMetricFamily("rai_gpu_shares", "Jobs each GPU may run at once (RAI_JOBS_PER_GPU)",
+                                       labels=["worker", "gpu"])
+            total = busy = 0
+            for w in live:
+                infos = [GpuInfo.model_validate(g) for g in (w.gpus or [])]
+                total += len(infos)
+                busy += sum(1 for g in infos if g.jobs) if any(g.shares > 1 or g.jobs for g in infos) else min(w.busy, len(infos))
+                for g in infos:
+                    per_gpu.add_metric([w.name, str(g.index)], g.jobs)
+                    shares.add_metric([w.name, str(g.index)], g.shares)
             gpus.add_metric(["busy"], busy)
             gpus.add_metric(["idle"], total - busy)
             yield gpus
+            yield per_gpu
+            yield shares
         try:
             counts = r.hgetall(COUNTS)
             streams = r.hgetall(STREAMS)

@@ -54,6 +54,7 @@ class Outcome:
     exit_code: int | None = None
     failed_command: str | None = None
     message: str | None = None
+    gpu_shared_with: int | None = None  # the most other jobs on its GPU beside it (None: no GPU)
 
 
 @dataclass

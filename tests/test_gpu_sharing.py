@@ -1,0 +1,94 @@
+"""GPU sharing at a deadline (issue 38), through the real service: a queue that allows four jobs
+per GPU runs four at once on one GPU, each says so in its log and its printed times are marked as
+shared; a ranked (exclusive) run still has the host and its GPU alone, and shared jobs submitted
+after it wait for it. The process executor stands in for the GPU host (CI has no GPU: the lock
+files that share a GPU are the same whatever runs on it)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+
+import httpx
+import pytest
+from helpers import make_project, start_service
+
+from raiprotocol.profile import read_profile_file
+
+pytestmark = pytest.mark.timeout(300)
+
+SHARED = ["sh -c 'sleep 3; echo Op Time: 0.0125; echo Correctness: 0.9 Model: ece408'"]
+GPU = "resources:\n  gpu:\n    count: 1\n"
+ALONE = "resources:\n  gpu:\n    count: 1\n    exclusive: true\n"
+
+
+def _span(job: dict) -> tuple[datetime, datetime]:
+    """When the job's first command started and its last one ended (its claim comes earlier: a
+    ranked run claims, then waits for the host)."""
+    started = [p["at"] for p in job["phases"] if p["name"] == "command started"]
+    ended = [p["at"] for p in job["phases"] if p["name"] == "command ended"]
+    return datetime.fromisoformat(started[0]), datetime.fromisoformat(ended[-1])
+
+
+def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_url):
+    svc = start_service(tmp_path / "svc", redis_url, None, "process", slots=0,
+                        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "4", "RAI_MAX_ACTIVE_JOBS": "50",
+                                   "RAI_SUBMISSIONS_PER_MINUTE": "1000", "RAI_STAFF_PRIORITY": "false"})
+    try:
+        shared = make_project(tmp_path / "shared", SHARED, extra=GPU)
+        alone = make_project(tmp_path / "alone", SHARED, extra=ALONE)
+
+        def submit(proj) -> str:
+            res = svc.client("submit", "-p", str(proj), "--detach")
+            assert res.returncode == 0, res.stdout + res.stderr
+            return re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1)
+
+        first = [submit(shared) for _ in range(4)]
+        seen_busy = 0
+        with svc.http() as h:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                metrics = h.get("/metrics").text
+                m = re.search(r'rai_gpu_jobs\{gpu="0",worker="w1"\} (\d+)', metrics)
+                seen_busy = max(seen_busy, int(float(m.group(1))) if m else 0)
+                if seen_busy >= 3:
+                    break
+                time.sleep(0.2)
+        prof = read_profile_file(svc.profile)
+        with httpx.Client(base_url=svc.url, timeout=30) as web:  # the workers page, as staff see it
+            token = re.search(r'name="csrf" value="([^"]+)"', web.get("/login").text)
+            assert token is not None
+            web.post("/login", data={"access_key": prof.access_key, "secret_key": prof.secret_key, "csrf": token.group(1)})
+            page = web.get("/workers")
+        ranked = submit(alone)
+        time.sleep(1.0)  # the ranked run now waits for the host
+        later = [submit(shared) for _ in range(2)]
+        ids = first + [ranked] + later
+        with svc.http() as h:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
+                if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()):
+                    break
+                time.sleep(0.5)
+            logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
+            unverified = h.get("/api/v1/leaderboard", params={"board": "unverified"}).json()
+    finally:
+        svc.shutdown()
+
+    assert all(j["state"] == "succeeded" for j in jobs.values()), {i: j["state"] for i, j in jobs.items()}
+    assert seen_busy >= 3, "rai_gpu_jobs never showed the GPU shared"
+    spans = [_span(jobs[i]) for i in first]
+    assert max(s for s, _ in spans) < min(f for _, f in spans), "the four shared jobs did not run at once"
+    for i in first + later:
+        assert "is shared: up to 4 jobs run on it at once" in logs[i], logs[i]
+    assert any("This run shared its GPU with up to " in logs[i] for i in first)
+    assert max(jobs[i]["results"]["gpu_shared_with"] for i in first) >= 2
+    # the ranked run: alone on the host and its GPU, and the shared jobs submitted after it waited
+    r_start, r_end = _span(jobs[ranked])
+    assert "is shared" not in logs[ranked] and jobs[ranked]["results"]["gpu_shared_with"] == 0
+    assert all(f <= r_start for _, f in spans), "the ranked run started beside shared jobs"
+    assert all(_span(jobs[i])[0] >= r_end for i in later), "a shared job started beside the ranked run"
+    assert unverified and all(e["shared_gpu"] for e in unverified), unverified  # printed times: marked as shared
+    assert page.status_code == 200 and re.search(r"[1-4]/4 jobs", page.text), page.text
