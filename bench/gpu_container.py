@@ -158,7 +158,7 @@ def access() -> None:
     figures["nvidia_smi"] = results
 
 
-def service(w: Path, token: str) -> tuple[dict[str, str], list[subprocess.Popen]]:
+def service(w: Path, token: str, extra: dict[str, str] | None = None) -> tuple[dict[str, str], list[subprocess.Popen]]:
     """The whole service on this host in folder ``w``: Redis, the server, a Docker worker named
     h100 using the GPUs, and an admin (``w/alice.profile``); returns once the worker is alive."""
     import httpx
@@ -171,7 +171,7 @@ def service(w: Path, token: str) -> tuple[dict[str, str], list[subprocess.Popen]
     env = {**os.environ, "RAI_DATA_DIR": f"{w}/data", "RAI_REDIS_URL": f"redis://127.0.0.1:{rport}/0",
            "RAI_WORKER_TOKEN": token, "RAI_SERVER_URL": f"http://127.0.0.1:{port}",
            "RAI_EXECUTOR": "docker", "RAI_GPUS": "auto", "RAI_WORK_DIR": f"{w}/worker", "RAI_WORKER_NAME": "h100",
-           "RAI_WORKER_IMAGES": IMAGE, "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1", "RAI_METRICS_PORT": "0"}
+           "RAI_WORKER_IMAGES": IMAGE, "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1", "RAI_METRICS_PORT": "0", **(extra or {})}
     procs = [subprocess.Popen(["redis-server", "--port", str(rport), "--save", "", "--appendonly", "no"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "add-user", "alice", "--role", "admin", "--server-url", env["RAI_SERVER_URL"],

@@ -28,3 +28,21 @@ def test_a_gpu_user_missing_from_the_report_is_hidden_work():
 def test_only_slowdowns_count_as_throttling():
     assert slowdowns(0x1) == []  # GPU idle
     assert slowdowns(0x4 | 0x40) == ["software power cap", "hardware thermal slowdown"]
+
+
+NVML_H100 = Path(__file__).resolve().parent.parent / "fixtures" / "nvml-h100.json"  # bench/nvml_record.py on the H100
+
+
+def test_the_drivers_process_records_recorded_on_the_h100_name_the_cuda_process():
+    import json
+
+    from raiworker.nvml import parse_processes
+
+    rec = json.loads(NVML_H100.read_text())
+    busy, idle = rec["busy"], rec["idle"]
+    assert parse_processes(bytes.fromhex(busy["raw_processes"])) == [busy["pid"]]  # the program holding the GPU
+    assert parse_processes(bytes.fromhex(idle["raw_processes"])) == []
+    assert parse_processes(bytes.fromhex(busy["raw_processes"])[:-1]) == []  # a cut record is no record
+    # the masks the H100 reported: idle (0x1) and busy at full clocks (0) are no slowdown
+    assert slowdowns(idle["throttle_mask"]) == [] and slowdowns(busy["throttle_mask"]) == []
+    assert busy["state"]["sm_mhz"] > idle["state"]["sm_mhz"] and busy["state"]["throttle"] == []

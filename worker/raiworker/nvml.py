@@ -58,11 +58,20 @@ class Nvml:
             fn = getattr(self.lib, name, None)
             if fn is None:
                 continue
-            count = ctypes.c_uint(64)
-            infos = (_Process * 64)()
-            if fn(dev, ctypes.byref(count), infos) == 0:
-                return [infos[i].pid for i in range(min(count.value, 64))]
+            raw = self.raw_processes(fn, dev)
+            if raw is not None:
+                return parse_processes(raw)
         return []
+
+    @staticmethod
+    def raw_processes(fn: Any, dev: ctypes.c_void_p) -> bytes | None:
+        """The driver's answer as it gave it: ``count`` records of nvmlProcessInfo_t (what the H100
+        fixture holds)."""
+        count = ctypes.c_uint(64)
+        infos = (_Process * 64)()
+        if fn(dev, ctypes.byref(count), infos) != 0:
+            return None
+        return bytes(infos)[: min(count.value, 64) * ctypes.sizeof(_Process)]
 
     def state(self, index: int) -> dict[str, Any]:
         """The GPU now: SM and memory clocks (MHz), temperature (°C), power (W), throttle reasons."""
@@ -83,6 +92,12 @@ class Nvml:
         if self.lib.nvmlDeviceGetCurrentClocksThrottleReasons(dev, ctypes.byref(reasons)) == 0:
             out["throttle"] = slowdowns(reasons.value)
         return out
+
+
+def parse_processes(raw: bytes) -> list[int]:
+    """The pids in the driver's records of the processes using a GPU (whole records only)."""
+    n = len(raw) // ctypes.sizeof(_Process)
+    return [rec.pid for rec in (_Process * n).from_buffer_copy(raw[: n * ctypes.sizeof(_Process)])]
 
 
 def slowdowns(mask: int) -> list[str]:
