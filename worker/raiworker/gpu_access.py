@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import ExecutorUnavailable
+
 LIB_DIR, BIN_DIR = "/usr/local/nvidia/lib64", "/usr/local/nvidia/bin"
 # the driver's user-space parts a CUDA program, nvidia-smi and the profilers use (as the NVIDIA
 # container toolkit lists them for the compute and utility capabilities)
@@ -50,8 +52,6 @@ class GpuAccess:
 
             return {"device_requests": [DeviceRequest(device_ids=gpu_ids, capabilities=[["gpu"]])]}
         if self.mode != "devices":
-            from .errors import ExecutorUnavailable
-
             raise ExecutorUnavailable(f"this worker cannot give a container its GPU: {self.why}")
         from docker.types import Mount
 
