@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def discover(spec: str) -> list[GpuInfo]:
 
 
 @contextmanager
-def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0):
+def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0) -> Iterator[list[str]]:
     """Yield ``count`` GPU ids held exclusively by this process until the block ends."""
     if count <= 0:
         yield []
@@ -78,7 +79,7 @@ def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 360
 
 
 @contextmanager
-def host_share(lock_dir: Path, exclusive: bool):
+def host_share(lock_dir: Path, exclusive: bool) -> Iterator[None]:
     """Every job holds the host lock shared; an exclusive job (timing runs) holds it alone, so it
     starts only when the host is idle and nothing starts beside it.
 
