@@ -17,8 +17,8 @@ from .runtime import WorkerRuntime
 from .terminal import pty_helper
 from .workdir import slots_dir
 
-# imported where used: Celery (only `raiworker run` needs it) and the Docker SDK (not on a host
-# whose executor is process or slurm)
+# imported where used, for no cycle: Celery (only `raiworker run` needs it), the Docker SDK and the
+# images (only the commands that talk to the engine), the Docker executor (only when it is the one chosen)
 
 app = typer.Typer(add_completion=False, help="Run a rai GPU worker (with no command: run).", rich_markup_mode=None)
 
