@@ -16,7 +16,9 @@ on Redis 6.2 as on 7 (Redis 7's ``0-*`` ids do not exist on 6.2).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 END = "end"  # the stream's last entry: the job ended (x: its state); it holds no line
 
@@ -112,11 +114,11 @@ class Batch:
         skip = position - self.n + 1
         return Batch(position + 1, self.t, self.s, self.c - skip, "\n".join(self.lines()[skip:]))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"n": self.n, "t": self.t, "s": self.s, "c": self.c, "x": self.x}
 
     @classmethod
-    def from_dict(cls, d: dict) -> Batch:
+    def from_dict(cls, d: dict[str, Any]) -> Batch:
         return cls(int(d["n"]), float(d["t"]), str(d["s"]), int(d["c"]), str(d["x"]))
 
 
@@ -133,7 +135,7 @@ def append_call(job_stream: str, stream: str, t: float, text: str, count: int, *
     return keys, args
 
 
-def decode_entry(entry_id: bytes | str, fields: dict) -> Batch:
+def decode_entry(entry_id: bytes | str, fields: Mapping[bytes | str, bytes | str]) -> Batch:
     last = int(_s(entry_id).split("-", 1)[1])
     f = {_s(k): _s(v) for k, v in fields.items()}
     c = int(f.get("c", 1))

@@ -285,7 +285,7 @@ class WorkerOut(BaseModel):
     executor: str
     slots: int
     busy: int
-    gpus: list[dict]
+    gpus: list[dict[str, Any]]
     running: list[str]
     last_seen: str
     alive: bool
@@ -323,7 +323,7 @@ class AuditRow(BaseModel):
     actor: str
     action: str
     target: str
-    detail: dict | None
+    detail: dict[str, Any] | None
 
 
 class PullBody(BaseModel):

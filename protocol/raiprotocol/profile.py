@@ -37,7 +37,7 @@ class Profile:
         return replace(self, **changes)
 
     @classmethod
-    def from_mapping(cls, data: dict) -> Profile:
+    def from_mapping(cls, data: dict[str, Any]) -> Profile:
         """Validated: the keys must be non-empty strings, the rest strings (or absent)."""
         names = {f.name for f in fields(cls)}
         bad = [k for k in ("access_key", "secret_key") if not isinstance(data.get(k), str) or not data[k]]

@@ -6,7 +6,7 @@ ignoring them (an ignored cap is a silent default)."""
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BeforeValidator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -22,6 +22,9 @@ CommaList = Annotated[list[str], NoDecode, BeforeValidator(_split)]
 """A list written ``a,b,c`` in the environment (JSON is not asked of operators)."""
 
 RENAMED = {"RAI_JOB_WALL_SECONDS": "RAI_WALL_SECONDS", "RAI_JOB_MEMORY_MB": "RAI_MEMORY_MB"}
+
+
+_Settings = TypeVar("_Settings", bound="SharedSettings")
 
 
 class SharedSettings(BaseSettings):
@@ -59,6 +62,6 @@ class SharedSettings(BaseSettings):
         return data
 
     @classmethod
-    def load(cls):  # noqa: ANN206 - the subclass
+    def load(cls: type[_Settings]) -> _Settings:
         """From the environment, and from RAI_SECRETS_FILE (``raiserver secrets``) for what it leaves unset."""
         return cls(_env_file=os.environ.get("RAI_SECRETS_FILE") or None)

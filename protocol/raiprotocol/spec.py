@@ -7,7 +7,7 @@ without guessing: ``rai_build.yml:7: commands.build must be a list of strings``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -309,7 +309,15 @@ def _check_nesting(text: str, filename: str) -> None:
             raise SpecError([f"{filename}:{lineno}: nested too deeply (nesting is limited to {MAX_NESTING} levels)"])
 
 
-def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME, model: type[BuildSpec] = BuildSpec) -> Any:
+def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME) -> BuildSpec:
+    """Parse and validate a student's build file; raise SpecError with line-numbered messages."""
+    return _parse(data, filename, BuildSpec)
+
+
+_Spec = TypeVar("_Spec", bound=BuildSpec)
+
+
+def _parse(data: bytes | str, filename: str, model: type[_Spec]) -> _Spec:
     """Parse and validate a build file (``model``: BuildSpec, or CourseSpec for the course's);
     raise SpecError with line-numbered messages."""
     if isinstance(data, bytes):
@@ -368,7 +376,7 @@ def parse_spec(data: bytes | str, filename: str = SPEC_FILENAME, model: type[Bui
 
 
 def parse_course_spec(data: bytes | str, filename: str = "course build file") -> CourseSpec:
-    return parse_spec(data, filename, CourseSpec)
+    return _parse(data, filename, CourseSpec)
 
 
 def load_spec(project_dir: Path) -> BuildSpec:

@@ -15,7 +15,7 @@ import platform
 import threading
 import time
 
-from celery import Celery
+from celery import Celery, Task
 from celery.signals import worker_ready, worker_shutdown
 
 from raiprotocol.keys import TASK_NAME
@@ -73,7 +73,7 @@ def runtime() -> WorkerRuntime:
 
 
 @app.task(name=TASK_NAME, bind=True, max_retries=None)
-def run_job_task(self, job_id: str, attempt: int) -> str:
+def run_job_task(self: Task, job_id: str, attempt: int) -> str:
     try:
         rt = runtime()
         return run_job(rt.settings, rt.gpus, job_id, attempt)
@@ -181,7 +181,7 @@ _heartbeat: _Heartbeat | None = None
 
 
 @worker_ready.connect
-def _start_heartbeat(**_) -> None:
+def _start_heartbeat(**_: object) -> None:
     global _heartbeat
     _heartbeat = _Heartbeat(runtime())
     s = runtime().settings
@@ -194,7 +194,7 @@ def _start_heartbeat(**_) -> None:
 
 
 @worker_shutdown.connect
-def _stop_heartbeat(**_) -> None:
+def _stop_heartbeat(**_: object) -> None:
     if _heartbeat is not None:
         _heartbeat.stop.set()
     s = runtime().settings

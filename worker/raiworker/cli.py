@@ -8,6 +8,18 @@ import shutil
 
 import typer
 
+from .config import WorkerSettings
+from .errors import ExecutorUnavailable
+from .executors import executor_class
+from .metrics import prepare
+from .runner import recover
+from .runtime import WorkerRuntime
+from .terminal import pty_helper
+from .workdir import slots_dir
+
+# imported where used, for no cycle: Celery (only `raiworker run` needs it), the Docker SDK and the
+# images (only the commands that talk to the engine), the Docker executor (only when it is the one chosen)
+
 app = typer.Typer(add_completion=False, help="Run a rai GPU worker (with no command: run).", rich_markup_mode=None)
 
 
@@ -24,10 +36,6 @@ def run(
 ) -> None:
     """Start the worker (settings come from RAI_* environment variables)."""
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .config import WorkerSettings
-    from .metrics import prepare
-    from .runtime import WorkerRuntime
-
     try:
         settings = WorkerSettings.load()
     except ValueError as exc:  # pydantic's ValidationError: say which setting, and stop
@@ -39,12 +47,7 @@ def run(
 
     celery = configure(rt)
     settings.work_dir.mkdir(parents=True, exist_ok=True)
-    from .workdir import slots_dir
-
     shutil.rmtree(slots_dir(settings.work_dir), ignore_errors=True)  # the pool processes' folders of an earlier run
-    from .errors import ExecutorUnavailable
-    from .executors import executor_class
-
     try:
         for line in executor_class(settings.executor).prepare_host(settings, [g.index for g in rt.gpus]):
             typer.echo(f"raiworker: {line}")
@@ -62,13 +65,9 @@ def run(
                 typer.echo(f"raiworker: warning: {line}", err=True)
         except DockerException as exc:  # what it offers stays as recorded; the start-up line says it
             typer.echo(f"raiworker: warning: the images to offer could not be settled: {exc}", err=True)
-    from .runner import recover
-
     lost = recover(settings)  # after the containers: a lost run must not go on beside its re-run
     if lost:
         typer.echo(f"raiworker: {len(lost)} job(s) of an earlier run were lost and go back in the queue: {', '.join(lost)}")
-    from .terminal import pty_helper
-
     helper = pty_helper(settings.work_dir, settings.pty_helper)
     if helper is None:
         typer.echo("raiworker: warning: no pty helper (no C compiler?); job output will not be on a terminal", err=True)
@@ -82,9 +81,7 @@ def run(
     ])
 
 
-def _images_settings():  # the work folder and RAI_WORKER_IMAGES, as `raiworker run` reads them
-    from .config import WorkerSettings
-
+def _images_settings() -> WorkerSettings:  # the work folder and RAI_WORKER_IMAGES, as `raiworker run` reads them
     try:
         return WorkerSettings.load()
     except ValueError as exc:

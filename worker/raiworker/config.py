@@ -11,6 +11,9 @@ from pydantic_settings import NoDecode
 
 from raiprotocol.settings import CommaList, SharedSettings
 
+from .executor_names import EXECUTORS
+from .workdir import own_name
+
 
 def _pairs(value: Any) -> Any:
     """"KEY=VALUE,KEY2=VALUE2" as a dict."""
@@ -44,21 +47,17 @@ class WorkerSettings(SharedSettings):
     # share a host name), and the same after a restart, which recovery relies on
     worker_name: str = ""
     queues: CommaList = ["gpu"]
-    executor: str = "docker"  # a name in executors.EXECUTORS
+    executor: str = "docker"  # a name in executor_names.EXECUTORS
 
     @model_validator(mode="after")
     def _named(self) -> WorkerSettings:
         if not self.worker_name:
-            from .workdir import own_name
-
             self.worker_name = own_name(self.work_dir, socket.gethostname())
         return self
 
     @field_validator("executor")
     @classmethod
     def _known_executor(cls, value: str) -> str:
-        from .executors import EXECUTORS  # here, not at the top: the executors import these settings
-
         if value not in EXECUTORS:
             raise ValueError(f"unknown executor {value!r}; one of: {', '.join(EXECUTORS)}")
         return value

@@ -25,6 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from docker.types import DeviceRequest, Mount
+
+from .errors import ExecutorUnavailable
+
 LIB_DIR, BIN_DIR = "/usr/local/nvidia/lib64", "/usr/local/nvidia/bin"
 # the driver's user-space parts a CUDA program, nvidia-smi and the profilers use (as the NVIDIA
 # container toolkit lists them for the compute and utility capabilities)
@@ -46,15 +50,9 @@ class GpuAccess:
         if not gpu_ids:
             return {}
         if self.mode == "runtime":
-            from docker.types import DeviceRequest
-
             return {"device_requests": [DeviceRequest(device_ids=gpu_ids, capabilities=[["gpu"]])]}
         if self.mode != "devices":
-            from .errors import ExecutorUnavailable
-
             raise ExecutorUnavailable(f"this worker cannot give a container its GPU: {self.why}")
-        from docker.types import Mount
-
         nodes = [n for n in CONTROL_NODES if os.path.exists(n)]
         nodes += [f"/dev/nvidia{self.minors.get(i, int(i))}" for i in gpu_ids]
         old = dict(e.split("=", 1) for e in image_env if "=" in e)

@@ -129,7 +129,7 @@ def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 360
 
 
 @contextmanager
-def host_share(lock_dir: Path, exclusive: bool):
+def host_share(lock_dir: Path, exclusive: bool) -> Iterator[None]:
     """Every job holds the host lock shared; an exclusive job (timing runs) holds it alone, so it
     starts only when the host is idle and nothing starts beside it.
 

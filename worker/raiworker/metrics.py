@@ -12,8 +12,9 @@ import hmac
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .workdir import metrics_dir
@@ -68,7 +69,7 @@ def lines_shipped(n: int) -> None:
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, *args) -> None:  # scrapes every 15 s are not news
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes every 15 s are not news
         pass
 
 
@@ -84,14 +85,14 @@ def serve(addr: str, port: int, token: str, gauges: Callable[[], dict[str, float
     MultiProcessCollector(registry)
 
     class Live:
-        def collect(self):
+        def collect(self) -> Iterator[GaugeMetricFamily]:
             for name, value in gauges().items():
                 yield GaugeMetricFamily(f"rai_worker_{name}", name.replace("_", " "), value=value)
 
     registry.register(Live())
     metrics_app = make_wsgi_app(registry)
 
-    def app(environ, start_response):
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if token:
             given = environ.get("HTTP_AUTHORIZATION", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):

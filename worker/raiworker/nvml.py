@@ -11,7 +11,9 @@ container (by cgroup), under their pid inside it (``NSpid``), which is what the 
 
 from __future__ import annotations
 
+import csv
 import ctypes
+import io
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -175,9 +177,6 @@ def unprofiled(users: dict[int, int], profiled: set[int]) -> list[int]:
 
 def profiled_pids(report: str) -> set[int]:
     """The processes the profiler's CSV export names (its "Process ID" column), bounded like the report."""
-    import csv
-    import io
-
     rows = csv.reader(io.StringIO(report[: 1024 * 1024]))
     header = next(rows, None)
     while header is not None and "Process ID" not in header:

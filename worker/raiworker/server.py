@@ -6,8 +6,9 @@ State changes are retried through a server restart: a finished job must never st
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -39,7 +40,7 @@ class ServerClient:
         self.http.close()
 
     def _call(self, method: str, url: str, retry_for: float = 120.0, on_wait: Callable[[str], None] | None = None,
-              **kw) -> httpx.Response:
+              **kw: Any) -> httpx.Response:
         """The request, retried while the server is away (``retry_for``) and, for longer
         (``trouble_seconds``), while it answers that its storage is failing or it is busy (507, 503
         with Retry-After): ``on_wait`` hears the server's reason once, for the job's log."""
@@ -109,7 +110,7 @@ class ServerClient:
         """Send the packed build folder. Each try of the transfer may take ``seconds`` at most
         (UploadTooSlow past it); waits while the server says its storage is failing are not
         counted. A 413 is BuildTooLarge."""
-        def body():
+        def body() -> Iterator[bytes]:
             started = time.monotonic()
             with tarball.open("rb") as fh:
                 while chunk := fh.read(1024 * 1024):
@@ -130,7 +131,7 @@ class ServerClient:
         if spool is None or not spool.exists():
             return
 
-        def body():
+        def body() -> Iterator[bytes]:
             with spool.open("rb") as fh:
                 while chunk := fh.read(1024 * 1024):
                     yield chunk

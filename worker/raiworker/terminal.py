@@ -19,14 +19,11 @@ import struct
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from raiprotocol.models import LogStream
 
+from .logsink import LogSink
 from .workdir import bin_dir
-
-if TYPE_CHECKING:
-    from .logsink import LogSink
 
 log = logging.getLogger("raiworker")
 

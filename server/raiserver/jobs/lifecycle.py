@@ -226,12 +226,13 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     db.commit()
     fence(svc, job)
     s = svc.settings
-    spec = parse_course_spec(job.spec_yaml) if job.course_build_id is not None else parse_spec(job.spec_yaml)
+    course_spec = parse_course_spec(job.spec_yaml) if job.course_build_id is not None else None
+    spec = course_spec if course_spec is not None else parse_spec(job.spec_yaml)
     limits = spec.resources.limits
     repeats = max(1, s.timing_repeats) if job.kind in s.repeat_kinds else 1
     timed = None
-    if job.course_build_id is not None:  # the course's file: its timed command, measured, alone on the host
-        ranked = spec.ranked
+    if course_spec is not None:  # the course's file: its timed command, measured, alone on the host
+        ranked = course_spec.ranked
         runs = job.repeats or ranked.repeats
         seeds = [run_seed(s.session_secret, job.id, job.attempt, r) for r in range(1, runs + 1)] if ranked.seeded else None
         timed = TimedRun(command=ranked.timed, repeats=runs, measure=ranked.measure, predictions=ranked.predictions,

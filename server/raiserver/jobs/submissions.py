@@ -17,7 +17,7 @@ from sqlalchemy import update
 from raiprotocol.archive import ArchiveError, ArchiveLimits, inspect_archive
 from raiprotocol.models import JobOut
 from raiprotocol.project import SPEC_FILENAME, missing_for_kind
-from raiprotocol.spec import SpecError, parse_spec
+from raiprotocol.spec import BuildSpec, SpecError, parse_spec
 from raiserver.access.uploadgate import UploadGate
 from raiserver.errors import BadArchive, Invalid, TooLarge
 from raiserver.fleet.workers import check_image, check_queue, check_requirements
@@ -77,6 +77,7 @@ async def _accept(svc: Services, database: Database, body: AsyncIterator[bytes],
         with database.session() as db:
             course = current_course(db, kind) if kind in svc.settings.ranked_kind_set else None
             course_spec = spec_of(course) if course is not None else None
+        spec: BuildSpec  # the course's (a CourseSpec) or the student's
         try:
             info = inspect_archive(tmp, ArchiveLimits())
             if course is not None and course_spec is not None:  # a ranked run: the course's build file, not the student's

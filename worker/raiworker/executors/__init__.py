@@ -1,6 +1,6 @@
 """Executors: where a job's commands actually run (a Docker container, plain processes, a Slurm job).
 
-Adding one: a module here with an ``Executor`` subclass, and a line in ``EXECUTORS``. Its lifecycle
+Adding one: a module here with an ``Executor`` subclass, and a line in ``executor_names.EXECUTORS``. Its lifecycle
 hooks (``prepare_host`` as the worker starts, ``host_stopping`` as it stops, ``create`` per job)
 hold whatever it needs outside a job; nothing else names executors.
 """
@@ -10,20 +10,16 @@ from __future__ import annotations
 import importlib
 
 from ..config import WorkerSettings
+from ..executor_names import EXECUTORS
 from .base import Executor, JobContext, Outcome, execute
-
-# RAI_EXECUTOR's values: the module (imported only when chosen: a Slurm login node need not have
-# the Docker SDK) and the class
-EXECUTORS: dict[str, tuple[str, str]] = {
-    "docker": (".docker", "DockerExecutor"),
-    "process": (".process", "ProcessExecutor"),
-    "slurm": (".slurm", "SlurmExecutor"),
-}
 
 
 def executor_class(name: str) -> type[Executor]:
-    module, cls = EXECUTORS[name]
-    return getattr(importlib.import_module(module, __package__), cls)
+    """The executor class named ``name``; its module is imported only now, when chosen (a Slurm
+    login node need not have the Docker SDK)."""
+    module, _, cls = EXECUTORS[name].partition(":")
+    found: type[Executor] = getattr(importlib.import_module(module), cls)
+    return found
 
 
 def make_executor(settings: WorkerSettings) -> Executor:

@@ -65,6 +65,12 @@ class _Watch:
     command: str = ""
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def arm(self, ctx: JobContext, command: str) -> None:
+        """``command`` runs now: it is stopped at the wall clock's end, or at its own limit if sooner."""
+        now = time.monotonic()
+        self.deadline = min(self.wall_deadline, now + ctx.command_seconds) if ctx.command_seconds else self.wall_deadline
+        self.command = command
+
 
 class Executor(ABC):
     name: str = "?"
@@ -137,21 +143,7 @@ class Executor(ABC):
 
 def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threading.Event) -> Outcome:
     watch = _Watch()
-
-    def watchdog() -> None:
-        while not watch.stop.wait(0.05):
-            if cancel.is_set():
-                watch.reason = "cancel"
-            elif time.monotonic() > watch.deadline:
-                watch.reason = "wall" if watch.deadline >= watch.wall_deadline else "command"
-            if watch.reason:
-                try:
-                    executor.kill()
-                except Exception:  # noqa: BLE001 - said, not swallowed: the job still ends as killed
-                    log.exception("job %s: killing it failed", ctx.job_id)
-                return
-
-    thread = threading.Thread(target=watchdog, name=f"watchdog-{ctx.job_id}", daemon=True)
+    thread = threading.Thread(target=_watchdog, args=(watch, executor, ctx, cancel), name=f"watchdog-{ctx.job_id}", daemon=True)
     thread.start()
     try:
         if cancel.is_set():
@@ -159,63 +151,103 @@ def execute(executor: Executor, ctx: JobContext, sink: LogSink, cancel: threadin
         sink.system(executor.start(ctx, sink))
         ctx.phase(executor.started_phase, ctx.image)
         # the wall clock runs from here: time waiting for a container or in a batch queue is not the job's
-        wall_deadline = watch.wall_deadline = ctx.wall_deadline = time.monotonic() + ctx.wall_seconds
-        timing: str | None = None
-        repeated = refusal_said = False
-        plan = [(command, running_line(command)) for command in ctx.commands]
-        while plan:
-            command, announce = plan.pop(0)
-            now = time.monotonic()
-            watch.deadline = min(wall_deadline, now + ctx.command_seconds) if ctx.command_seconds else wall_deadline
-            watch.command = command
-            if watch.reason:
-                break
-            sink.system(announce)
-            sink.op_time_seen = False
-            ctx.phase("command started", command)
-            code = executor.run_command(ctx, command, sink)
-            sink.flush()
-            if sink.counters_refused and not refusal_said:  # once, after the command whose profiler was refused
-                refusal_said = True
-                sink.system(counters.refused_line(ctx.settings.worker_name))
-            ctx.phase("command ended", f"exit {code}")
-            if watch.reason:
-                break
-            if code != 0 and not watch.reason:
-                ended = executor.ended(code, ctx)
-                if ended is not None:
-                    return Outcome(ended.state, ended.exit_code, ended.failed_command or command, ended.message)
-            if code != 0:
-                why = executor.explain_kill(code, ctx)
-                if why:
-                    sink.system(why)
-                return Outcome(JobState.failed, exit_code=code, failed_command=command, message=why)
-            if timing is None and sink.op_time_seen and not is_profiled(command) and command_of(announce) is not None:
-                timing = command
-            if not plan and timing is not None and not repeated and ctx.repeat_timing > 1:  # ranked: time it K times
-                plan = [(timing, repeat_line(r, ctx.repeat_timing, timing)) for r in range(2, ctx.repeat_timing + 1)]
-                repeated = True
-        timed = ctx.timed
-        for r in range(1, (timed.repeats if timed is not None and not watch.reason else 0) + 1):
-            assert timed is not None  # for mypy: no round runs without it
-            watch.deadline = min(wall_deadline, time.monotonic() + ctx.command_seconds) if ctx.command_seconds else wall_deadline
-            watch.command = timed.command
-            ctx.phase("timed run started", str(r))
-            run = executor.measure(ctx, r, timed, sink)
-            sink.flush()
-            ctx.measured.append(run)
-            if watch.reason:
-                break
-            if run.problem or run.exit_code != 0:
-                why = run.problem or executor.explain_kill(run.exit_code, ctx)
-                if why:
-                    sink.system(f"Timed run {r}: {why}")
-                return Outcome(JobState.failed, exit_code=run.exit_code if run.exit_code > 0 else None,
-                               failed_command=timed.command, message=why)
+        watch.wall_deadline = ctx.wall_deadline = time.monotonic() + ctx.wall_seconds
+        failed = _run_commands(executor, ctx, sink, watch)
+        if failed is None:
+            failed = _timed_runs(executor, ctx, sink, watch)
+        if failed is not None:
+            return failed
     finally:
         watch.stop.set()
         thread.join(timeout=5)
         sink.flush()
+    return _watched_end(watch, ctx)
+
+
+def _watchdog(watch: _Watch, executor: Executor, ctx: JobContext, cancel: threading.Event) -> None:
+    """Kill the job on a cancel, or past the wall clock or the running command's limit."""
+    while not watch.stop.wait(0.05):
+        if cancel.is_set():
+            watch.reason = "cancel"
+        elif time.monotonic() > watch.deadline:
+            watch.reason = "wall" if watch.deadline >= watch.wall_deadline else "command"
+        if watch.reason:
+            try:
+                executor.kill()
+            except Exception:  # noqa: BLE001 - said, not swallowed: the job still ends as killed
+                log.exception("job %s: killing it failed", ctx.job_id)
+            return
+
+
+def _run_commands(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watch) -> Outcome | None:
+    """The commands in order, and a ranked job's timing command again; the outcome of the first
+    that failed, None when none did or the watchdog stopped them (``watch.reason``)."""
+    timing: str | None = None
+    repeated = refusal_said = False
+    plan = [(command, running_line(command)) for command in ctx.commands]
+    while plan:
+        command, announce = plan.pop(0)
+        watch.arm(ctx, command)
+        if watch.reason:
+            return None
+        sink.system(announce)
+        sink.op_time_seen = False
+        ctx.phase("command started", command)
+        code = executor.run_command(ctx, command, sink)
+        sink.flush()
+        if sink.counters_refused and not refusal_said:  # once, after the command whose profiler was refused
+            refusal_said = True
+            sink.system(counters.refused_line(ctx.settings.worker_name))
+        ctx.phase("command ended", f"exit {code}")
+        if watch.reason:
+            return None
+        if code != 0:
+            return _failed(executor, ctx, sink, watch, command, code)
+        if timing is None and sink.op_time_seen and not is_profiled(command) and command_of(announce) is not None:
+            timing = command
+        if not plan and timing is not None and not repeated and ctx.repeat_timing > 1:  # ranked: time it K times
+            plan = [(timing, repeat_line(r, ctx.repeat_timing, timing)) for r in range(2, ctx.repeat_timing + 1)]
+            repeated = True
+    return None
+
+
+def _failed(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watch, command: str, code: int) -> Outcome:
+    """A command that exited non-zero: the job's environment ended (``Executor.ended``), or it failed."""
+    if not watch.reason:
+        ended = executor.ended(code, ctx)
+        if ended is not None:
+            return Outcome(ended.state, ended.exit_code, ended.failed_command or command, ended.message)
+    why = executor.explain_kill(code, ctx)
+    if why:
+        sink.system(why)
+    return Outcome(JobState.failed, exit_code=code, failed_command=command, message=why)
+
+
+def _timed_runs(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watch) -> Outcome | None:
+    """A ranked job's timed runs, measured by the executor (``ctx.measured``); the outcome of the
+    first that failed, None when none did or the watchdog stopped them."""
+    timed = ctx.timed
+    if timed is None or watch.reason:
+        return None
+    for r in range(1, timed.repeats + 1):
+        watch.arm(ctx, timed.command)
+        ctx.phase("timed run started", str(r))
+        run = executor.measure(ctx, r, timed, sink)
+        sink.flush()
+        ctx.measured.append(run)
+        if watch.reason:
+            return None
+        if run.problem or run.exit_code != 0:
+            why = run.problem or executor.explain_kill(run.exit_code, ctx)
+            if why:
+                sink.system(f"Timed run {r}: {why}")
+            return Outcome(JobState.failed, exit_code=run.exit_code if run.exit_code > 0 else None,
+                           failed_command=timed.command, message=why)
+    return None
+
+
+def _watched_end(watch: _Watch, ctx: JobContext) -> Outcome:
+    """The end of a job whose commands did not fail: what the watchdog stopped it for, if anything."""
     if watch.reason == "cancel":
         return Outcome(JobState.cancelled, failed_command=watch.command, message=f"stopped while '{watch.command}' was running")
     if watch.reason == "wall":

@@ -13,6 +13,7 @@ import resource
 import selectors
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from raiprotocol.models import LogStream
@@ -40,7 +41,7 @@ class ProcessExecutor(Executor):
         return (f"Worker {ctx.settings.worker_name} started the job as processes (no container; "
                 f"image {ctx.image} not used{gpu})")
 
-    def _limits(self, ctx: JobContext):
+    def _limits(self, ctx: JobContext) -> Callable[[], None]:
         s = ctx.settings
         memory = ctx.memory_mb * 1024**2
         use_as = not ctx.gpu_ids  # CUDA reserves huge address ranges: RLIMIT_AS would break it

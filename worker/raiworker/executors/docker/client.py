@@ -1,0 +1,98 @@
+"""The Docker engine: this process's client, the containers a worker's run left, how a job's
+container is named, and small helpers for execs and containers."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import docker
+from docker.errors import DockerException, NotFound
+
+from ...errors import ExecutorUnavailable
+
+LABEL = "rai.job"
+SPARE = "spare"  # the rai.job label of a container started ahead of time, before it has a job
+
+
+def docker_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env(timeout=60)
+        client.ping()
+        return client
+    except DockerException as exc:
+        raise ExecutorUnavailable(f"no Docker engine answers ({exc.__class__.__name__}); start dockerd or set RAI_EXECUTOR=process") from None
+
+
+_shared: dict[int, docker.DockerClient] = {}  # per process: a client's sockets must not cross a fork
+_shared_lock = threading.Lock()
+
+
+def shared_client() -> docker.DockerClient:
+    """This process's one Docker client, for every job it runs (a client per job, never closed,
+    held its sockets to the engine for ever: a worker's descriptors grew with every job)."""
+    with _shared_lock:
+        client = _shared.get(os.getpid())
+        if client is None:
+            client = _shared[os.getpid()] = docker_client()
+        return client
+
+
+def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool = False) -> int:
+    """Remove containers a previous run of this worker left (crash, kill -9), or at its end the
+    spare containers its slots had started ahead of time."""
+    n = 0
+    labels = [f"rai.worker={worker}", *([f"{LABEL}={SPARE}"] if spares_only else [])]
+    for c in client.containers.list(all=True, filters={"label": labels}):
+        try:
+            c.remove(force=True)
+            n += 1
+        except NotFound:
+            pass
+    return n
+
+
+def _runtimes(client: docker.DockerClient) -> dict[str, Any]:
+    try:
+        return dict(client.info().get("Runtimes") or {})
+    except DockerException:
+        return {}
+
+
+def container_name(job_id: str, worker: str) -> str:
+    """A job's container on a worker, by name (a spare is renamed so when a job takes it; labels
+    cannot change): how a lost run's container is found."""
+    return f"rai-{job_id}-{worker}".lower()[:120]
+
+
+def _exit_code(api: Any, exec_id: str) -> int | None:
+    """An exec's exit status; Docker may record it a moment after its output ends."""
+    for _ in range(50):
+        info = api.exec_inspect(exec_id)
+        if not info.get("Running") and info.get("ExitCode") is not None:
+            return info["ExitCode"]
+        time.sleep(0.02)
+    return None
+
+
+def _close(conn: Any) -> None:
+    """Close an exec's attached socket (the SDK's wrapper and the socket beneath it)."""
+    for thing in (getattr(conn, "_sock", None), conn):
+        try:
+            if thing is not None:
+                thing.close()
+        except OSError:
+            pass
+
+
+def _remove_later(container: Any) -> None:
+    def remove() -> None:
+        try:
+            container.remove(force=True)
+        except DockerException:
+            pass
+
+    threading.Thread(target=remove, name=f"remove-{container.short_id}", daemon=True).start()
+

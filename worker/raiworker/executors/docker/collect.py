@@ -1,0 +1,162 @@
+"""Copying a job's /build out of its container at the job's end (and, for a ranked run, what its
+timed runs start from): a tar streamed from an exec of the image's own tar, extracted with
+``safe_extract`` into a host folder, bounded like the commands (the wall clock, the cancel) and by
+RAI_BUILD_MB and RAI_BUILD_FILES."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from docker.errors import DockerException
+from docker.utils.socket import STDOUT, frames_iter
+
+from raiprotocol.archive import OverLimit, safe_extract
+from raiprotocol.models import JobState
+
+from ...config import WorkerSettings
+from ..base import JobContext, Outcome
+from .client import _close, _exit_code
+from .scripts import COLLECT, LEFT_OVER
+
+if TYPE_CHECKING:  # a name for the buffer protocol, in typeshed only
+    from _typeshed import WriteableBuffer
+
+
+def copy_out(api: Any, container_id: str, argv: list[str], user: str, dest: Path, s: WorkerSettings) -> int | None:
+    """Run ``argv`` in the container (a script that writes a tar to its stdout) and extract that
+    stream into ``dest``: the job controls it, so nothing in it may write outside the folder (links
+    out of the tree, entries through links, devices and the like are left behind), and past
+    RAI_BUILD_MB or RAI_BUILD_FILES it is cut (OverLimit). Returns the exec's exit status."""
+    exec_id = api.exec_create(container_id, argv, user=user)["Id"]
+    # a socket of our own: closed on a cut, so the engine stops copying at once (with the
+    # stream left open, killing the container waited 10 s for it)
+    conn = api.exec_start(exec_id, socket=True)
+    try:
+        chunks = (data for stream, data in frames_iter(conn, tty=False) if stream == STDOUT)
+        # headers and padding (1 KiB an entry at most) ride on top of the files themselves
+        budget = _Budget(chunks, s.build_mb * 1024**2 + s.build_files * 1024 + 1024**2)
+        with tarfile.open(fileobj=_IterReader(budget), mode="r|") as tar:
+            safe_extract(tar, dest, max_bytes=s.build_mb * 1024**2, max_entries=s.build_files)
+        for _ in budget:  # the exec's end (tar's last padding), so its exit status is known
+            pass
+    finally:
+        _close(conn)
+    return _exit_code(api, exec_id)
+
+
+class _Guard:
+    """While a copy runs: on a cancel or past its deadline, end it by killing the container (the
+    stream then ends); ``why`` says which ("cancel", "wall": the job's wall clock, "time": the
+    collection allowance)."""
+
+    def __init__(self, container: Any, ctx: JobContext, cancel: threading.Event, deadline: float) -> None:
+        self.container, self.ctx, self.cancel, self.deadline = container, ctx, cancel, deadline
+        self.why: str | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name=f"collect-{ctx.job_id}", daemon=True)
+
+    def __enter__(self) -> _Guard:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        while not self.stop.wait(0.1):
+            if self.cancel.is_set() or time.monotonic() > self.deadline:
+                self.why = "cancel" if self.cancel.is_set() else "wall" if time.monotonic() > self.ctx.wall_deadline else "time"
+                try:
+                    self.container.kill()
+                except DockerException:
+                    pass
+                return
+
+
+def collect_build(api: Any, container: Any, user: str, ctx: JobContext,
+                  cancel: threading.Event) -> tuple[Outcome | None, bool | None]:
+    """Stop the job's processes and copy /build (a tmpfs: it dies with the container, and
+    `docker cp` cannot read it) out through the image's own tar into ``ctx.build_dir`` (a 1 TiB
+    sparse file or 300,000 small files once held a slot for hours). Returns an Outcome when the
+    copy was cut or incomplete, and whether every process of the job was seen gone (None: the
+    copy did not get that far)."""
+    s = ctx.settings
+    deadline = min(ctx.wall_deadline, time.monotonic() + s.collect_seconds)
+    problem: str | None = None
+    contained: bool | None = None
+    with _Guard(container, ctx, cancel, deadline) as guard:
+        try:
+            code = copy_out(api, container.id, ["/bin/sh", "-c", COLLECT], user, ctx.build_dir, s)
+            contained = code not in (None, LEFT_OVER)
+            if code not in (0, LEFT_OVER) and not guard.why:
+                problem = f"the copy ended with status {code}"
+        except OverLimit as exc:
+            return Outcome(JobState.failed, message=f"the build folder was cut: it holds {exc} (RAI_BUILD_FILES / RAI_BUILD_MB); "
+                                                    "what was copied until then is kept"), contained
+        except (DockerException, tarfile.TarError, OSError) as exc:
+            problem = f"{exc.__class__.__name__}: {str(exc)[:200]}"
+    return _collected(ctx, guard.why, problem), contained
+
+
+def _collected(ctx: JobContext, why: str | None, problem: str | None) -> Outcome | None:
+    """What became of the copy: None when it is whole."""
+    if why == "cancel":
+        return Outcome(JobState.cancelled, message="cancelled while the build folder was being copied")
+    if why == "wall":
+        return Outcome(JobState.timed_out, message=f"timed out: the build folder was being copied when the job hit its "
+                                                   f"wall-time limit of {ctx.wall_seconds} s; it is incomplete")
+    if why == "time":
+        return Outcome(JobState.failed, message=f"the build folder was cut: copying it took more than {ctx.settings.collect_seconds} s; "
+                                                "what was copied until then is kept")
+    if problem is not None:
+        return Outcome(JobState.error, message=f"the build folder could not be copied completely ({problem}); "
+                                               "it is incomplete")
+    return None
+
+
+class _Budget:
+    """The chunks of a stream, up to ``limit`` bytes in all: past it, OverLimit."""
+
+    def __init__(self, chunks: Iterable[bytes], limit: int) -> None:
+        self.chunks, self.limit, self.seen = iter(chunks), limit, 0
+
+    def __iter__(self) -> _Budget:
+        return self
+
+    def __next__(self) -> bytes:
+        chunk = next(self.chunks)
+        self.seen += len(chunk)
+        if self.seen > self.limit:
+            raise OverLimit(f"more than {self.limit // 1024**2} MiB of files (sparse files count whole)")
+        return chunk
+
+
+class _IterReader(io.RawIOBase):
+    """A file-like view of an iterator of byte chunks (the Docker archive stream)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks: Iterator[bytes] = iter(chunks)
+        self.rest = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: WriteableBuffer) -> int:
+        while not self.rest:
+            try:
+                self.rest = next(self.chunks)
+            except StopIteration:
+                return 0
+        view = memoryview(buf)
+        n = min(len(view), len(self.rest))
+        view[:n] = self.rest[:n]
+        self.rest = self.rest[n:]
+        return n
+

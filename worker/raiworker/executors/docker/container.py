@@ -1,0 +1,181 @@
+"""A job's container and the execs rai runs in it: the state one job's Docker run keeps, how its
+containers are made (the job's, a spare one, a timed run's), and running a command in it.
+
+The container has no network, drops every capability, cannot gain privileges, runs the job's
+commands as a non-root user, and sees the project read-only at /src and a writable /build. It is
+labelled with the job id so a restarted worker can remove anything a crash left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, NotFound
+from docker.types import Mount, Ulimit
+
+from ... import gpu_access
+from ...logsink import LogSink
+from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, terminal_env
+from ..base import Executor, JobContext
+from .client import LABEL, SPARE, _runtimes, container_name, shared_client
+from .scripts import KEEPALIVE, KEPT_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
+
+
+class ContainerJob(Executor):
+    """One job's Docker run, below what the executor does with it: its containers and execs."""
+
+    def __init__(self, client: docker.DockerClient | None = None, spares: bool = True) -> None:
+        self.client = client or shared_client()
+        self.container: Any = None  # the job's docker Container once started (the Docker SDK is untyped)
+        self.user = "1000:1000"
+        self.wrap: list[str] = []  # the pty helper inside the container, when there is one
+        self.spares = spares
+        self.slot_src: Path | None = None  # the job's files were moved here (a spare container)
+        self.helper: Path | None = None
+        self.ctx: JobContext | None = None  # the job started: its slot's next container is made like it
+        self.contained = False  # collect_build saw every process of the job gone
+        self.leftover: Any = None  # the job's container, for tidy() to remove
+        self.measure_dir: str | None = None  # root's folder for a ranked job's profiler reports
+        self.kept: Path | None = None  # what of the build each timed run starts from (issue 32)
+        self.attach_said = ""  # what root's ncu said last, for the job's log when it cannot attach
+
+    def _create(self, ctx: JobContext, src: Path, job: str, helper: Path | None, timed: tuple[Path, Path, int] | None = None) -> Any:
+        """The job's container; ``timed`` (rai-timed, the kept files, the run's number): a timed
+        run's fresh one (issue 32). Its init and keepalive run as root, out of the job's reach
+        (the job's user cannot signal, trace or replace them); every command runs as the job's user."""
+        s = ctx.settings
+        mounts = [Mount("/src", str(src), type="bind", read_only=True)]
+        if helper is not None:
+            mounts.append(Mount(IN_CONTAINER, str(helper), type="bind", read_only=True))
+        if timed is not None:
+            mounts += [Mount(TIMED_IN_CONTAINER, str(timed[0]), type="bind", read_only=True),
+                       Mount(KEPT_IN_CONTAINER, str(timed[1]), type="bind", read_only=True)]
+        mem = f"{ctx.memory_mb}m"
+        uid, _, gid = s.container_user.partition(":")
+        gid = gid or uid
+        kwargs: dict = dict(
+            command=KEEPALIVE,
+            detach=True,
+            init=True,
+            network_mode="none",
+            user="0:0",
+            working_dir="/build",
+            cap_drop=["ALL"],
+            cap_add=TIMED_CAPS if timed is not None else None,
+            security_opt=["no-new-privileges"],
+            mem_limit=mem,
+            memswap_limit=mem,
+            pids_limit=s.pids,
+            nano_cpus=int(min(s.cpus, os.cpu_count() or 1) * 1e9),
+            ulimits=[Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=s.nofile, hard=s.nofile)],
+            mounts=mounts,
+            tmpfs={
+                "/tmp": f"rw,exec,nosuid,nodev,size={s.tmp_mb}m,mode=1777",
+                "/build": f"rw,exec,nosuid,nodev,size={s.build_mb}m,uid={uid},gid={gid},mode=0755",
+                **({MEASURE_DIR: "rw,noexec,nosuid,nodev,size=512m,mode=0700"} if timed is not None else {}),
+            },
+            read_only=s.read_only_root,
+            labels={LABEL: job, "rai.worker": s.worker_name},
+            environment={**s.job_env, **terminal_env(s.columns), "HOME": "/build"},  # RAI_JOB_ID: with each exec
+            name=(container_name(job, s.worker_name) + (f"-t{timed[2]}" if timed else "")) if job != SPARE else None,
+        )
+        if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu_access)
+            gpu = gpu_access.current(s, [int(i) for i in ctx.gpu_ids], lambda: _runtimes(self.client)).container_options(
+                ctx.gpu_ids, self.client.images.get(ctx.image).attrs.get("Config", {}).get("Env") or [])
+            kwargs["mounts"] = kwargs["mounts"] + gpu.pop("mounts", [])
+            kwargs["environment"] = {**kwargs["environment"], **gpu.pop("environment", {})}
+            kwargs.update(gpu)
+        return self.client.containers.run(ctx.image, **kwargs)
+
+    def _run_exec(self, ctx: JobContext, argv: list[str], user: str, sink: LogSink, env: dict[str, str] | None = None) -> int:
+        api = self.client.api
+        try:
+            exec_id = api.exec_create(self.container.id, argv, workdir="/build", user=user,
+                                      environment={"RAI_JOB_ID": ctx.job_id, **(env or {})})["Id"]
+            conn = api.exec_start(exec_id, socket=True)
+        except (APIError, NotFound):
+            return 137  # the container is gone (killed under us)
+        raw = getattr(conn, "_sock", conn)
+        raw.settimeout(0.5)
+        frames = Frames(sink)
+        try:
+            while True:
+                try:
+                    data = raw.recv(65536)
+                except socket.timeout:
+                    if not self._running(exec_id):
+                        frames.drain(raw)
+                        break
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                frames.feed(data)
+        finally:
+            conn.close()
+        # The engine may close the output stream a moment before it records the exit status (a
+        # busy host widens that moment): wait for it rather than report a code the job never had.
+        waited = 0
+        while True:
+            try:
+                info = api.exec_inspect(exec_id)
+            except NotFound:
+                return 137  # the container is gone (killed under us)
+            except (APIError, DockerException):
+                info = {"Running": True, "ExitCode": None}
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            waited += 1
+            if waited % 10 == 0 and not self._container_running():
+                return 137  # the whole container stopped: its execs never report a status
+            if waited > 300:  # 15 s
+                return 137
+            time.sleep(0.05)
+
+    def _exec_as(self, user: str, script: str, *args: str) -> tuple[int, bytes]:
+        """A short exec of rai's own (not the job's command): its status and its output."""
+        try:
+            res = self.container.exec_run(["/bin/sh", "-c", script, "sh", *args], user=user, workdir="/build", demux=False)
+        except DockerException as exc:
+            return 126, str(exc).encode()
+        return (res.exit_code if res.exit_code is not None else 126), res.output or b""
+
+    def _container_running(self) -> bool:
+        try:
+            self.container.reload()
+            return self.container.status == "running"
+        except NotFound:
+            return False
+        except DockerException:
+            return True
+
+    def _running(self, exec_id: str) -> bool:
+        """Whether the exec still runs; a failing API call (a busy engine) counts as yes."""
+        try:
+            return bool(self.client.api.exec_inspect(exec_id)["Running"])
+        except NotFound:
+            return False
+        except (APIError, DockerException):
+            return True
+
+    def _oom_kills(self) -> int | None:
+        """The container cgroup's OOM-kill count (cgroup v1 or v2), when the host's cgroups are visible."""
+        cid = self.container.id
+        for path in (f"/sys/fs/cgroup/memory/docker/{cid}/memory.oom_control",
+                     f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.events",
+                     f"/sys/fs/cgroup/docker/{cid}/memory.events"):
+            try:
+                with open(path) as fh:
+                    for line in fh:
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill":
+                            return int(value)
+            except OSError:
+                continue
+        return None

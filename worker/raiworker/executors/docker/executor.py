@@ -1,0 +1,207 @@
+"""Runs a job in one Docker container: the commands are exec'd into it one after another.
+
+Starting a container is most of a short job's overhead, so once a job's end is reported its slot
+starts the next container ahead of time (``spares``); a job that needs anything else gets a
+container of its own, and the spare one is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from docker.errors import DockerException, ImageNotFound, NotFound
+
+from ... import gpu_access
+from ...config import WorkerSettings
+from ...errors import ExecutorUnavailable
+from ...images import is_offered
+from ...logsink import LogSink
+from ...terminal import IN_CONTAINER, no_terminal_note, pty_helper
+from ...workdir import slot_dir
+from ..base import JobContext, Outcome
+from .client import SPARE, _remove_later, container_name, reap_containers, shared_client
+from .collect import collect_build
+from .measure import TimedRuns
+from .scripts import KILL_JOB
+from .spares import _empty, _move_entries, _slot, _Spare, spare_key
+
+log = logging.getLogger("raiworker")
+
+
+class DockerExecutor(TimedRuns):
+    """A job in a container of its own (or its slot's spare one); its commands exec'd into it."""
+
+    name = "docker"
+    started_phase = "container started"
+
+    @classmethod
+    def create(cls, settings: WorkerSettings) -> DockerExecutor:
+        return cls(spares=settings.spare_containers)
+
+    @classmethod
+    def prepare_host(cls, settings: WorkerSettings, gpu_indexes: list[int]) -> list[str]:
+        """The engine answers; containers an earlier run of this worker left are removed (a lost
+        run must not go on beside its re-run); how jobs get their GPUs is decided once, here."""
+        client = shared_client()
+        lines = super().prepare_host(settings, gpu_indexes)
+        removed = reap_containers(client, settings.worker_name)
+        if removed:
+            lines.append(f"removed {removed} container(s) left by an earlier run")
+        if gpu_indexes:  # the pool processes inherit the decision
+            lines.append(gpu_access.current(settings, gpu_indexes, lambda: client.info().get("Runtimes")).line)
+        return lines
+
+    @classmethod
+    def host_stopping(cls, settings: WorkerSettings) -> None:
+        """The pool has stopped: its spare containers have no next job."""
+        if settings.spare_containers:
+            try:
+                reap_containers(shared_client(), settings.worker_name, spares_only=True)
+            except Exception as exc:  # noqa: BLE001 - the next start removes them
+                log.warning("spare containers not removed: %s", exc)
+
+    @classmethod
+    def stop_orphan(cls, settings: WorkerSettings, job_id: str) -> bool:
+        """The run's process is paused or stuck: its container goes (its command would go on)."""
+        try:
+            shared_client().api.remove_container(container_name(job_id, settings.worker_name), force=True)
+            return True
+        except NotFound:
+            return False
+        except (DockerException, ExecutorUnavailable) as exc:
+            log.warning("job %s: the container of a run that stopped renewing its lease was not removed: %s", job_id, exc)
+            return False
+
+    def start(self, ctx: JobContext, sink: LogSink) -> str:
+        s = ctx.settings
+        self.ctx = ctx
+        self.helper = helper = pty_helper(s.work_dir, s.pty_helper)
+        if helper is None:
+            sink.system(no_terminal_note())
+        else:
+            self.wrap = [IN_CONTAINER]
+        self.user = s.container_user
+        gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
+        lost = self._stop_lost_run(ctx)
+        if lost:
+            sink.system(f"Stopped the container of an earlier run of this job on {s.worker_name} (its process was lost)")
+        spare = _slot.take(spare_key(ctx)) if self.spares else None
+        if spare is not None and _move_entries(ctx.src_dir, spare.src):  # the slot's folder was empty: this job's files only
+            self.container, self.slot_src = spare.container, spare.src
+            try:  # from now on the container is known by its job, as one made for it is
+                spare.container.rename(container_name(ctx.job_id, s.worker_name))
+            except DockerException:
+                pass
+            return f"Worker {s.worker_name} started the container ahead of time (image {ctx.image}{gpu})"
+        if spare is not None:
+            _remove_later(spare.container)
+        try:
+            image = self.client.images.get(ctx.image)
+        except ImageNotFound:
+            raise ExecutorUnavailable(f"image {ctx.image} is not on worker {s.worker_name}; the operator must load it") from None
+        if not is_offered(image, s):  # by its id: a label (inherited by images built FROM it) grants nothing
+            raise ExecutorUnavailable(f"image {ctx.image} is not offered to jobs on worker {s.worker_name}: only images its "
+                                      "operator published are (raiworker publish, RAI_WORKER_IMAGES, or pulled through rai)")
+        self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper)
+        return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
+
+    def _stop_lost_run(self, ctx: JobContext) -> bool:
+        """A run of this job whose pool process died (kill -9) left its container running its
+        command, unseen: remove it before the job runs again. Returns whether there was one."""
+        try:
+            self.client.api.remove_container(container_name(ctx.job_id, ctx.settings.worker_name), force=True)
+        except NotFound:
+            return False
+        except DockerException as exc:
+            raise ExecutorUnavailable(f"the container of a lost earlier run of job {ctx.job_id} could not be removed: {exc}") from None
+        return True
+
+    def _make_spare(self, ctx: JobContext, helper: Path | None) -> _Spare:
+        src = slot_dir(ctx.settings.work_dir) / "src"
+        src.mkdir(parents=True, exist_ok=True)
+        if not _empty(src):  # never show a job anything of an earlier one
+            raise ExecutorUnavailable(f"{src} could not be emptied; no spare container")
+        if os.geteuid() == 0:  # as unpack() leaves a job's /src: the job's user owns it
+            uid, _, gid = ctx.settings.container_user.partition(":")
+            os.chown(src, int(uid), int(gid or uid))
+        return _Spare(spare_key(ctx), self._create(ctx, src, SPARE, helper), src)
+
+    def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
+        """Exec the command and relay its output frames as they come. The command ends when its
+        own process does, even if a background child it left behind still holds the output open."""
+        return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink)
+
+    def explain_kill(self, code: int, ctx: JobContext) -> str | None:
+        if code != 137 or self.container is None:
+            return None
+        for _ in range(10):  # the engine notices a dead init a moment after the exec ends
+            try:
+                self.container.reload()
+                if self.container.status != "running":
+                    return "the job's container stopped: its first process (PID 1) was killed"
+            except DockerException:
+                break
+            time.sleep(0.1)
+        gib = ctx.memory_mb / 1024
+        kills = self._oom_kills()
+        if kills:
+            return f"killed: out of memory (limit {gib:g} GiB)"
+        if kills is None:
+            return f"killed by signal 9 (out of memory? the limit is {gib:g} GiB)"
+        return "killed by signal 9"
+
+    def kill(self) -> None:
+        """Kill every process of the job but keep the container (and its /build) for collection;
+        if even that cannot run (a fork bomb took every pid), kill the container."""
+        if self.container is None:
+            return
+        try:
+            res = self.container.exec_run(["/bin/sh", "-c", KILL_JOB], user=self.user)
+            if res.exit_code == 0:
+                return
+        except DockerException:
+            pass
+        try:
+            self.container.kill()
+        except DockerException:
+            pass
+
+    def collect_build(self, ctx: JobContext, cancel: threading.Event | None = None) -> Outcome | None:
+        """Stop the job's processes and copy /build out (``collect.collect_build``), within the
+        job's wall clock, its cancel and RAI_BUILD_MB / RAI_BUILD_FILES."""
+        if self.container is None:
+            return None
+        outcome, contained = collect_build(self.client.api, self.container, self.user, ctx, cancel or threading.Event())
+        if contained is not None:
+            self.contained = contained
+        return outcome
+
+    def cleanup(self) -> None:
+        """Nothing of the job may outlive it on the GPU: unless collect_build proved every process
+        of the job gone, kill the container now. Removing it waits for tidy()."""
+        container, self.container = self.container, None
+        if container is None:
+            return
+        if not self.contained:
+            try:
+                container.kill()
+            except DockerException:
+                pass
+        self.leftover = container
+        if self.slot_src is not None:  # the job's files leave the slot's folder at once
+            _empty(self.slot_src)
+
+    def tidy(self) -> None:
+        """After the job's end is reported: remove its container, start the next one ahead of time."""
+        container, self.leftover = self.leftover, None
+        if container is None:
+            return
+        _remove_later(container)
+        if self.spares and self.ctx is not None:
+            ctx, helper = self.ctx, self.helper
+            _slot.prepare(lambda: self._make_spare(ctx, helper))
+

@@ -1,0 +1,59 @@
+"""The shell scripts and commands rai runs inside a job's containers, and their exit statuses.
+
+Each is one exec (each costs ~50 ms); they run as the job's user unless said otherwise.
+"""
+
+from __future__ import annotations
+
+KEEPALIVE = ["/bin/sh", "-c", "exec sleep 2147483647"]
+# Kill every process of the job but init and the keepalive (init's first child), from inside, as the
+# job's user: the container and its /build tmpfs survive for collection. A few passes catch forks.
+KILL_JOB = (
+    "keep=$(cut -d' ' -f1 /proc/1/task/1/children 2>/dev/null); "
+    "for pass in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    '[ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null; done; done; true'
+)
+# At the job's end, one exec (each costs ~50 ms): kill the job's processes as above, prove none is
+# left (one not yet reaped is a zombie, state Z after the last ') ' of its stat line, and runs
+# nothing), then stream /build as a tar. Exit status LEFT_OVER says a process survived: the
+# container is then killed before the job's end is reported; otherwise it is removed afterwards,
+# when nobody waits for it.
+LEFT_OVER = 99
+FROZE_NOT = 70  # rai-timed: a process of the job kept running after the timed command ended
+THROTTLE_RETRIES = 2  # a timed run during which the GPU slowed itself down is run again, this many times at most
+COLLECT = (
+    KILL_JOB.removesuffix("; true") + "; left=1; n=0; while [ $left = 1 ] && [ $n -lt 40 ]; do left=0; "
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && '
+    'read -r st < "$d/stat" 2>/dev/null && case "${st##*) }" in Z*) ;; *) left=1; kill -9 "$p" 2>/dev/null ;; esac; done; '
+    '[ $left = 1 ] && sleep 0.05; n=$((n+1)); done; '  # SIGKILL lands when the process next runs: wait up to 2 s
+    f'tar -C /build -cf - .; t=$?; [ "$left" = 1 ] && exit {LEFT_OVER}; exit $t'
+)
+# Between a ranked job's timed runs: every process of the job ended (as at the end), nothing copied
+END_PROCESSES = COLLECT.rsplit("tar -C", 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; exit 0'
+# Issue 32: a ranked run's timed runs each start in a fresh container from the build's result: the
+# build's processes end, the files the course keeps are copied out (bounded like /build), and each
+# timed container copies them into its own empty /build from a read-only folder
+KEPT_IN_CONTAINER = "/opt/rai/kept"
+KEEP_OUT = END_PROCESSES.rsplit('[ "$left" = 1 ]', 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; tar -C /build -cf - -- "$@"'
+KEEP_IN = f"cp -a {KEPT_IN_CONTAINER}/. /build/"
+# the capabilities rai-timed needs (as root in the timed container: become the job's user, stop its
+# processes); the job's own processes run as its user, with none and no way to gain one
+TIMED_CAPS = ["KILL", "SETUID", "SETGID"]
+# What the service reads of a timed run, bounded: the predictions (a regular file, not a link)
+# and the profiler's CSV export
+READ_LIMIT = 1024 * 1024
+READ_PREDICTIONS = 'f="$1"; [ -f "$f" ] && [ ! -L "$f" ] || exit 3; head -c {limit} -- "$f"'
+# ncu in two parts (issue 23): the launcher runs the course's command as the job's user and waits;
+# root attaches from another exec and writes the report into a folder only root can enter, made
+# under a name nobody can guess before the job's code could run: no process of the job can touch
+# the report, before, during or after the run
+NCU_LAUNCH = "exec ncu --mode launch --target-processes all -- /bin/sh -c {command}"
+# (root works in that folder, its HOME too: ncu reads its settings from both, and in /build, the job's
+# user's, root without capabilities may not even look). The folder is a tmpfs of root's, mode 0700,
+# mounted when the timed run's container is made: it exists before any process of the job does, so
+# no job process can make it first, look into it or guess at it (issue 34)
+MEASURE_DIR = "/opt/rai/measure"
+NCU_ATTACH = ("cd {dir} && export HOME={dir} && "
+              "exec ncu --mode attach --hostname 127.0.0.1 --metrics gpu__time_duration.sum --export {dir}/run{r} --force-overwrite")
+NCU_EXPORT = ("cd {dir} && HOME={dir} ncu --import {dir}/run{r}.ncu-rep --csv --page raw --metrics gpu__time_duration.sum 2>/dev/null "
+              "| head -c {limit}")
