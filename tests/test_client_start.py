@@ -99,3 +99,23 @@ def test_help_shows_no_value_after_a_flag(command):
 
     out = subprocess.run([sys.executable, "-m", "raiclient", *command, "--help"], capture_output=True, text=True, timeout=60).stdout
     assert "Usage:" in out and "<bool>" not in out, out
+
+
+def test_the_full_cli_does_not_import_the_fast_entry_point():
+    """Issue 37: cli.py and entry.py imported each other (hidden by a lazy import); both read the
+    commands and the server's version from about.py now."""
+    code = "import sys, raiclient.cli; print('raiclient.entry' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "False", res.stdout + res.stderr
+
+
+def test_short_help_lists_exactly_the_options_of_the_full_cli():
+    from typer.main import get_command
+
+    from raiclient import cli, entry
+
+    group = get_command(cli.app)
+    full = {" ".join(p.opts) + (" [auto|always|never]" if p.name == "color" else ""): (p.help or "").strip()
+            for p in group.params}
+    full["--help"] = "Show this message and exit."
+    assert full == entry.OPTIONS
