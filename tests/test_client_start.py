@@ -119,3 +119,14 @@ def test_short_help_lists_exactly_the_options_of_the_full_cli():
             for p in group.params}
     full["--help"] = "Show this message and exit."
     assert full == entry.OPTIONS
+
+
+def test_json_listings_import_no_heavy_library(tmp_path, process_service):
+    """Issue 37: history/status/queue/images/ranking --json run on the standard library (scripts,
+    and raiclient.pyz on a bare Python)."""
+    rai = process_service
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_PROFILE": str(rai.profile)}
+    for args in (["history", "--json", "-n", "3"], ["queue", "--json"], ["ranking", "--json"], ["images", "--json"]):
+        text, mods = _modules_after(args, env)
+        assert text.lstrip().startswith("[") and "EXIT 0" in text, text
+        assert not mods & set(HEAVY), (args, mods & set(HEAVY))

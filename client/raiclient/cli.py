@@ -10,15 +10,16 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from raiprotocol.models import Entry, JobOut, JobState, QueueImages, QueueSummary, VersionOut
+from raiprotocol.models import JobState, VersionOut
 from raiprotocol.profile import Profile, ProfileError, load_profile, write_profile
 from raiprotocol.states import ExitCode, exit_code_for
 
-from . import __version__
+from . import __version__, listings
 from .about import SUMMARY, server_info, server_version
 from .api import Api
 from .console import JSON_OPT, SERVER_OPT, connected, fail, fit, open_api, print_json, show
 from .errors import ApiError
+from .listings import Listing
 from .output import cell, kib, local, print_results, say, set_color
 
 # plain help (click's): typer's rich help shows "<bool>" after every flag, as if it took a value
@@ -81,12 +82,11 @@ def logs(
 @app.command()
 def status(job_id: str, as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
     """Show one job's state; the exit status is the job's, as with submit."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("status", server, job=job_id)))
     with connected(server) as api:
         job = api.job(job_id)
     code = exit_code_for(job.state, job.exit_code) if job.state.finished else ExitCode.OK
-    if as_json:
-        print_json(job, JobOut)
-        raise typer.Exit(code)
     table = Table(show_header=False, box=None, padding=(0, 2))
     for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting"):
         value = getattr(job, key)
@@ -107,11 +107,10 @@ def status(job_id: str, as_json: bool = JSON_OPT, server: Optional[str] = SERVER
 @app.command()
 def queue(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
     """Jobs waiting and running per queue, the workers serving it, and where your jobs stand."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("queue", server)))
     with connected(server) as api:
         queues = api.queues()
-    if as_json:
-        print_json(queues, list[QueueSummary])
-        return
     if not queues:
         say("No queue has jobs or live workers.")
         return
@@ -134,11 +133,10 @@ def queue(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
 @app.command()
 def images(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
     """The images each queue can run (those its live workers hold)."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("images", server)))
     with connected(server) as api:
         queues = api.images()
-    if as_json:
-        print_json(queues, list[QueueImages])
-        return
     if not queues:
         say("No live worker: jobs wait until one comes, and any image may be named meanwhile.")
         return
@@ -153,11 +151,10 @@ def images(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None
 def history(limit: int = typer.Option(20, "-n", help="how many jobs"), as_json: bool = JSON_OPT,
             server: Optional[str] = SERVER_OPT) -> None:
     """Your recent jobs, newest first."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("history", server, limit=limit)))
     with connected(server) as api:
         jobs = api.jobs(limit).jobs
-    if as_json:
-        print_json(jobs, list[JobOut])
-        return
     # ids are copied from here: whole at any width (a narrow terminal loses 'took', then 'kind', …)
     queues = len({job.queue for job in jobs}) > 1
     columns = ("job", "state", "kind", *(["queue"] if queues else []), "submitted", "took", "op time")
@@ -194,12 +191,11 @@ def download(
 def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), as_json: bool = JSON_OPT,
             server: Optional[str] = SERVER_OPT) -> None:
     """The leaderboard: each team's fastest valid run (yours is marked -->)."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("ranking", server, limit=n)))
     with connected(server) as api:
         entries = api.leaderboard(n)
-        unverified = [] if entries or as_json else api.leaderboard(None, board="unverified")
-    if as_json:
-        print_json(entries, list[Entry])
-        return
+        unverified = [] if entries else api.leaderboard(None, board="unverified")
     rows = []
     for e in entries:
         name = Text(f"{cell(e.name)} -->", "bold") if e.mine else Text(cell(e.name))

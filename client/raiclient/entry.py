@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as exc:
             error(str(exc))
             raise SystemExit(2) from None
+    listing = None
     if os.environ.get("_RAICLIENT_COMPLETE"):  # the shell asks for completions: the full command line answers
         args = argv[1:]
     elif args in ([], ["--help"], ["-h"]):
@@ -120,9 +121,36 @@ def main(argv: list[str] | None = None) -> None:
             from .submit import run
 
             raise SystemExit(run(Path(options.path), options.queue, options.kind, options.detach, options.server))
+    else:
+        from .listings import listing_args
+
+        listing = listing_args(args)
+    if listing is not None:
+        from . import listings
+
+        raise SystemExit(listings.run(listing))
+    _full_client_or_say_how(args)
     from .cli import main as full
 
     full([*(["--color", mode] if mode else []), *args])
+
+
+def _full_client_or_say_how(args: list[str]) -> None:
+    """The full command line needs typer, rich and pydantic; ``raiclient.pyz`` on a bare Python has
+    none of them: say what runs without them and how to get the rest, instead of a traceback."""
+    import importlib.util
+
+    missing = [name for name in ("typer", "rich", "pydantic", "pydantic_core") if importlib.util.find_spec(name) is None]
+    if not missing:
+        return
+    from .about import server_info
+    from .output import error
+
+    server = server_info(None)[0] or "SERVER"
+    error(f"'raiclient {' '.join(args[:2])}' needs the full client ({', '.join(missing)} not installed here). Without it, "
+          "this raiclient runs submit, version, --help, and history/status/queue/images/ranking with --json. "
+          f"The full client: pip install --find-links {server.rstrip('/')}/client/ raiclient")
+    raise SystemExit(2)
 
 
 if __name__ == "__main__":
