@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import pty
+import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -53,6 +57,48 @@ def test_server_restart_mid_job_loses_no_line(tmp_path, redis_url, docker_engine
         assert "reconnecting" in err
     finally:
         svc.shutdown()
+
+
+def test_a_5_s_server_restart_is_one_line_on_a_pipe_and_one_updating_line_on_a_terminal(tmp_path, redis_url):
+    """Issue 37: a 5 s restart printed seven "connection lost" lines while following a log."""
+    svc = start_service(tmp_path, redis_url, None, "process", slots=2)
+    try:
+        proj = make_project(tmp_path / "p", ["sh -c 'for k in $(seq 1 60); do echo tick $k; sleep 0.25; done'"])
+        env = {**os.environ, "RAI_PROFILE": str(svc.profile), "RAI_SERVER": svc.url, "PYTHONUNBUFFERED": "1"}
+        piped = svc.popen_client("submit", "-p", str(proj))
+        master, slave = pty.openpty()
+        tty = subprocess.Popen([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env,
+                               stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+        os.close(slave)
+        time.sleep(3)
+        svc.stop("server")
+        time.sleep(5)
+        svc.start_server()
+        out, err = piped.communicate(timeout=120)
+        screen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            screen += chunk
+        tty.wait(60)
+        os.close(master)
+    finally:
+        svc.shutdown()
+    assert piped.returncode == 0 and tty.returncode == 0, out + err
+    assert [l for l in out.splitlines() if l.startswith("tick")] == [f"tick {k}" for k in range(1, 61)]
+    notes = [line for line in err.splitlines() if line.strip()]
+    assert len(notes) == 2 and "connection lost; reconnecting (resuming after line" in notes[0], err
+    assert re.fullmatch(r"✱ reconnected after \d+\.\d s; resuming after line \d+", notes[1]), err
+    text = screen.decode()
+    lines = text.replace("\r\n", "\n").split("\n")
+    about = [line for line in lines if "connection lost" in line or "reconnected" in line]
+    assert len(about) == 1, about  # one line, rewritten in place while it retried
+    assert about[0].count("\r\x1b[K") >= 2 and "reconnected after" in about[0].rsplit("\r\x1b[K", 1)[1], repr(about[0])
+    assert [l.strip() for l in lines if l.startswith("tick")] == [f"tick {k}" for k in range(1, 61)]
 
 
 def test_a_server_gone_for_good_ends_the_submit_with_one_line(tmp_path, redis_url):

@@ -188,10 +188,48 @@ def say(*parts: Part) -> None:
     sys.stdout.flush()
 
 
-def warn(text: str, style: str = "yellow") -> None:
-    """A note on stderr (a lost connection, …)."""
-    sys.stderr.write(styled(((f"✱ {text}", style),), sys.stderr) + "\n")
-    sys.stderr.flush()
+class LostConnection:
+    """What a reader is told while the log stream is lost: on a terminal one line that updates in
+    place while it retries and ends as "reconnected"; on a file or a pipe one line at the loss and
+    one at the recovery (not a line per try: a 5 s server restart had printed seven)."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        try:
+            self.live = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.live = False
+        self.since: float | None = None
+        self.shown = False  # a live line is on screen, without its newline yet
+
+    def _write(self, text: str, end: str) -> None:
+        line = styled(((f"✱ {text}", "yellow"),), self.stream)
+        self.stream.write(("\r\x1b[K" if self.live else "") + line + end)
+        self.stream.flush()
+
+    def retrying(self, after_line: int, pause: float) -> None:
+        first = self.since is None
+        if first:
+            self.since = time.monotonic()
+        if self.live:
+            lost_for = time.monotonic() - (self.since or 0)
+            self._write(f"connection lost {lost_for:.0f} s ago; reconnecting in {pause:.1f} s (resuming after line {after_line})…", "")
+            self.shown = True
+        elif first:
+            self._write(f"connection lost; reconnecting (resuming after line {after_line})…", "\n")
+
+    def back(self, after_line: int) -> None:
+        if self.since is None:
+            return
+        self._write(f"reconnected after {time.monotonic() - self.since:.1f} s; resuming after line {after_line}", "\n")
+        self.since, self.shown = None, False
+
+    def end(self) -> None:
+        """Before another line: finish the live one."""
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.shown = False
 
 
 def error(message: str) -> None:
