@@ -50,6 +50,8 @@ def test_the_one_file_client_submits_and_lists_on_a_bare_python(process_service,
     res = bare(svc, "status", job_id, "--json", cwd=tmp_path)
     assert res.returncode == 0 and JobOut.model_validate_json(res.stdout).results.op_time_total == 0.5
     assert bare(svc, "version", cwd=tmp_path).stdout.startswith("raiclient ")
+    res = bare(svc, "logs", cwd=tmp_path)  # your last job's log
+    assert res.returncode == 0 and "from the pyz" in res.stdout and "✱ Job succeeded" in res.stdout, res.stdout + res.stderr
     res = bare(svc, "cancel", job_id, cwd=tmp_path)  # needs the full client: said, with how to get it
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
     assert "needs the full client" in res.stderr and f"pip install --find-links {svc.url}/client/ raiclient" in res.stderr

@@ -130,3 +130,25 @@ def test_json_listings_import_no_heavy_library(tmp_path, process_service):
         text, mods = _modules_after(args, env)
         assert text.lstrip().startswith("[") and "EXIT 0" in text, text
         assert not mods & set(HEAVY), (args, mods & set(HEAVY))
+
+
+def test_logs_options_read_at_the_start_are_the_full_commands(tmp_path, process_service):
+    """Issue 37: `logs` runs on the standard library too (raiclient.pyz); its options are cli.logs'."""
+    from helpers import make_project
+    from typer.main import get_command
+
+    from raiclient import cli, entry
+
+    command = get_command(cli.app).commands["logs"]  # type: ignore[attr-defined]
+    declared = {opt: (p.name, not p.is_flag) for p in command.params for opt in p.opts if p.name not in ("help", "job_id")}
+    assert declared == entry.LOGS_OPTIONS
+    assert entry.logs_args(["J1", "-f", "--after", "4"]) == {"job_id": "J1", "follow": True, "after": 4, "server": None}
+    for odd in (["--help"], ["a", "b"], ["--after", "x"], ["--follow=yes"]):
+        assert entry.logs_args(odd) is None, odd
+    rai = process_service
+    proj = make_project(tmp_path / "p", ["echo logged"])
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_PROFILE": str(rai.profile)}
+    _modules_after(["submit", "-p", str(proj)], env)
+    text, mods = _modules_after(["logs"], env)
+    assert "logged" in text and "✱ Job succeeded" in text and "EXIT 0" in text, text
+    assert not mods & set(HEAVY), mods & set(HEAVY)

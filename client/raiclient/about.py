@@ -31,6 +31,12 @@ SUBMIT_OPTIONS: dict[str, tuple[str, bool]] = {
 }
 
 
+# logs' options as ``cli.logs`` declares them (the job is its one argument)
+LOGS_OPTIONS: dict[str, tuple[str, bool]] = {
+    "-f": ("follow", False), "--follow": ("follow", False), "--after": ("after", True), "--server": ("server", True),
+}
+
+
 def server_info(server: str | None) -> tuple[str | None, str | None]:
     """The server asked (``--server``'s, else RAI_SERVER, else the profile's) and its version;
     (None, None) without a server to ask, (server, None) when it does not answer. Never fails."""

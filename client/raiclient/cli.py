@@ -63,20 +63,9 @@ def logs(
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Print a job's log (whole, or live with --follow)."""
-    from .follow import print_so_far, watch
+    from .follow import show_log
 
-    with connected(server) as api:
-        if job_id is None:
-            last = api.jobs(1).jobs
-            if not last:
-                fail("you have no job yet; submit one with: raiclient submit")
-            job_id = last[0].id
-        job = api.job(job_id)
-        job_id = job.id
-        if follow or job.state.finished:
-            raise typer.Exit(watch(api.http, job_id, after=after))
-        print_so_far(api.http, job_id, after=after)  # not following a running job: what exists so far
-        say(f"The job is {job.state.value}; follow it: raiclient logs {job_id} --follow")
+    raise typer.Exit(show_log(job_id, follow, after, server))
 
 
 @app.command()

@@ -13,7 +13,7 @@ import sys
 from typing import Any, NamedTuple
 
 from . import __version__
-from .about import COMMANDS, SUBMIT_OPTIONS, SUMMARY, server_version
+from .about import COMMANDS, LOGS_OPTIONS, SUBMIT_OPTIONS, SUMMARY, server_version
 
 __all__ = ["COMMANDS", "SUBMIT_OPTIONS", "SUMMARY", "SubmitArgs", "color_arg", "help_text", "main", "submit_args"]
 
@@ -26,16 +26,21 @@ class SubmitArgs(NamedTuple):
     server: str | None = None
 
 
-def submit_args(args: list[str]) -> SubmitArgs | None:
-    """``submit``'s options when every one is plain (``-p DIR``, ``--kind=m1``…), else None: help,
-    mistakes and the unusual go to the full command line, which explains them."""
+def plain_options(args: list[str], options: dict[str, tuple[str, bool]], positional: str | None = None) -> dict[str, Any] | None:
+    """The options (and at most one ``positional`` argument) when every one is plain (``-p DIR``,
+    ``--kind=m1``…), else None: help, mistakes and the unusual go to the full command line, which
+    explains them."""
     found: dict[str, Any] = {}
     i = 0
     while i < len(args):
         name, eq, value = args[i].partition("=")
-        if name not in SUBMIT_OPTIONS:
-            return None
-        dest, takes = SUBMIT_OPTIONS[name]
+        if name not in options:
+            if positional is None or positional in found or name.startswith("-"):
+                return None
+            found[positional] = args[i]
+            i += 1
+            continue
+        dest, takes = options[name]
         if not takes:
             if eq:
                 return None
@@ -48,7 +53,22 @@ def submit_args(args: list[str]) -> SubmitArgs | None:
         else:
             return None
         i += 1
-    return SubmitArgs(**found)
+    return found
+
+
+def submit_args(args: list[str]) -> SubmitArgs | None:
+    """``submit``'s options when every one is plain, else None."""
+    found = plain_options(args, SUBMIT_OPTIONS)
+    return None if found is None else SubmitArgs(**found)
+
+
+def logs_args(args: list[str]) -> dict[str, Any] | None:
+    """``logs``' job and options when plain (``logs``, ``logs JOB -f``, ``logs JOB --after 40``), else None."""
+    found = plain_options(args, LOGS_OPTIONS, positional="job_id")
+    if found is None or not str(found.get("after", "0")).isdigit():
+        return None
+    return {"job_id": found.get("job_id"), "follow": found.get("follow", False), "after": int(found.get("after", 0)),
+            "server": found.get("server")}
 
 
 OPTIONS: dict[str, str] = {
@@ -121,6 +141,12 @@ def main(argv: list[str] | None = None) -> None:
             from .submit import run
 
             raise SystemExit(run(Path(options.path), options.queue, options.kind, options.detach, options.server))
+    elif args[:1] == ["logs"]:
+        plain = logs_args(args[1:])
+        if plain is not None:
+            from .follow import show_log
+
+            raise SystemExit(show_log(**plain))
     else:
         from .listings import listing_args
 
@@ -148,7 +174,7 @@ def _full_client_or_say_how(args: list[str]) -> None:
 
     server = server_info(None)[0] or "SERVER"
     error(f"'raiclient {' '.join(args[:2])}' needs the full client ({', '.join(missing)} not installed here). Without it, "
-          "this raiclient runs submit, version, --help, and history/status/queue/images/ranking with --json. "
+          "this raiclient runs submit, logs, version, --help, and history/status/queue/images/ranking with --json. "
           f"The full client: pip install --find-links {server.rstrip('/')}/client/ raiclient")
     raise SystemExit(2)
 

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from raiprotocol import logwire
-from raiprotocol.states import ExitCode
+from raiprotocol.profile import ProfileError, load_profile
+from raiprotocol.states import ExitCode, JobState
 
 from .errors import ApiError
 from .output import LogPrinter, LostConnection, WaitNotes, detached_line, error, finish, say
@@ -126,3 +127,33 @@ def print_so_far(conn: Http, job_id: str, after: int = 0) -> None:
         elif kind in ("end", "caught_up"):
             break
     printer.flush()
+
+
+def show_log(job_id: str | None, follow: bool = False, after: int = 0, server: str | None = None) -> int:
+    """``raiclient logs``: the job's log (your last job's without an id); a finished job's or, with
+    ``follow``, a running one's to its end, with its exit status; else what it wrote so far."""
+    try:
+        profile = load_profile(server)
+    except ProfileError as exc:
+        error(str(exc))
+        return ExitCode.CLIENT_ERROR
+    conn = Http(profile)
+    try:
+        if job_id is None:
+            last = conn.json("GET", "/api/v1/jobs", params={"limit": 1})["jobs"]
+            if not last:
+                error("you have no job yet; submit one with: raiclient submit")
+                return ExitCode.CLIENT_ERROR
+            job_id = str(last[0]["id"])
+        job = conn.json("GET", f"/api/v1/jobs/{job_id}")
+        job_id, state = str(job["id"]), JobState(job["state"])
+        if follow or state.finished:
+            return watch(conn, job_id, after=after)
+        print_so_far(conn, job_id, after=after)  # not following a running job: what exists so far
+        say(f"The job is {state.value}; follow it: raiclient logs {job_id} --follow")
+        return ExitCode.OK
+    except ApiError as exc:
+        error(str(exc))
+        return exc.code
+    finally:
+        conn.close()

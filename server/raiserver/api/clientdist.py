@@ -5,7 +5,7 @@ server's protocol.
 - ``raiclient.pyz``: one file for any Python >= 3.10 with nothing installed (``python3
   raiclient.pyz submit``), made with the standard library's ``zipapp``. It holds raiclient,
   raiprotocol and the two pure-Python libraries its standard-library path needs (PyYAML without
-  its C part, pathspec): ``submit``, the ``--json`` listings, ``version`` and ``--help``. The
+  its C part, pathspec): ``submit``, ``logs``, the ``--json`` listings, ``version`` and ``--help``. The
   other commands need pydantic, which is compiled (no zip can carry it for every machine), so
   there they say how to install the wheels.
 - ``raiprotocol-V-py3-none-any.whl`` and ``raiclient-V-py3-none-any.whl``: the full client, for
