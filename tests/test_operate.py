@@ -129,7 +129,7 @@ def test_four_server_processes_starting_together_migrate_a_fresh_database_once(o
     alembic_version says the schema was made once."""
     import sys
 
-    script = ("import sys; from raiserver.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')")
+    script = ("import sys; from raiserver.store.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')")
     procs = [subprocess.Popen([sys.executable, "-c", script, own_pg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
     results = [p.communicate(timeout=120) for p in procs]
