@@ -30,6 +30,9 @@ GOOD = b"rai:\n  image: rai/busybox:latest\ncommands:\n  build:\n    - echo hi\n
         ("rai:\n  image: x\ncommands:\n  build: echo hi\n", "rai_build.yml:4: commands.build must be a list of strings"),
         ("rai:\n  image: x\n  colour: red\ncommands:\n  build: [echo]\n", "rai_build.yml:3: rai.colour is not a known field"),
         ("rai:\n  image: x\ncommands:\n  build: []\n", "rai_build.yml:4: commands.build must not be empty"),
+        ("rai:\n  image: x\ncommands:\n  build:\n    - sh -c 'echo \"m2.cu(12): error: x\"'\n",
+         "rai_build.yml:5: malformed YAML at column 29: a ': ' inside a value makes YAML read it as a key; put the whole "
+         "value in quotes: - 'sh -c ''echo \"m2.cu(12): error: x\"'''"),
     ],
 )
 def test_a_bad_build_file_is_one_line_and_no_job_and_a_big_project_is_refused_before_upload(docker_service, tmp_path, text, message):

@@ -99,3 +99,56 @@ def test_help_shows_no_value_after_a_flag(command):
 
     out = subprocess.run([sys.executable, "-m", "raiclient", *command, "--help"], capture_output=True, text=True, timeout=60).stdout
     assert "Usage:" in out and "<bool>" not in out, out
+
+
+def test_the_full_cli_does_not_import_the_fast_entry_point():
+    """Issue 37: cli.py and entry.py imported each other (hidden by a lazy import); both read the
+    commands and the server's version from about.py now."""
+    code = "import sys, raiclient.cli; print('raiclient.entry' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "False", res.stdout + res.stderr
+
+
+def test_short_help_lists_exactly_the_options_of_the_full_cli():
+    from typer.main import get_command
+
+    from raiclient import cli, entry
+
+    group = get_command(cli.app)
+    full = {" ".join(p.opts) + (" [auto|always|never]" if p.name == "color" else ""): (p.help or "").strip()
+            for p in group.params}
+    full["--help"] = "Show this message and exit."
+    assert full == entry.OPTIONS
+
+
+def test_json_listings_import_no_heavy_library(tmp_path, process_service):
+    """Issue 37: history/status/queue/images/ranking --json run on the standard library (scripts,
+    and raiclient.pyz on a bare Python)."""
+    rai = process_service
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_PROFILE": str(rai.profile)}
+    for args in (["history", "--json", "-n", "3"], ["queue", "--json"], ["ranking", "--json"], ["images", "--json"]):
+        text, mods = _modules_after(args, env)
+        assert text.lstrip().startswith("[") and "EXIT 0" in text, text
+        assert not mods & set(HEAVY), (args, mods & set(HEAVY))
+
+
+def test_logs_options_read_at_the_start_are_the_full_commands(tmp_path, process_service):
+    """Issue 37: `logs` runs on the standard library too (raiclient.pyz); its options are cli.logs'."""
+    from helpers import make_project
+    from typer.main import get_command
+
+    from raiclient import cli, entry
+
+    command = get_command(cli.app).commands["logs"]  # type: ignore[attr-defined]
+    declared = {opt: (p.name, not p.is_flag) for p in command.params for opt in p.opts if p.name not in ("help", "job_id")}
+    assert declared == entry.LOGS_OPTIONS
+    assert entry.logs_args(["J1", "-f", "--after", "4"]) == {"job_id": "J1", "follow": True, "after": 4, "server": None}
+    for odd in (["--help"], ["a", "b"], ["--after", "x"], ["--follow=yes"]):
+        assert entry.logs_args(odd) is None, odd
+    rai = process_service
+    proj = make_project(tmp_path / "p", ["echo logged"])
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_PROFILE": str(rai.profile)}
+    _modules_after(["submit", "-p", str(proj)], env)
+    text, mods = _modules_after(["logs"], env)
+    assert "logged" in text and "✱ Job succeeded" in text and "EXIT 0" in text, text
+    assert not mods & set(HEAVY), mods & set(HEAVY)

@@ -148,6 +148,52 @@ def test_an_operator_starts_the_stack_and_a_student_runs_a_job(stack):
     stack.first_job = re.search(r"Job (\S+) queued", res.stdout).group(1)
 
 
+def test_the_readmes_backup_of_the_compose_stack_restores_into_a_fresh_one(stack, tmp_path):
+    """Issue 37: the backup steps did not fit the compose deployment (data in a named volume,
+    PostgreSQL unpublished, its password unknown). The README's commands, run as written with
+    `compose` for the operator's spelling: dump, tar of the volume and the secrets file from the
+    running stack; then a fresh project (empty volumes) restored from them serves the same users,
+    keys, jobs, logs and build folders."""
+    import sys
+
+    def sh(st: Stack, command: str, project: str | None = None) -> subprocess.CompletedProcess:
+        """A README line, with `compose` meaning this stack's docker-compose."""
+        compose = f"docker-compose -p {project or st.project} -f {st.file} --project-directory {ROOT}"
+        res = subprocess.run(["bash", "-c", f"set -e -o pipefail; umask 077; cd {tmp_path}; " + command.replace("compose ", compose + " ", )],
+                             env=st.env, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, f"{command}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        return res
+
+    # back up (README "Back up", compose)
+    sh(stack, "compose exec -T postgres pg_dump -U rai --format=custom --no-owner rai > rai.dump")
+    sh(stack, "compose exec -T server tar -C /var/lib/rai -czf - . > rai-data.tar.gz")
+    sh(stack, "compose exec -T server cat /run/rai/secrets.env > secrets.env")
+    for name in ("rai.dump", "rai-data.tar.gz", "secrets.env"):
+        f = tmp_path / name
+        assert f.stat().st_size > 0 and f.stat().st_mode & 0o077 == 0, name  # readable by the operator alone
+    # restore into a fresh stack (README "Restore", compose): new project, empty volumes
+    fresh = Stack(tmp_path / "fresh")
+    try:
+        sh(fresh, "compose up -d postgres")
+        sh(fresh, "until compose exec -T postgres pg_isready -U rai -d rai; do sleep 1; done")
+        sh(fresh, "compose exec -T postgres pg_restore -U rai --no-owner --dbname rai < rai.dump")
+        sh(fresh, "compose run --rm -T --no-deps --entrypoint sh server -c 'tar -C /var/lib/rai -xzf -' < rai-data.tar.gz")
+        sh(fresh, "compose run --rm -T --no-deps --entrypoint sh secrets -c 'umask 077; cat > /run/rai/secrets.env' < secrets.env")
+        sh(fresh, "compose up -d")
+        fresh.healthy()
+        env = {**os.environ, "RAI_PROFILE": str(stack.root / "alice.profile"), "RAI_SERVER": fresh.url}
+        log = subprocess.run([sys.executable, "-m", "raiclient", "logs", stack.first_job], env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert log.returncode == 0 and "step 3 of 3" in log.stdout, log.stdout + log.stderr  # her keys, her job, its log
+        got = subprocess.run([sys.executable, "-m", "raiclient", "download", stack.first_job, "-o", str(tmp_path / "b.tar.gz")],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert got.returncode == 0 and (tmp_path / "b.tar.gz").stat().st_size > 0, got.stdout + got.stderr
+        with (tmp_path / "secrets.env").open() as fh:  # the workers' token and the sessions' secret came back too
+            assert fresh.compose("exec", "-T", "server", "cat", "/run/rai/secrets.env").stdout == fh.read()
+    finally:
+        fresh.compose("down", "-v", "--remove-orphans", check=False, timeout=300)
+
+
 def test_restarts_and_down_up_keep_everything(stack, tmp_path):
     admin, student = stack.root / "admin.profile", stack.root / "alice.profile"
     for service in ("redis", "postgres", "server", "worker"):

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import pty
+import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from helpers import make_project, start_service, wait_for
@@ -53,6 +59,48 @@ def test_server_restart_mid_job_loses_no_line(tmp_path, redis_url, docker_engine
         assert "reconnecting" in err
     finally:
         svc.shutdown()
+
+
+def test_a_5_s_server_restart_is_one_line_on_a_pipe_and_one_updating_line_on_a_terminal(tmp_path, redis_url):
+    """Issue 37: a 5 s restart printed seven "connection lost" lines while following a log."""
+    svc = start_service(tmp_path, redis_url, None, "process", slots=2)
+    try:
+        proj = make_project(tmp_path / "p", ["sh -c 'for k in $(seq 1 60); do echo tick $k; sleep 0.25; done'"])
+        env = {**os.environ, "RAI_PROFILE": str(svc.profile), "RAI_SERVER": svc.url, "PYTHONUNBUFFERED": "1"}
+        piped = svc.popen_client("submit", "-p", str(proj))
+        master, slave = pty.openpty()
+        tty = subprocess.Popen([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env,
+                               stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+        os.close(slave)
+        time.sleep(3)
+        svc.stop("server")
+        time.sleep(5)
+        svc.start_server()
+        out, err = piped.communicate(timeout=120)
+        screen = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            screen += chunk
+        tty.wait(60)
+        os.close(master)
+    finally:
+        svc.shutdown()
+    assert piped.returncode == 0 and tty.returncode == 0, out + err
+    assert [l for l in out.splitlines() if l.startswith("tick")] == [f"tick {k}" for k in range(1, 61)]
+    notes = [line for line in err.splitlines() if line.strip()]
+    assert len(notes) == 2 and "connection lost; reconnecting (resuming after line" in notes[0], err
+    assert re.fullmatch(r"✱ reconnected after \d+\.\d s; resuming after line \d+", notes[1]), err
+    text = screen.decode()
+    lines = text.replace("\r\n", "\n").split("\n")
+    about = [line for line in lines if "connection lost" in line or "reconnected" in line]
+    assert len(about) == 1, about  # one line, rewritten in place while it retried
+    assert about[0].count("\r\x1b[K") >= 2 and "reconnected after" in about[0].rsplit("\r\x1b[K", 1)[1], repr(about[0])
+    assert [l.strip() for l in lines if l.startswith("tick")] == [f"tick {k}" for k in range(1, 61)]
 
 
 def test_a_server_gone_for_good_ends_the_submit_with_one_line(tmp_path, redis_url):
@@ -192,7 +240,11 @@ def _live_parts(folder) -> dict[int, str]:
     parts = {}
     for line in (folder / "raid.parts").read_text().splitlines():
         entry = json.loads(line)
-        if os.path.exists(f"/proc/{entry['pid']}"):
+        try:
+            state = Path(f"/proc/{entry['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":  # a zombie is dead, waiting only to be reaped
             parts[entry["pid"]] = entry["name"]
     return parts
 
@@ -201,6 +253,8 @@ def test_raid_dev_stops_gracefully_and_cleans_up_after_a_kill(tmp_path):
     """Issue 28: SIGTERM of `raid dev` killed the running job (it re-ran from its first line);
     SIGKILL left Redis, server and worker running, and the next start crash-looped beside them."""
     from helpers import free_port
+
+    from raiserver.ops.launch import port_taken
 
     port = free_port()
     raid, out = _raid(tmp_path, port)
@@ -214,7 +268,14 @@ def test_raid_dev_stops_gracefully_and_cleans_up_after_a_kill(tmp_path):
         sub = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(proj), "--detach"], env=svc_env,
                              capture_output=True, text=True, timeout=60)
         jid = next(line.split()[2] for line in sub.stdout.splitlines() if " queued on " in line)
-        time.sleep(2)  # the job runs
+
+        def state() -> str:
+            res = subprocess.run([sys.executable, "-m", "raiclient", "status", jid, "--json"], env=svc_env,
+                                 capture_output=True, text=True, timeout=60)
+            return json.loads(res.stdout)["state"] if res.stdout.startswith("{") else "?"
+
+        wait_for(lambda: state() == "running", timeout=30, interval=0.3, what="the job running")  # a busy machine: 2 s was not always enough
+        time.sleep(1)
         raid.send_signal(signal.SIGTERM)
         raid.wait(60)
         assert any("running jobs get up to 60 s to finish" in line for line in out), out
@@ -232,15 +293,22 @@ def test_raid_dev_stops_gracefully_and_cleans_up_after_a_kill(tmp_path):
         assert second.wait(60) != 0 and any("another `raid dev`" in line for line in out2), out2
         third, out3 = _raid(tmp_path, port, "other")
         assert third.wait(60) != 0 and any(f"port {port} on 127.0.0.1 is already in use" in line for line in out3), out3
-        # SIGKILL: its parts live on until the next start stops them
+        # SIGKILL (issue 37): its parts end with it, and its ports are free within a few seconds
+        parts = _live_parts(tmp_path / "d")
+        assert sorted(parts.values()) == ["redis", "server", "worker"], parts
+        redis_pid = next(pid for pid, name in parts.items() if name == "redis")
+        title = Path(f"/proc/{redis_pid}/cmdline").read_bytes().decode()  # Redis names itself "redis-server 127.0.0.1:PORT"
+        redis_port = int(re.search(r"127\.0\.0\.1:(\d+)", title).group(1))
         os.kill(raid.pid, signal.SIGKILL)
         raid.wait(10)
-        orphans = _live_parts(tmp_path / "d")
-        assert sorted(orphans.values()) == ["redis", "server", "worker"], orphans
+        killed = time.monotonic()
+        wait_for(lambda: not port_taken("127.0.0.1", port) and not port_taken("127.0.0.1", redis_port), timeout=10,
+                 what="the server's and Redis's ports free after raid dev was killed")
+        wait_for(lambda: not _live_parts(tmp_path / "d"), timeout=10, what="no part of the killed raid dev left")
+        assert time.monotonic() - killed < 10
         raid, out = _raid(tmp_path, port)
         wait_for(lambda: any("web view:" in line for line in out), timeout=90, what="raid dev up after the kill")
-        assert sum("left running by an earlier raid dev" in line for line in out) == 3, out
-        assert not any(os.path.exists(f"/proc/{pid}") for pid in orphans)
+        assert not any("left running by an earlier raid dev" in line for line in out), out
         assert sorted(_live_parts(tmp_path / "d").values()) == ["redis", "server", "worker"]
     finally:
         if raid.poll() is None:

@@ -129,10 +129,86 @@ def test_four_server_processes_starting_together_migrate_a_fresh_database_once(o
     alembic_version says the schema was made once."""
     import sys
 
-    script = ("import sys; from raiserver.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')")
+    script = ("import sys; from raiserver.store.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')")
     procs = [subprocess.Popen([sys.executable, "-c", script, own_pg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in results]
     with psycopg.connect(libpq(own_pg)) as conn:
         assert conn.execute("SELECT count(*), min(version_num) FROM alembic_version").fetchone() == (1, "0012")
+
+
+# -- the operator's tools (issue 37) -----------------------------------------------------------
+
+
+def _path_without(tmp_path, *missing: str) -> str:
+    """A PATH with every command of this machine but ``missing``."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for folder in ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"):
+        for entry in os.scandir(folder) if os.path.isdir(folder) else []:
+            target = bin_dir / entry.name
+            if entry.name not in missing and not target.exists():
+                target.symlink_to(entry.path)
+    return str(bin_dir)
+
+
+def test_standins_without_mmdebstrap_fail_loudly_and_leave_no_image(tmp_path, docker_engine):
+    """images/standins/build.sh without mmdebstrap imported an empty image, and later runs skipped it."""
+    import os
+
+    from helpers import ROOT
+
+    repo = f"rai-standin-probe-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "PATH": _path_without(tmp_path, "mmdebstrap"), "RAI_STANDIN_REPO": repo}
+    try:
+        res = subprocess.run(["bash", str(ROOT / "images/standins/build.sh")], env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode != 0, res.stdout + res.stderr
+        assert "mmdebstrap is not installed" in res.stderr and "apt-get install mmdebstrap" in res.stderr, res.stderr
+        assert docker_engine.images.list(name=f"{repo}/python") == []
+        # an empty image left by the old script is not taken as made: it is removed and made again
+        subprocess.run(["docker", "import", "-", f"{repo}/python:3.11"], input=b"", check=True, capture_output=True, timeout=60)
+        res = subprocess.run(["bash", str(ROOT / "images/standins/build.sh")], env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode != 0 and f"{repo}/python:3.11 exists but is empty or broken" in res.stderr, res.stderr
+        assert docker_engine.images.list(name=f"{repo}/python") == []
+    finally:
+        for image in docker_engine.images.list(name=f"{repo}/python"):
+            docker_engine.images.remove(image.id, force=True)
+
+
+def test_compose_script_runs_whichever_compose_there_is(tmp_path):
+    """`docker compose up -d` failed where only docker-compose 1.29 exists: scripts/compose.sh picks."""
+    import os
+    import shutil
+
+    from helpers import ROOT
+
+    res = subprocess.run(["bash", str(ROOT / "scripts/compose.sh"), "-f", str(ROOT / "docker-compose.yml"), "config", "--services"],
+                         capture_output=True, text=True, timeout=120)
+    if shutil.which("docker-compose") or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        assert res.returncode == 0 and {"server", "worker", "postgres", "redis"} <= set(res.stdout.split()), res.stdout + res.stderr
+    env = {**os.environ, "PATH": _path_without(tmp_path, "docker-compose", "docker")}
+    res = subprocess.run(["bash", str(ROOT / "scripts/compose.sh"), "up", "-d"], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 127 and "install one, e.g. apt-get install docker-compose" in res.stderr, res.stderr
+
+
+def test_the_build_context_is_the_sources_not_the_checkout(tmp_path, docker_engine):
+    """No .dockerignore: the service image's build sent a 524 MB context (.venv, .git, GPU outputs…)."""
+    import os
+
+    from helpers import ROOT
+
+    probe = ROOT / ".dev" / "dockerignore-probe.bin"  # a large file where local outputs go
+    probe.parent.mkdir(exist_ok=True)
+    probe.write_bytes(os.urandom(20 * 1024 * 1024))
+    try:
+        res = subprocess.run(["docker", "build", "-f", "-", str(ROOT)], input="FROM scratch\n", capture_output=True, text=True,
+                             env={**os.environ, "DOCKER_BUILDKIT": "0"}, timeout=300)
+    finally:
+        probe.unlink()
+    sent = re.search(r"Sending build context to Docker daemon\s+([\d.]+)([kKMG]?B)", res.stdout + res.stderr)
+    assert sent, res.stdout + res.stderr
+    size = float(sent.group(1)) * {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9}[sent.group(2)]
+    assert size < 5e6, sent.group(0)

@@ -61,6 +61,34 @@ def test_rotated_and_revoked_keys_fail_at_once_with_a_clear_message(svc, tmp_pat
     assert "keys.rotate" in audit and "keys.revoke" in audit and "dora" in audit
 
 
+def test_rotating_keys_replaces_the_profile_where_it_was_handed_out(svc, tmp_path):
+    """Issue 37: `admin keys rotate` wrote ./NAME.rai_profile while the roster's
+    profiles/NAME.rai_profile stayed old (and stopped working)."""
+    staff = {"RAI_PROFILE": str(svc.prof)}
+    (tmp_path / "roster.csv").write_text("username,name,email,team\nfay,Fay Ng,fay@x.edu,\n")
+    res = svc.client("admin", "roster", "import", str(tmp_path / "roster.csv"), "--out", str(tmp_path / "class"), env=staff)
+    assert res.returncode == 0 and "1 created" in res.stdout, res.stdout + res.stderr
+    given = tmp_path / "class" / "fay.rai_profile"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = svc.client("admin", "keys", "rotate", "fay", env=staff, cwd=elsewhere)
+    assert res.returncode == 0 and f"profile written to {given} (where it was written before)" in res.stdout, res.stdout + res.stderr
+    assert svc.client("history", env={"RAI_PROFILE": str(given)}).returncode == 0  # the handed-out file has the new keys
+    assert list(elsewhere.iterdir()) == []
+    # without a note of it (another staff member's client): roster import's default folder, else ./
+    other = {"RAI_PROFILE": str(svc.add_user("ta", role="instructor"))}
+    (elsewhere / "profiles").mkdir()
+    (elsewhere / "profiles" / "fay.rai_profile").write_text("stale")
+    res = svc.client("admin", "keys", "rotate", "fay", env=other, cwd=elsewhere)
+    assert f"profile written to {elsewhere / 'profiles' / 'fay.rai_profile'} (replacing the one roster import wrote)" in res.stdout, res.stdout
+    svc.add_user("gil")
+    res = svc.client("admin", "keys", "rotate", "gil", env=other, cwd=elsewhere)
+    assert f"profile written to {elsewhere / 'gil.rai_profile'} (no earlier profile known)" in res.stdout, res.stdout
+    res = svc.client("admin", "keys", "rotate", "gil", "--out", str(tmp_path / "gil.new"), env=other, cwd=elsewhere)
+    assert f"profile written to {tmp_path / 'gil.new'} (as asked)" in res.stdout, res.stdout
+    assert read_profile_file(tmp_path / "gil.new").username == "gil"
+
+
 def test_quota_of_two_waiting_jobs_and_submission_rate(svc, tmp_path):
     eve = svc.add_user("eve")
     slow = make_project(tmp_path / "slow", ["sleep 30"])

@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from raiprotocol.models import IssuedKeys
+from raiprotocol.models import AuditRow, CourseBuildOut, IssuedKeys
 from raiprotocol.profile import Profile, write_profile
 
 from . import console as cli
-from .output import cell
+from . import issued as issued_profiles
+from .output import cell, local
 
 admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).", rich_markup_mode=None)
 roster = typer.Typer(no_args_is_help=True, help="The class list.", rich_markup_mode=None)
@@ -40,8 +40,9 @@ def roster_import(
     with cli.connected(server) as api:
         result = api.import_roster(csv_file.read_text(encoding="utf-8-sig"))
     out.mkdir(parents=True, exist_ok=True)
-    for issued in result.created:
-        write_profile(_profile(issued, api.server), out / f"{issued.username}.rai_profile")
+    written = {issued.username: write_profile(_profile(issued, api.server), out / f"{issued.username}.rai_profile")
+               for issued in result.created}
+    issued_profiles.remember(written)
     cli.say(f"{len(result.created)} created (profiles in {out}/), {len(result.updated)} updated, "
             f"{len(result.unchanged)} unchanged, {len(result.reactivated)} reactivated, {len(result.deactivated)} deactivated")
     if result.deactivated:
@@ -51,14 +52,18 @@ def roster_import(
 @keys.command("rotate")
 def keys_rotate(
     username: str,
-    out: Optional[Path] = typer.Option(None, "--out", help="write the new profile here (default: USER.rai_profile)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the new profile here (default: where this client "
+                                                            "wrote USER's profile before, else profiles/USER.rai_profile "
+                                                            "if it exists, else ./USER.rai_profile)"),
     server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Issue new keys; the old ones stop working at once."""
+    dest, why = (out, "as asked") if out else issued_profiles.where(username)
     with cli.connected(server) as api:
         issued = api.rotate_keys(username)
-    path = write_profile(_profile(issued, api.server), out or Path(f"{username}.rai_profile"))
-    cli.say(f"new keys for {username}: profile written to {path}; the old access key no longer works")
+    path = write_profile(_profile(issued, api.server), dest)
+    issued_profiles.remember({username: path})
+    cli.say(f"new keys for {username}: profile written to {path.resolve()} ({why}); the old access key no longer works")
 
 
 @keys.command("revoke")
@@ -80,14 +85,16 @@ def remeasure(job_id: str, repeats: int = typer.Option(10, "--repeats", min=2, m
 
 
 @admin.command("audit")
-def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+def audit(limit: int = typer.Option(50, "-n"), as_json: bool = cli.JSON_OPT,
+          server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Recent staff actions."""
     with cli.connected(server) as api:
         rows = api.audit(limit)
-    table = Table("when", "who", "action", "target", "detail")
-    for r in rows:
-        table.add_row(r.at.strftime("%Y-%m-%d %H:%M:%S"), *(Text(cell(v)) for v in (r.actor, r.action, r.target, r.detail or "")))
-    cli.out.print(table)
+    if as_json:
+        cli.print_json(rows, list[AuditRow])
+        return
+    cli.show(cli.fit(("when", "who", "action", "target", "detail"),
+                     [(local(r.at), *(Text(cell(v)) for v in (r.actor, r.action, r.target, r.detail or ""))) for r in rows]))
 
 
 @images.command("pull")
@@ -128,17 +135,19 @@ def course_install(
 
 
 @course.command("show")
-def course_show(server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+def course_show(as_json: bool = cli.JSON_OPT, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """The build file each ranked kind runs now."""
     with cli.connected(server) as api:
         rows = api.course_builds()
+    if as_json:
+        cli.print_json(rows, list[CourseBuildOut])
+        return
     if not rows:
         cli.say("No course build file is installed: no run ranks yet ('raiclient admin course install')")
         return
     for r in rows:  # a few lines each: a table of ten columns does not fit a terminal
-        cli.out.print(Text(f"{r.kind}: version {r.version}, installed {r.installed_at:%Y-%m-%d %H:%M} by {r.installed_by}, "
+        cli.show(Text(f"{r.kind}: version {r.version}, installed {local(r.installed_at, seconds=False)} by {r.installed_by}, "
                            f"image {r.image}\n  students supply: {', '.join(r.student_files)}\n"
-                           f"  timed: {r.timed} ({r.measure}, {r.repeats} runs, the median ranks); {r.labels} answers"),
-                      soft_wrap=True)
+                      f"  timed: {r.timed} ({r.measure}, {r.repeats} runs, the median ranks); {r.labels} answers"))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -9,18 +10,35 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from raiprotocol.models import JobState
+from raiprotocol.models import JobState, VersionOut
 from raiprotocol.profile import Profile, ProfileError, load_profile, write_profile
 from raiprotocol.states import ExitCode, exit_code_for
 
-from . import __version__, entry
+from . import __version__, listings
+from .about import SUMMARY, server_info, server_version
 from .api import Api
-from .console import SERVER_OPT, connected, fail, open_api, out
+from .console import JSON_OPT, SERVER_OPT, connected, fail, fit, open_api, print_json, show
 from .errors import ApiError
-from .output import cell, kib, print_results, say
+from .listings import Listing
+from .output import cell, kib, local, print_results, say, set_color
 
 # plain help (click's): typer's rich help shows "<bool>" after every flag, as if it took a value
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=entry.SUMMARY, rich_markup_mode=None)
+app = typer.Typer(no_args_is_help=True, help=SUMMARY, rich_markup_mode=None)
+
+
+class Color(str, Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+@app.callback()
+def options(
+    color: Color = typer.Option(Color.auto, "--color", case_sensitive=False,
+                                help="Colour codes: auto (on a terminal, unless NO_COLOR is set), always, never."),
+) -> None:
+    """Submit GPU jobs to rai and follow them live."""
+    set_color(color.value)
 
 
 @app.command()
@@ -39,55 +57,54 @@ def submit(
 
 @app.command()
 def logs(
-    job_id: str,
+    job_id: Optional[str] = typer.Argument(None, help="the job (default: your last one)"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep following until the job ends"),
     after: int = typer.Option(0, "--after", min=0, help="start after this line (resume where a client stopped)"),
     server: Optional[str] = SERVER_OPT,
 ) -> None:
     """Print a job's log (whole, or live with --follow)."""
-    from .follow import print_so_far, watch
+    from .follow import show_log
 
-    with connected(server) as api:
-        job = api.job(job_id)
-        if follow or job.state.finished:
-            raise typer.Exit(watch(api.http, job_id, after=after))
-        print_so_far(api.http, job_id, after=after)  # not following a running job: what exists so far
-        say(f"The job is {job.state.value}; follow it: raiclient logs {job_id} --follow")
+    raise typer.Exit(show_log(job_id, follow, after, server))
 
 
 @app.command()
-def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
+def status(job_id: str, as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
     """Show one job's state; the exit status is the job's, as with submit."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("status", server, job=job_id)))
     with connected(server) as api:
         job = api.job(job_id)
+    code = exit_code_for(job.state, job.exit_code) if job.state.finished else ExitCode.OK
     table = Table(show_header=False, box=None, padding=(0, 2))
     for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting"):
         value = getattr(job, key)
         if value is not None:
-            table.add_row(key, Text(cell(value.value if isinstance(value, JobState) else value)))
-    out.print(table)
+            shown = value.value if isinstance(value, JobState) else local(value) if key.endswith("_at") else value
+            table.add_row(key.removesuffix("_at"), Text(cell(shown)))
+    show(table)
     if len(job.phases) > 1:
         timeline = Table("+ s", "step", "detail", title="Timeline", box=None, padding=(0, 2), title_justify="left")
         t0 = job.phases[0].at
         for ph in job.phases:
             timeline.add_row(f"{(ph.at - t0).total_seconds():8.3f}", Text(cell(ph.name)), Text(cell(ph.detail or "")))
-        out.print(timeline)
+        show(timeline)
     print_results(job.results.model_dump() if job.results else None)
-    raise typer.Exit(exit_code_for(job.state, job.exit_code) if job.state.finished else ExitCode.OK)
+    raise typer.Exit(code)
 
 
 @app.command()
-def queue(server: Optional[str] = SERVER_OPT) -> None:
+def queue(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
     """Jobs waiting and running per queue, the workers serving it, and where your jobs stand."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("queue", server)))
     with connected(server) as api:
         queues = api.queues()
     if not queues:
-        out.print("No queue has jobs or live workers.")
+        say("No queue has jobs or live workers.")
         return
-    table = Table("queue", "waiting", "running", "workers", "slots")
-    for q in queues:
-        table.add_row(Text(cell(q.queue)), str(q.waiting), str(q.running), str(q.workers), str(q.slots))
-    out.print(table)
+    show(fit(("queue", "waiting", "running", "workers", "slots"),
+             [(Text(cell(q.queue)), str(q.waiting), str(q.running), str(q.workers), str(q.slots)) for q in queues]))
     for q in queues:
         if q.unanswered:
             say(f"'{q.queue}': {q.unanswered} running job(s) on a worker that stopped answering (nothing runs there); "
@@ -103,41 +120,41 @@ def queue(server: Optional[str] = SERVER_OPT) -> None:
 
 
 @app.command()
-def images(server: Optional[str] = SERVER_OPT) -> None:
+def images(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
     """The images each queue can run (those its live workers hold)."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("images", server)))
     with connected(server) as api:
         queues = api.images()
     if not queues:
-        out.print("No live worker: jobs wait until one comes, and any image may be named meanwhile.")
+        say("No live worker: jobs wait until one comes, and any image may be named meanwhile.")
         return
     for q in queues:
-        table = Table("image", "workers", title=f"queue '{q.queue}' ({q.workers} live worker(s))", title_justify="left")
-        if q.any_image:
-            table.add_row(Text("(any: some workers run jobs without containers)"), "")
-        for offer in q.images:
-            table.add_row(Text(cell(offer.image)), f"{offer.workers}/{q.workers}")
-        for image, what in q.pulling.items():
-            table.add_row(Text(cell(image)), Text(cell(what)))
-        out.print(table)
+        rows: list[tuple[Text | str, Text | str]] = [(Text("(any: some workers run jobs without containers)"), "")] if q.any_image else []
+        rows += [(Text(cell(offer.image)), f"{offer.workers}/{q.workers}") for offer in q.images]
+        rows += [(Text(cell(image)), Text(cell(what))) for image, what in q.pulling.items()]
+        show(fit(("image", "workers"), rows, title=f"queue '{q.queue}' ({q.workers} live worker(s))", title_justify="left"))
 
 
 @app.command()
-def history(limit: int = typer.Option(20, "-n", help="how many jobs"), server: Optional[str] = SERVER_OPT) -> None:
+def history(limit: int = typer.Option(20, "-n", help="how many jobs"), as_json: bool = JSON_OPT,
+            server: Optional[str] = SERVER_OPT) -> None:
     """Your recent jobs, newest first."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("history", server, limit=limit)))
     with connected(server) as api:
         jobs = api.jobs(limit).jobs
-    # fits 80 columns whole: ids are copied from here (a queue column only when there are several)
+    # ids are copied from here: whole at any width (a narrow terminal loses 'took', then 'kind', …)
     queues = len({job.queue for job in jobs}) > 1
-    table = Table(box=None, padding=(0, 1), pad_edge=False, header_style="bold")
-    for name in ("job", "state", "kind", *(["queue"] if queues else []), "submitted", "took", "op time"):
-        table.add_column(name, no_wrap=True)
+    columns = ("job", "state", "kind", *(["queue"] if queues else []), "submitted", "took", "op time")
+    rows = []
     for job in jobs:
         took = f"{job.duration:.1f} s" if job.duration is not None else ""
         op = f"{job.results.op_time_total:g}" if job.results and job.results.op_time_total is not None else ""
-        row = [Text(cell(job.id)), job.state.value, Text(cell(job.kind)), *([Text(cell(job.queue))] if queues else []),
-               job.created_at.strftime("%m-%d %H:%M"), took, op]
-        table.add_row(*row)
-    out.print(table)
+        rows.append([Text(cell(job.id)), job.state.value, Text(cell(job.kind)), *([Text(cell(job.queue))] if queues else []),
+                     local(job.created_at, seconds=False, year=False), took, op])
+    show(fit(columns, rows, drop=("took", "queue", "kind", "submitted"),
+             box=None, padding=(0, 1), pad_edge=False, header_style="bold"))
 
 
 @app.command()
@@ -160,19 +177,24 @@ def download(
 
 
 @app.command()
-def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), server: Optional[str] = SERVER_OPT) -> None:
+def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), as_json: bool = JSON_OPT,
+            server: Optional[str] = SERVER_OPT) -> None:
     """The leaderboard: each team's fastest valid run (yours is marked -->)."""
+    if as_json:
+        raise typer.Exit(listings.run(Listing("ranking", server, limit=n)))
     with connected(server) as api:
         entries = api.leaderboard(n)
         unverified = [] if entries else api.leaderboard(None, board="unverified")
-    table = Table("#", "team", "op time (s)", "correctness", "when", "gpu", "verified")
+    rows = []
     for e in entries:
         name = Text(f"{cell(e.name)} -->", "bold") if e.mine else Text(cell(e.name))
         op = f"{e.op_time:.6f}" + (f" ± {e.spread / 2:.6f}" if e.spread is not None else "")
-        table.add_row(str(e.rank), name, op, f"{e.correctness:g}", e.when.strftime("%Y-%m-%d %H:%M"),
-                      Text(cell(e.gpu or "")), "✓" if e.verified else "")
-    if entries:
-        out.print(table)
+        rows.append((str(e.rank), name, op, f"{e.correctness:g}", local(e.when, seconds=False),
+                     Text(cell(e.gpu or "")), "✓" if e.verified else ""))
+    if entries:  # op times whole at any width: a narrow terminal loses 'verified', then 'gpu', …
+        show(fit(("#", "team", "op time (s)", "correctness", "when", "gpu", "verified"), rows,
+                 drop=("verified", "gpu", "when", "correctness"), box=None, padding=(0, 1), pad_edge=False,
+                 header_style="bold"))
         return
     say("No run ranks yet. Only runs the service measures rank: the kind the course grades (e.g. --kind final), "
         "built with the course's own build file, timed by the service itself with the GPU to itself and its answers "
@@ -249,20 +271,24 @@ def _known_server() -> str | None:
 
 
 @app.command()
-def version(server: Optional[str] = SERVER_OPT) -> None:
+def version(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
     """Print the client's version (and the server's, when a profile names one that answers)."""
-    out.print(f"raiclient {__version__}")
-    line = entry.server_version(server)
+    if as_json:
+        asked, server_ver = server_info(server)
+        print_json(VersionOut(client=__version__, server=asked, server_version=server_ver), VersionOut)
+        return
+    print(f"raiclient {__version__}")
+    line = server_version(server)
     if line:
-        out.print(line)
+        print(line)
 
 
-def main() -> None:
+def main(args: list[str] | None = None) -> None:
     """The full command line (``entry.main`` answers --help and version without it)."""
     from .admin import admin
 
     app.add_typer(admin, name="admin")
-    app()
+    app(args=args, prog_name="raiclient")
 
 
 if __name__ == "__main__":

@@ -12,18 +12,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from raiprotocol import logwire
-from raiprotocol.states import ExitCode
+from raiprotocol.profile import ProfileError, load_profile
+from raiprotocol.states import ExitCode, JobState
 
 from .errors import ApiError
-from .output import LogPrinter, WaitNotes, detached_line, error, finish, say, warn
+from .output import LogPrinter, LostConnection, WaitNotes, detached_line, error, finish, say
 from .transport import Http
 
 
 def stream(conn: Http, job_id: str, after: int = 0, live: bool = True,
            give_up_after: float | None = None) -> Iterator[tuple[str, Any]]:
-    """Yield ("lines", [Batch]), ("status", dict), ("reconnecting", (last line, pause)) and finally
-    ("end", job as a dict); with ``live=False``, ("caught_up", dict) instead once the lines written
-    so far are out.
+    """Yield ("lines", [Batch]), ("status", dict), ("reconnecting", (last line, pause)),
+    ("reconnected", last line) and finally ("end", job as a dict); with ``live=False``,
+    ("caught_up", dict) instead once the lines written so far are out.
 
     Reconnects with exponential back-off and ``Last-Event-ID`` when the connection drops (bad
     Wi-Fi, a server restart, a stream cut off for reading too slowly), so no line is lost or
@@ -34,6 +35,8 @@ def stream(conn: Http, job_id: str, after: int = 0, live: bool = True,
         give_up_after = float(os.environ.get("RAI_RECONNECT_SECONDS", "300"))
     last = after
     failing_since: float | None = None
+    lost = False
+    tries = 0
     delay = 0.25
     while True:
         wait: float | None = None
@@ -41,7 +44,11 @@ def stream(conn: Http, job_id: str, after: int = 0, live: bool = True,
             headers = {"Last-Event-ID": str(last)} if last else None
             for name, data, _ in conn.events(f"/api/v1/jobs/{job_id}/log", params=None if live else {"follow": "false"},
                                              headers=headers):
-                if name == "lines":
+                if name == "open":
+                    if lost:
+                        lost, tries = False, 0
+                        yield "reconnected", last
+                elif name == "lines":
                     fresh = [b for b in (x.after(last) for x in logwire.loads(data)) if b is not None]
                     if fresh:
                         last = fresh[-1].last
@@ -63,10 +70,12 @@ def stream(conn: Http, job_id: str, after: int = 0, live: bool = True,
         now = time.monotonic()
         failing_since = failing_since or now
         if now - failing_since >= give_up_after:
-            raise ApiError(f"lost the connection to {conn.server} for {give_up_after:.0f} s; the job goes on. "
-                           f"Resume with: raiclient logs {job_id} --follow --after {last}")
+            raise ApiError(f"lost the connection to {conn.server} for {give_up_after:.0f} s (gave up reconnecting after "
+                           f"{tries} tries); the job goes on. Resume with: raiclient logs {job_id} --follow --after {last}")
         pause = wait if wait is not None else delay * (0.5 + random.random())
         pause = min(pause, max(0.0, failing_since + give_up_after - now))
+        lost = True
+        tries += 1
         yield "reconnecting", (last, pause)
         time.sleep(pause)
         delay = min(delay * 2, 30.0)
@@ -78,6 +87,7 @@ def watch(conn: Http, job_id: str, after: int = 0, position: int | None = None, 
     submit line already said (not said again)."""
     printer = LogPrinter()
     notes = WaitNotes(position, eta)
+    lost = LostConnection()
     try:
         for kind, payload in stream(conn, job_id, after=after):
             if kind == "lines":
@@ -87,16 +97,19 @@ def watch(conn: Http, job_id: str, after: int = 0, position: int | None = None, 
                 if note:
                     say(note)
             elif kind == "reconnecting":
-                line, pause = payload
                 printer.flush()
-                warn(f"connection lost; reconnecting in {pause:.1f} s (resuming after line {line})…")
+                lost.retrying(*payload)
+            elif kind == "reconnected":
+                lost.back(payload)
             elif kind == "end":
                 return finish(payload, conn.server)
     except KeyboardInterrupt:
+        lost.end()
         printer.flush()
         say(detached_line(job_id, printer.last or after))
         return ExitCode.DETACHED
     except ApiError as exc:
+        lost.end()
         printer.flush()
         for line in str(exc).split("\n"):
             error(line)
@@ -114,3 +127,33 @@ def print_so_far(conn: Http, job_id: str, after: int = 0) -> None:
         elif kind in ("end", "caught_up"):
             break
     printer.flush()
+
+
+def show_log(job_id: str | None, follow: bool = False, after: int = 0, server: str | None = None) -> int:
+    """``raiclient logs``: the job's log (your last job's without an id); a finished job's or, with
+    ``follow``, a running one's to its end, with its exit status; else what it wrote so far."""
+    try:
+        profile = load_profile(server)
+    except ProfileError as exc:
+        error(str(exc))
+        return ExitCode.CLIENT_ERROR
+    conn = Http(profile)
+    try:
+        if job_id is None:
+            last = conn.json("GET", "/api/v1/jobs", params={"limit": 1})["jobs"]
+            if not last:
+                error("you have no job yet; submit one with: raiclient submit")
+                return ExitCode.CLIENT_ERROR
+            job_id = str(last[0]["id"])
+        job = conn.json("GET", f"/api/v1/jobs/{job_id}")
+        job_id, state = str(job["id"]), JobState(job["state"])
+        if follow or state.finished:
+            return watch(conn, job_id, after=after)
+        print_so_far(conn, job_id, after=after)  # not following a running job: what exists so far
+        say(f"The job is {state.value}; follow it: raiclient logs {job_id} --follow")
+        return ExitCode.OK
+    except ApiError as exc:
+        error(str(exc))
+        return exc.code
+    finally:
+        conn.close()

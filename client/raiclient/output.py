@@ -84,11 +84,40 @@ def cell(text: object) -> str:
     return CONTROLS.sub("", text) if SUSPECT.search(text) else text
 
 
-def clean(text: str) -> str:
-    """The text with every terminal control removed except colour (SGR) sequences."""
+def clean(text: str, colour: bool = True) -> str:
+    """The text with every terminal control removed except colour (SGR) sequences, and those too
+    without ``colour`` (a log written to a file or a pipe, NO_COLOR, ``--color never``)."""
     if not SUSPECT.search(text):
         return text
+    if not colour:
+        return CONTROLS.sub("", text)
     return CONTROLS.sub(lambda m: m.group() if SGR.fullmatch(m.group()) else "", text)
+
+
+# -- colour: --color auto|always|never, NO_COLOR (https://no-color.org) ------------------------
+
+COLOR_MODES = ("auto", "always", "never")
+_colour = {"mode": "auto"}
+
+
+def set_color(mode: str) -> None:
+    """The ``--color`` choice, for every stream this process writes (auto: a terminal's only)."""
+    if mode not in COLOR_MODES:
+        raise ValueError(f"--color takes {', '.join(COLOR_MODES)}, not {mode!r}")
+    _colour["mode"] = mode
+
+
+def coloured(stream: TextIO) -> bool:
+    """Whether to write colour codes to ``stream``: ``--color always``/``never`` decide; in auto,
+    a terminal gets them unless NO_COLOR is set (to anything) or TERM is dumb."""
+    mode = _colour["mode"]
+    if mode != "auto":
+        return mode == "always"
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
 class LogPrinter:
@@ -98,7 +127,8 @@ class LogPrinter:
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None):
         self.out = out or sys.stdout
         self.err = err or sys.stderr
-        self.color = self.out.isatty()
+        self.color = coloured(self.out)
+        self.err_color = coloured(self.err)
         self.star = "\x1b[1;36m✱\x1b[0m " if self.color else "✱ "
         self._last: TextIO | None = None
         self.last = 0  # the number of the last line printed: where to resume
@@ -112,7 +142,7 @@ class LogPrinter:
     def batches(self, batches: list[Batch]) -> None:
         for b in batches:
             self.last = max(self.last, b.last)
-            text = clean(b.x)
+            text = clean(b.x, self.err_color if b.s == "err" else self.color)
             if b.s == "sys":
                 self._to(self.out, "".join(f"{self.star}{line}\n" for line in text.split("\n")))
             else:
@@ -123,7 +153,7 @@ class LogPrinter:
 
     def system(self, text: str) -> None:
         """One of rai's own lines (the client's, not the job's)."""
-        self._to(self.out, f"{self.star}{clean(text)}\n")
+        self._to(self.out, f"{self.star}{clean(text, self.color)}\n")
         self.flush()
 
     def flush(self) -> None:
@@ -137,19 +167,15 @@ STYLES = {"bold cyan": "1;36", "bold red": "1;31", "bold": "1", "green": "32", "
 Part = str | tuple[str, str]
 
 
-def _coloured(stream: TextIO) -> bool:
-    return stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-
-
 def styled(parts: tuple[Part, ...], stream: TextIO, one_line: bool = False) -> str:
     """Parts joined, each cleaned (ids, commands and messages come from users, never as markup),
     coloured only on a terminal; ``one_line``: line breaks shown as \\n (a job's failed command or
     message must not start a line of its own that looks like the client's)."""
-    colour = _coloured(stream)
+    colour = coloured(stream)
     text = []
     for part in parts:
         words, style = (part, "") if isinstance(part, str) else part
-        words = clean(words)
+        words = clean(words, colour)
         if one_line:
             words = words.replace("\n", "\\n")
         text.append(f"\x1b[{STYLES[style]}m{words}\x1b[0m" if colour and style in STYLES and words else words)
@@ -162,15 +188,64 @@ def say(*parts: Part) -> None:
     sys.stdout.flush()
 
 
-def warn(text: str, style: str = "yellow") -> None:
-    """A note on stderr (a lost connection, …)."""
-    sys.stderr.write(styled(((f"✱ {text}", style),), sys.stderr) + "\n")
-    sys.stderr.flush()
+class LostConnection:
+    """What a reader is told while the log stream is lost: on a terminal one line that updates in
+    place while it retries and ends as "reconnected"; on a file or a pipe one line at the loss and
+    one at the recovery (not a line per try: a 5 s server restart had printed seven)."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        try:
+            self.live = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.live = False
+        self.since: float | None = None
+        self.shown = False  # a live line is on screen, without its newline yet
+
+    def _write(self, text: str, end: str) -> None:
+        line = styled(((f"✱ {text}", "yellow"),), self.stream)
+        self.stream.write(("\r\x1b[K" if self.live else "") + line + end)
+        self.stream.flush()
+
+    def retrying(self, after_line: int, pause: float) -> None:
+        first = self.since is None
+        if first:
+            self.since = time.monotonic()
+        if self.live:
+            lost_for = time.monotonic() - (self.since or 0)
+            self._write(f"connection lost {lost_for:.0f} s ago; reconnecting in {pause:.1f} s (resuming after line {after_line})…", "")
+            self.shown = True
+        elif first:
+            self._write(f"connection lost; reconnecting (resuming after line {after_line})…", "\n")
+
+    def back(self, after_line: int) -> None:
+        if self.since is None:
+            return
+        self._write(f"reconnected after {time.monotonic() - self.since:.1f} s; resuming after line {after_line}", "\n")
+        self.since, self.shown = None, False
+
+    def end(self) -> None:
+        """Before another line: finish the live one."""
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.shown = False
 
 
 def error(message: str) -> None:
     sys.stderr.write(styled((("✱ error: ", "bold red"), message), sys.stderr) + "\n")
     sys.stderr.flush()
+
+
+def local(at: datetime, seconds: bool = True, year: bool = True) -> str:
+    """A server timestamp (UTC) as the reader's local time, to the second: 2026-11-24 09:04:52 CET."""
+    fmt = ("%Y-%m-%d " if year else "%m-%d ") + ("%H:%M:%S" if seconds else "%H:%M")
+    if at.tzinfo is None:  # the server sends UTC; a naive one is read as UTC too
+        from datetime import timezone
+
+        at = at.replace(tzinfo=timezone.utc)
+    here = at.astimezone()
+    return here.strftime(fmt) + (f" {here.strftime('%Z')}" if seconds else "")
 
 
 def kib(n: int) -> str:
@@ -243,7 +318,8 @@ def print_results(results: Mapping[str, Any] | None) -> None:
     if not rows:
         return
     width = max(len(name) for name, _ in rows) + 2
-    sys.stdout.write("Results\n" + "".join(f"  {name.ljust(width)}{clean(value)}\n" for name, value in rows))
+    colour = coloured(sys.stdout)
+    sys.stdout.write("Results\n" + "".join(f"  {name.ljust(width)}{clean(value, colour)}\n" for name, value in rows))
     sys.stdout.flush()
 
 

@@ -15,6 +15,7 @@ parses the rest and calls the same ``run``. The heavier pieces come in only wher
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from collections.abc import Callable
@@ -59,8 +60,12 @@ def _too_big(found: Any, what: str, limit: str) -> str:
 
 def _check_spec(path: Path) -> None:
     """The build file read and checked here (pydantic's import is worth it before a big upload);
-    raises ApiError with every message."""
-    from raiprotocol.spec import SpecError, load_spec
+    raises ApiError with every message. Without pydantic (``raiclient.pyz`` on a bare Python) the
+    server's own check, which it makes anyway, is the one."""
+    try:
+        from raiprotocol.spec import SpecError, load_spec
+    except ImportError:
+        return
 
     try:
         load_spec(path)
@@ -72,7 +77,7 @@ def _upload(conn: Http, archive: Path, size: int, queue: str | None, kind: str) 
     params = {"kind": kind, **({"queue": queue} if queue else {})}
     headers = {"Content-Type": "application/gzip", "Content-Length": str(size)}
     with archive.open("rb") as fh:
-        if size > PRECHECK_BYTES and os.isatty(1):  # long enough to deserve a bar
+        if size > PRECHECK_BYTES and os.isatty(1) and importlib.util.find_spec("rich"):  # long enough to deserve a bar
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
             with Progress(TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn()) as bar:

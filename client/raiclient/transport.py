@@ -151,12 +151,15 @@ class Http:
                headers: dict[str, str] | None = None) -> Iterator[tuple[str, str, str | None]]:
         """Server-sent events (name, data, id) until the stream ends; raises ApiError on a refusal
         (with its ``status`` and ``retry_after``) and lets OSError/HTTPException through when the
-        connection breaks. A stream left before its end closes the connection."""
+        connection breaks. A stream left before its end closes the connection. The first event is
+        ("open", "", None), the moment the server accepts the stream (a reader that lost it knows
+        it is back before anything else comes)."""
         resp = self.send("GET", path, params=params, headers={"Accept": "text/event-stream", **(headers or {})}, timeout=60.0)
         if resp.status != 200:
             raise refusal(resp.status, self.read_refusal(resp), resp.reason, resp.getheader("Retry-After"))
         done = False
         try:
+            yield "open", "", None
             name, event_id = "message", None
             data: list[str] = []
             while True:

@@ -103,6 +103,14 @@ class JobOut(BaseModel):
         return None
 
 
+class VersionOut(BaseModel):
+    """``raiclient version --json``: the client's version and, when one was asked, the server's."""
+
+    client: str
+    server: str | None = None  # the server asked (--server, RAI_SERVER or the profile's); None: none known
+    server_version: str | None = None  # None: no server asked, or it did not answer
+
+
 class JobList(BaseModel):
     jobs: list[JobOut]
 

@@ -254,12 +254,39 @@ def _load(text: str) -> tuple[yaml.Node | None, Any]:
 
 def _yaml_error(exc: yaml.YAMLError, filename: str, text: str = "") -> str:
     mark = getattr(exc, "problem_mark", None)
-    line = mark.line + 1 if mark is not None else 1
-    line = max(1, min(line, len(text.rstrip("\n").splitlines()) or 1))  # "end of file" → the last line
+    lines = text.rstrip("\n").splitlines()
+    line = max(1, min(mark.line + 1 if mark is not None else 1, len(lines) or 1))  # "end of file" → the last line
+    column = mark.column + 1 if mark is not None and mark.line + 1 == line else None
     problem = getattr(exc, "problem", None) or str(exc)
-    for parser_words, plain in _YAML_WORDS:
-        problem = problem.replace(parser_words, plain)
-    return f"{filename}:{line}: malformed YAML: {problem}"
+    if problem.startswith("mapping values are not allowed") and lines:
+        column, problem = _colon_hint(lines[line - 1], column)
+    else:
+        for parser_words, plain in _YAML_WORDS:
+            problem = problem.replace(parser_words, plain)
+    return f"{filename}:{line}: malformed YAML" + (f" at column {column}" if column else "") + f": {problem}"
+
+
+def _colon_hint(line: str, column: int | None) -> tuple[int | None, str]:
+    """Where the first ': ' of a value is, and the value written in quotes, so that YAML reads it as
+    text rather than as a key (``- sh -c 'echo "m2.cu(12): error"'`` is a mapping to YAML)."""
+    body = line.lstrip(" ")
+    start = len(line) - len(body)
+    lead = ""
+    if body.startswith("- "):
+        lead = "- "
+    elif ": " in body and not body.startswith(("'", '"')):  # key: value, the value holding another ': '
+        lead = body[: body.index(": ") + 2]
+    value_at = start + len(lead) + len(body[len(lead):]) - len(body[len(lead):].lstrip(" "))
+    value = line[value_at:].rstrip()
+    if ": " in value:
+        column = value_at + value.index(": ") + 1
+    if "'" not in value:
+        quoted = f"'{value}'"
+    elif '"' not in value and "\\" not in value:
+        quoted = f'"{value}"'
+    else:
+        quoted = "'" + value.replace("'", "''") + "' (inside '…' a ' is written '')"
+    return column, f"a ': ' inside a value makes YAML read it as a key; put the whole value in quotes: {lead}{quoted}"
 
 
 # the parser's own terms, in words a student knows
@@ -269,6 +296,7 @@ _YAML_WORDS = [
     ("expected <block end>, but found '<scalar>'", "a line is indented differently from the lines around it"),
     ("expected <block end>, but found '-'", "a list item ('- ') is indented differently from the items around it"),
     ("mapping values are not allowed here", "a ': ' in a value (put the whole value in quotes)"),
+    ("mapping values are not allowed in this context", "a ': ' in a value (put the whole value in quotes)"),
     ("did not find expected key", "a line is indented differently from the lines around it, or a ':' is missing"),
     ("found character that cannot start any token", "a character that cannot start a value here (a tab? indent with spaces)"),
     ("did not find expected '-' indicator", "a list item is indented differently from the items around it"),

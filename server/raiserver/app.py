@@ -20,6 +20,7 @@ from raiserver.access.hardening import LoginLimiter, SecurityHeaders
 from raiserver.access.uploadgate import UploadGate
 from raiserver.api import pages
 from raiserver.api.routes import admin as admin_routes
+from raiserver.api.routes import client as client_routes
 from raiserver.api.routes import jobs as jobs_routes
 from raiserver.api.routes import leaderboard as leaderboard_routes
 from raiserver.api.routes import workers as workers_routes
@@ -93,6 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(workers_routes.router)
     app.include_router(leaderboard_routes.router)
     app.include_router(admin_routes.router)
+    app.include_router(client_routes.router)
     app.include_router(metrics.router)
     pages.install(app, settings)
     app.add_middleware(SecurityHeaders)

@@ -76,8 +76,9 @@ class Service:
     port: int = 0
 
     def client(self, *args: str, cwd: Path | None = None, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-        e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1", **(env or {})}
-        e.pop("COLUMNS", None)
+        e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1"}
+        e.pop("COLUMNS", None)  # the tester's terminal's width is not the test's; a test may set its own
+        e.update(env or {})
         return subprocess.run([sys.executable, "-m", "raiclient", *args], cwd=cwd, env=e, capture_output=True,
                               text=True, timeout=timeout)
 

@@ -86,6 +86,20 @@ def test_a_colon_in_an_unquoted_command_gets_a_hint():
                     "put the whole command in quotes)"]
 
 
+@pytest.mark.parametrize("command", ["""sh -c 'echo "m2.cu(12): error: bad"'""", "echo m2.cu(12): error: bad",
+                                     'echo "m2.cu(12): error: bad"'])
+def test_a_colon_the_parser_trips_on_is_shown_with_its_column_and_the_line_to_write(command):
+    """Issue 37: `- sh -c 'echo "m2.cu(12): error: …"'` gave 'malformed YAML: mapping values are not
+    allowed in this context', saying neither where nor what to do."""
+    head = "rai:\n  image: x\ncommands:\n  build:\n    - make\n"
+    (msg,) = errors(f"{head}    - {command}\n")
+    column = len("    - ") + command.index(": ") + 1
+    assert msg.startswith(f"rai_build.yml:6: malformed YAML at column {column}: a ': ' inside a value makes YAML read it as a key; "
+                          "put the whole value in quotes: - "), msg
+    suggested = msg.split("put the whole value in quotes: ")[1].split(" (inside")[0]
+    assert parse_spec(f"{head}    {suggested}\n").commands.build == ["make", command]  # the line it gives works as is
+
+
 def test_limits_are_said_in_words():
     assert errors("rai:\n  image: x\nresources:\n  gpu:\n    count: 99\ncommands:\n  build: [echo]\n") == [
         "rai_build.yml:5: resources.gpu.count must be at most 16"]

@@ -147,11 +147,12 @@ def dev(
         redis_dir.mkdir(exist_ok=True)
         parts.append(Part("redis", [redis_binary(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
                                     "--appendonly", "yes", "--requirepass", password, "--dir", str(redis_dir)],
-                          env, logs / "redis.log").start())
+                          env, logs / "redis.log", die_with=signal.SIGTERM).start())
         instance_lock.remember(parts[-1])
-        parts.append(start_server(env, host, port, logs / "server.log", processes=workers, started=instance_lock.remember))
+        parts.append(start_server(env, host, port, logs / "server.log", processes=workers, started=instance_lock.remember,
+                                  tied=True))
         profile_path = ensure_admin(env, data, server_url)
-        parts.append(start_worker(env, env["RAI_WORKER_NAME"], data / "worker", logs / "worker.log"))
+        parts.append(start_worker(env, env["RAI_WORKER_NAME"], data / "worker", logs / "worker.log", tied=True))
         instance_lock.remember(parts[-1])
         console.print(f"[bold cyan]✱[/] rai is up: server {server_url} (API docs {server_url}/docs), data in {data}")
         console.print(f"[bold cyan]✱[/] worker: {executor} executor ({reason}); logs in {logs}")

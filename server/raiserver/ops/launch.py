@@ -3,11 +3,14 @@ the benchmarks (through `raid dev`) and the test suite use, so the command lines
 checks and the stopping rules exist once.
 
 Each process runs in a session of its own (stopping it stops its children, e.g. uvicorn's
-workers) and appends to its own log file.
+workers) and appends to its own log file. A part started with ``die_with`` gets that signal
+from the kernel when the process that started it dies, however it dies (PR_SET_PDEATHSIG):
+`raid dev` killed with SIGKILL takes Redis, the server and the worker with it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
@@ -72,13 +75,15 @@ class Instance:
 
 
 def _started_at(pid: int) -> int | None:
-    """When the process started (clock ticks since boot): with its pid, it names the process for
-    good (a pid is reused after a reboot; a command line is not reliable: Redis rewrites its own)."""
+    """When the process started (clock ticks since boot), None if it does not run: with its pid, it
+    names the process for good (a pid is reused after a reboot; a command line is not reliable:
+    Redis rewrites its own)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else int(fields[19])  # a zombie has ended: only its exit status is left
 
 
 def _stop_group(pgid: int, wait: float = 5.0) -> None:
@@ -121,11 +126,29 @@ def worker_command() -> list[str]:
     return [sys.executable, "-m", "raiworker.cli"]
 
 
-class Part:
-    """One process of the service (Redis, the server, a worker), restartable after it stops."""
+PR_SET_PDEATHSIG = 1
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path):
+
+def _die_with_parent(sig: int) -> Callable[[], None]:
+    """A preexec_fn: the child gets ``sig`` when its parent dies. libc is loaded here, before the
+    fork; a parent already gone by the time the child asks (the race) ends the child at once."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def arm() -> None:
+        if libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+class Part:
+    """One process of the service (Redis, the server, a worker), restartable after it stops;
+    ``die_with``: the signal it gets when the process that started it dies (None: it lives on)."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path, die_with: int | None = None):
         self.name, self.args, self.env, self.log = name, args, env, log
+        self.die_with = die_with
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
         self.delay = 1.0
@@ -140,7 +163,8 @@ class Part:
 
     def start(self) -> Part:
         with self.log.open("ab") as fh:
-            self.proc = subprocess.Popen(self.args, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(self.args, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                         preexec_fn=_die_with_parent(self.die_with) if self.die_with else None)
         self.started = time.monotonic()
         return self
 
@@ -219,9 +243,10 @@ def answers(url: str) -> Callable[[], bool]:
 
 
 def start_server(env: dict[str, str], host: str, port: int, log: Path, processes: int = 1, timeout: float = 60.0,
-                 started: Callable[[Part], None] = lambda part: None) -> Part:
-    """The API server, up once its /healthz answers (``started``: told as soon as it runs)."""
-    part = Part("server", server_command(host, port, processes), env, log).start()
+                 started: Callable[[Part], None] = lambda part: None, tied: bool = False) -> Part:
+    """The API server, up once its /healthz answers (``started``: told as soon as it runs; ``tied``:
+    it ends when its starter dies, with SIGTERM, so that uvicorn stops its own processes)."""
+    part = Part("server", server_command(host, port, processes), env, log, die_with=signal.SIGTERM if tied else None).start()
     started(part)
     try:
         wait_until(answers(f"http://{host}:{port}/healthz"), part, "server", timeout)
@@ -231,9 +256,12 @@ def start_server(env: dict[str, str], host: str, port: int, log: Path, processes
     return part
 
 
-def start_worker(env: dict[str, str], name: str, work_dir: Path, log: Path) -> Part:
-    """A worker; it is up once the server lists it alive (callers that can ask wait for that)."""
-    return Part("worker", worker_command(), {**env, "RAI_WORKER_NAME": name, "RAI_WORK_DIR": str(work_dir)}, log).start()
+def start_worker(env: dict[str, str], name: str, work_dir: Path, log: Path, tied: bool = False) -> Part:
+    """A worker; it is up once the server lists it alive (callers that can ask wait for that).
+    ``tied``: it ends when its starter dies, with SIGTERM, Celery's warm shutdown, as when `raid dev`
+    stops it: it takes no new job, lets those it runs finish, and ends."""
+    return Part("worker", worker_command(), {**env, "RAI_WORKER_NAME": name, "RAI_WORK_DIR": str(work_dir)}, log,
+                die_with=signal.SIGTERM if tied else None).start()
 
 
 def add_user(env: dict[str, str], name: str, role: str, server_url: str, profile: Path, team: str | None = None) -> Path:
