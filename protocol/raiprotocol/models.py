@@ -87,6 +87,8 @@ class JobOut(BaseModel):
     message: str | None = None
     position: int | None = Field(default=None, description="place in the queue while queued, 1 = next")
     eta_seconds: float | None = Field(default=None, description="expected wait before it starts, while queued")
+    position_why: str | None = Field(default=None, description="while queued: why jobs submitted later are ahead "
+                                     "of it (fair share, staff, a kind that goes first)")
     waiting: str | None = Field(default=None, description="why a job handed to a batch system has not started yet "
                                 "(Slurm's reason, position and estimated start); the state shows queued meanwhile")
     gpu_name: str | None = None
