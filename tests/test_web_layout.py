@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import BUSYBOX, make_project, wait_for
+from helpers import BUSYBOX, make_project, start_service, wait_for
 from test_web import CHROMIUM, REQUIRE_BROWSER, browser  # noqa: F401 (the browser fixture)
 
 SHOTS = Path(os.environ.get("RAI_SHOTS") or Path(__file__).parent / "artifacts" / "layout")
@@ -31,21 +31,36 @@ def submit(svc, profile: Path, proj: Path, *args: str) -> str:
     return found.group(0)
 
 
-def start(svc, profile: Path, proj: Path) -> str:
-    """Submit without waiting; the job's id once it runs."""
+def detach(svc, profile: Path, proj: Path) -> str:
+    """Submit without waiting; the job's id."""
     res = svc.client("submit", "-d", "-p", str(proj), env={"RAI_PROFILE": str(profile)})
     found = JOB_ID.search(res.stdout)
     assert found, res.stdout + res.stderr
-    job_id = found.group(0)
+    return found.group(0)
+
+
+def start(svc, profile: Path, proj: Path) -> str:
+    """Submit without waiting; the job's id once it runs."""
+    job_id = detach(svc, profile, proj)
     with svc.http() as h:
         wait_for(lambda: h.get(f"/api/v1/jobs/{job_id}").json()["state"] == "running", 60, what=f"{job_id} running")
     return job_id
 
 
 @pytest.fixture(scope="module")
-def site(docker_service, tmp_path_factory):
+def layout_service(tmp_path_factory, redis_url, docker_engine):
+    """The service with a worker of its own name: workers of other test runs on this Docker engine
+    (w1, w2) remove the containers labelled with their name, which killed this module's long job."""
+    svc = start_service(tmp_path_factory.mktemp("svc-layout"), redis_url, None, "docker", worker=False)
+    svc.start_worker("wlayout")
+    yield svc
+    svc.shutdown()
+
+
+@pytest.fixture(scope="module")
+def site(layout_service, tmp_path_factory):
     """A course in the middle of things: a ranked run, a failed run and a long run going on."""
-    svc, tmp = docker_service, tmp_path_factory.mktemp("site")
+    svc, tmp = layout_service, tmp_path_factory.mktemp("site")
     staff = svc.add_user("tara_ta", role="ta")
     dana = svc.add_user("dana_l", team="dbs")
     course = tmp / "final.yml"
@@ -58,6 +73,7 @@ def site(docker_service, tmp_path_factory):
     ranked = submit(svc, dana, make_project(tmp / "ranked", ["echo unused"], files={
         "report.pdf": "%PDF-1.4 report",
         "solution.sh": "echo 7 > predictions.txt; echo Op Time: 0.0123; echo Correctness: 0.91 Model: ece408"}), "--kind", "final")
+    submit(svc, svc.profile, tmp / "ranked", "--kind", "final")  # the admin's reference run
     failed = submit(svc, dana, make_project(tmp / "failed", [
         "echo compiling", "sh -c 'for i in 1 2 3 4 5; do echo step $i; done'",
         "sh -c 'echo the needle is here; echo boom >&2; exit 3'", "echo never reached"]))
@@ -97,6 +113,17 @@ def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
              ("student", "/users/dana_l", "#history"),
              ("users", "/users", "#users"),
              ("error", "/no-such-page", "text=There is no page")]
+    # a full queue for the while: the other slots held, two jobs waiting, dana's behind a later one
+    hold = [start(svc, svc.add_user(name), make_project(site["tmp"] / name, ["sleep 300"])) for name in ("eve_l", "fred_l", "gina_l")]
+    waiting = detach(svc, site["dana"], make_project(site["tmp"] / "wait", ["echo waited"]))
+    time.sleep(1.1)  # submitted later
+    hal = detach(svc, svc.add_user("hal_l"), make_project(site["tmp"] / "hal", ["echo hal"]))
+    with svc.http() as h:
+        dana_job = h.get(f"/api/v1/jobs/{waiting}").json()
+        assert h.get(f"/api/v1/jobs/{hal}").json()["position"] == 1  # hal never ran a job: his turn first
+    assert dana_job["position"] == 2 and dana_job["eta_seconds"] is not None, dana_job
+    assert dana_job["position_why"].startswith("1 job submitted after yours goes first"), dana_job
+    pages.insert(3, ("job-waiting", f"/jobs/{waiting}", "#position-why"))
     wide: list[str] = []
     for w in WIDTHS:
         page = log_in(browser, svc, site["staff"], w)
@@ -107,6 +134,9 @@ def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
             if width_of(page) > w:
                 wide.append(f"{name} at {w}: {width_of(page)} px")
             page.screenshot(path=str(SHOTS / f"{name}-{w}.png"), full_page=True)
+            if name == "job-waiting":  # the ETA and why jobs submitted later go first
+                assert "starts in about" in page.inner_text("#position")
+                assert "1 job submitted after yours goes first" in page.inner_text("#position-why")
             if w == 400:  # what users missed: 'Log out', and the queue's Cancel button
                 out = page.locator("header .who button").bounding_box()
                 assert out and out["x"] + out["width"] <= w, (name, out)
@@ -120,6 +150,9 @@ def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
             wide.append(f"login at {w}: {width_of(anon)} px")
         anon.screenshot(path=str(SHOTS / f"login-{w}.png"), full_page=True)
         anon.context.close()
+    with svc.http() as h:  # the queue is free again for the other tests
+        for job in (*hold, waiting, hal):
+            h.post(f"/api/v1/jobs/{job}/cancel")
     assert wide == [], "pages wider than the window"
 
 
@@ -254,4 +287,17 @@ def test_cancel_asks_first_and_job_ids_are_cut_the_same_everywhere(browser, site
     page.locator(f"#running tr:has(a[href='/jobs/{job}']) button.danger").click()
     with svc.http() as h:
         wait_for(lambda: h.get(f"/api/v1/jobs/{job}").json()["state"] == "cancelled", 30, what="cancelled")
+    page.context.close()
+
+
+def test_staff_runs_on_the_leaderboard_are_marked_as_staff_not_shown_as_a_team(browser, site):  # noqa: F811
+    svc = site["svc"]
+    page = log_in(browser, svc, site["staff"], 1400)
+    page.goto(f"{svc.url}/leaderboard")
+    rows = page.locator("table.board.ranked tbody tr")
+    assert rows.count() == 2
+    admin = page.locator("table.board.ranked tbody tr:has-text('admin')")
+    assert admin.locator(".pill.staff").inner_text() == "staff"
+    dana = page.locator("table.board.ranked tbody tr:has-text('dbs')")
+    assert dana.locator(".pill.staff").count() == 0 and "(dana_l)" in dana.inner_text()
     page.context.close()

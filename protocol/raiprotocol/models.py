@@ -271,6 +271,7 @@ class Entry(BaseModel):
     flags: list[str] = []  # staff only: what the service's measurement found worth a look
     ci: float | None = None  # half the 95 % confidence interval of the timed runs' mean (ranked board)
     tie: bool = False  # its interval overlaps a neighbour's: the order between them is not a lead
+    staff: bool = False  # a TA's, instructor's or admin's run (a reference, not a team's)
 
 
 class WorkerOut(BaseModel):

@@ -162,3 +162,18 @@ def test_a_position_behind_later_jobs_says_why(db):
     assert view.position(mine) == 3
     why = view.why(mine, 3)
     assert why is not None and why.startswith("2 jobs submitted after yours go first") and "1 of staff" in why
+
+
+def test_jobs_running_on_every_slot_never_make_the_wait_zero(db):
+    """Seen on the web queue: four `sleep 300` jobs on four slots, the only finished run a 1 s
+    one, and the two waiting jobs both showed '≈ 0 s'."""
+    settings = Settings(wall_seconds=3600)
+    add_worker(db, slots=4)
+    ida = add_user(db, "ida")
+    finished(db, ida, 1)
+    for ran in (9, 16, 22, 26):
+        running(db, ida, ran=ran)
+    first, second = add_job(db, ida), add_job(db, ida)
+    view = QueueView(db, settings)
+    assert view.eta(first, view.position(first)) == 10
+    assert view.eta(second, view.position(second)) == 10  # four slots: both start when the next one frees

@@ -25,6 +25,7 @@ from raiserver.store.tables import Job, User
 
 TYPICAL_RUN = 30.0  # seconds, for a queue that has no finished job yet
 RECENT_RUNS = 20  # finished runs of a kind that make its typical run
+OVERDUE = 10.0  # seconds still expected, at least, of a job that has run longer than any of its kind
 SHORT_ID = 8  # characters of a job id shown where space is short: its random end
 
 
@@ -110,12 +111,12 @@ class QueueView:
     def remaining(self, job: Job, ran: float) -> float:
         """How much longer a job that has run ``ran`` s will run: to its kind's typical run; past
         that, to the middle of its kind's runs that lasted longer (a stable guess, not one that grows
-        with every second it runs); past all of them, one more typical run; never past its wall
-        limit."""
+        with every second it runs); past all of them, one more typical run (10 s at least); never
+        past its wall limit."""
         runs = self._recent(job.queue)
         spans = runs.get(job.kind) or runs.get("", [])
         longer = [d for d in spans if d > ran]
-        left = longer[len(longer) // 2] - ran if longer else self.typical(job.queue, job.kind)
+        left = longer[len(longer) // 2] - ran if longer else max(self.typical(job.queue, job.kind), OVERDUE)
         return max(min(left, wall_limit(job, self.settings) - ran), 1.0)
 
     def _recent(self, queue: str) -> dict[str, list[float]]:
