@@ -124,6 +124,8 @@ def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
     assert dana_job["position"] == 2 and dana_job["eta_seconds"] is not None, dana_job
     assert dana_job["position_why"].startswith("1 job submitted after yours goes first"), dana_job
     pages.insert(3, ("job-waiting", f"/jobs/{waiting}", "#position-why"))
+    said = svc.client("status", waiting, env={"RAI_PROFILE": str(site["dana"]), "COLUMNS": "200"}).stdout
+    assert "starts in about" in said and "1 job submitted after yours goes first" in said, said
     wide: list[str] = []
     for w in WIDTHS:
         page = log_in(browser, svc, site["staff"], w)

@@ -65,6 +65,10 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
         value = getattr(job, key)
         if value is not None:
             table.add_row(key, Text(cell(value.value if isinstance(value, JobState) else value)))
+    if job.position is not None and job.eta_seconds is not None:  # issue 37: the ETA and why later jobs go first
+        table.add_row("eta", Text(f"starts in about {job.eta_seconds:.0f} s"))
+    if job.position_why:
+        table.add_row("why", Text(cell(job.position_why)))
     out.print(table)
     if len(job.phases) > 1:
         timeline = Table("+ s", "step", "detail", title="Timeline", box=None, padding=(0, 2), title_justify="left")
