@@ -156,8 +156,16 @@ def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
             wide.append(f"login at {w}: {width_of(anon)} px")
         anon.screenshot(path=str(SHOTS / f"login-{w}.png"), full_page=True)
         anon.context.close()
+    # a position that drops says why, live: ivan never had a job run, so his goes before dana's
+    page = log_in(browser, svc, site["dana"], 1280)
+    page.goto(f"{svc.url}/jobs/{waiting}")
+    assert page.inner_text("#position").startswith(" · position 2")
+    ivan = detach(svc, svc.add_user("ivan_l"), make_project(site["tmp"] / "ivan", ["echo ivan"]))
+    page.locator("#position-why").filter(has_text="Moved back from 2 to 3. 2 jobs submitted after yours go first").wait_for(timeout=20000)
+    assert page.inner_text("#position").startswith(" · position 3 · starts in about")
+    page.context.close()
     with svc.http() as h:  # the queue is free again for the other tests
-        for job in (*hold, waiting, hal):
+        for job in (*hold, waiting, hal, ivan):
             h.post(f"/api/v1/jobs/{job}/cancel")
     assert wide == [], "pages wider than the window"
 
