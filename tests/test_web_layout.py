@@ -229,6 +229,14 @@ def test_a_running_jobs_timeline_grows_and_its_tab_says_when_it_ends(browser, si
     page = log_in(browser, svc, site["dana"], 1280)
     job = start(svc, site["dana"], make_project(tmp_path / "p", [
         "echo first", "sh -c 'sleep 2; echo second'", "sh -c 'sleep 2; echo third'"]))
+    # the real Notification, with each one shown noted where the test can read it after the reload
+    page.context.add_init_script("""
+        if (window.Notification) {
+          const Shown = window.Notification;
+          window.Notification = class extends Shown {
+            constructor(title, options) { sessionStorage.setItem("rai-notified", title); super(title, options); }
+          };
+        }""")
     page.goto(f"{svc.url}/jobs/{job}")
     assert page.title().startswith("running · Job ")
     # the notification, asked for (Chromium here answers for the person: granted)
@@ -246,6 +254,7 @@ def test_a_running_jobs_timeline_grows_and_its_tab_says_when_it_ends(browser, si
             break
         time.sleep(0.1)
     assert page.title().startswith("succeeded · Job ")
+    assert page.evaluate("sessionStorage.getItem('rai-notified')") == f"Job {job[-8:]} succeeded"
     page.context.close()
 
 
