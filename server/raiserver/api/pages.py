@@ -40,7 +40,18 @@ from raiserver.store.tables import Job, User, Worker
 
 HERE = Path(__file__).parent.parent  # raiserver/, where the templates and static files live
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def duration(seconds: float) -> str:
+    """A wait as the live pages write it (app.js dur): 45 s, 3 min 5 s, 1 h 2 min."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    return f"{s // 60} min {s % 60} s" if s < 3600 else f"{s // 3600} h {s % 3600 // 60} min"
+
+
 templates.env.filters["short_id"] = short_id
+templates.env.filters["duration"] = duration
 router = APIRouter(include_in_schema=False)
 FORM_EXPIRED = "the form expired; reload the page and try again"
 
