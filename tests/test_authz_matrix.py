@@ -120,6 +120,7 @@ MATRIX = {
     ("POST", "/jobs/{job_id}/cancel"): web_owner_or_staff,
     ("GET", "/leaderboard"): web_user,
     ("GET", "/users/{username}"): web_owner_or_staff,
+    ("GET", "/users"): web_staff,
 }
 
 

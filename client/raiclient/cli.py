@@ -82,6 +82,10 @@ def status(job_id: str, as_json: bool = JSON_OPT, server: Optional[str] = SERVER
         if value is not None:
             shown = value.value if isinstance(value, JobState) else local(value) if key.endswith("_at") else value
             table.add_row(key.removesuffix("_at"), Text(cell(shown)))
+    if job.position is not None and job.eta_seconds is not None:  # issue 37: the ETA and why later jobs go first
+        table.add_row("eta", Text(f"starts in about {job.eta_seconds:.0f} s"))
+    if job.position_why:
+        table.add_row("why", Text(cell(job.position_why)))
     show(table)
     if len(job.phases) > 1:
         timeline = Table("+ s", "step", "detail", title="Timeline", box=None, padding=(0, 2), title_justify="left")

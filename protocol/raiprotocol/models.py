@@ -88,6 +88,8 @@ class JobOut(BaseModel):
     message: str | None = None
     position: int | None = Field(default=None, description="place in the queue while queued, 1 = next")
     eta_seconds: float | None = Field(default=None, description="expected wait before it starts, while queued")
+    position_why: str | None = Field(default=None, description="while queued: why jobs submitted later are ahead "
+                                     "of it (fair share, staff, a kind that goes first)")
     waiting: str | None = Field(default=None, description="why a job handed to a batch system has not started yet "
                                 "(Slurm's reason, position and estimated start); the state shows queued meanwhile")
     gpu_name: str | None = None
@@ -285,6 +287,7 @@ class Entry(BaseModel):
     ci: float | None = None  # half the 95 % confidence interval of the timed runs' mean (ranked board)
     tie: bool = False  # its interval overlaps a neighbour's: the order between them is not a lead
     shared_gpu: bool = False  # the run printed its op time while other jobs shared its GPU (unverified board)
+    staff: bool = False  # a TA's, instructor's or admin's run (a reference, not a team's)
 
 
 class WorkerOut(BaseModel):

@@ -17,7 +17,7 @@ from raiserver.live.feed import LogHub, Shared
 from raiserver.live.logs import PAGE_ENTRIES
 from raiserver.services import Services
 
-STATUS_FIELDS = {"state", "position", "eta_seconds", "worker"}
+STATUS_FIELDS = {"state", "position", "eta_seconds", "position_why", "worker"}
 
 
 def sse_json(model, **kw) -> str:

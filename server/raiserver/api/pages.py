@@ -25,7 +25,8 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
 from raiserver.access.csrf import check_csrf, csrf_token
-from raiserver.access.permissions import Principal, can_cancel
+from raiserver.access.people import MAX_QUERY, find_people
+from raiserver.access.permissions import ROLES, Principal, can_cancel
 from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebUser, services
 from raiserver.config import Settings
 from raiserver.errors import Forbidden, NotFound, Unauthorized
@@ -33,12 +34,24 @@ from raiserver.fleet.workers import is_alive
 from raiserver.grading.leaderboard import hidden, leaderboard
 from raiserver.jobs.lifecycle import cancel_job
 from raiserver.jobs.lookup import cancellable_job, visible_job
-from raiserver.jobs.views import QueueView, job_out, queue_snapshot, shown_to
+from raiserver.jobs.views import QueueView, job_out, queue_snapshot, short_id, shown_to
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, User, Worker
 
 HERE = Path(__file__).parent.parent  # raiserver/, where the templates and static files live
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+def duration(seconds: float) -> str:
+    """A wait as the live pages write it (app.js dur): 45 s, 3 min 5 s, 1 h 2 min."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    return f"{s // 60} min {s % 60} s" if s < 3600 else f"{s // 3600} h {s % 3600 // 60} min"
+
+
+templates.env.filters["short_id"] = short_id
+templates.env.filters["duration"] = duration
 router = APIRouter(include_in_schema=False)
 FORM_EXPIRED = "the form expired; reload the page and try again"
 
@@ -168,6 +181,16 @@ def leaderboard_page(request: Request, p: WebUser, db: SessionDep, svc: Services
                   times=[round(e.op_time * 1000, 6) for e in entries], threshold=svc.settings.correctness_threshold,
                   ranked_kinds=", ".join(sorted(svc.settings.ranked_kind_set)), policy=svc.settings.leaderboard_policy,
                   only_mine=hidden(svc.settings, p))
+
+
+@router.get("/users")
+def users_page(request: Request, p: WebUser, db: SessionDep, q: str = "", role: str = "", active: str = "") -> HTMLResponse:
+    """Staff find a student (issue 37): by any part of a name, email or team, a role, active or not."""
+    if not p.is_staff:
+        raise Forbidden("the users list is for staff")
+    people, total = find_people(db, q, role, active)
+    return render(request, "users.html", p, people=people, total=total, q=q[:MAX_QUERY], role=role, active=active,
+                  roles=ROLES)
 
 
 @router.get("/users/{username}")

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import Entry, JobState
-from raiserver.access.permissions import Principal
+from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.grading.measured import in_words
 from raiserver.store.tables import Job
@@ -146,6 +146,7 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
             job_id=job.id if (viewer.is_staff or mine) else None,
             members=sorted(names) if viewer.is_staff else None,
             shared_gpu=m is None and bool(results.get("gpu_shared_with")),
+            staff=is_staff(job.owner.role) and not job.owner.team,
         ))
     for above, below in zip(out, out[1:]):  # intervals that overlap: a tie, not a lead (issue 32)
         if above.ci is not None and below.ci is not None and below.op_time - above.op_time <= above.ci + below.ci:

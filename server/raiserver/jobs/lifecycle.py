@@ -23,6 +23,7 @@ from raiprotocol.inputs import run_seed
 from raiprotocol.models import Claim, ClaimGranted, JobState, JobUpdate, MeasuredRun, Phase, TimedRun
 from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
 from raiserver.access.audit import audit
+from raiserver.config import Settings
 from raiserver.errors import Conflict, Invalid, Missing, NotFound
 from raiserver.grading.course import spec_of
 from raiserver.grading.leaderboard import verdict
@@ -247,7 +248,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         exclusive=spec.resources.gpu.exclusive or repeats > 1 or timed is not None,
         timed=timed,
         repeat_timing=repeats,
-        wall_seconds=min(limits.wall_seconds or s.wall_seconds, s.wall_seconds),
+        wall_seconds=wall_limit(job, s, spec),
         command_seconds=limits.command_seconds,
         memory_mb=min(limits.memory_mb or s.memory_mb, s.memory_mb),
         archive_sha256=job.archive_sha256,
@@ -324,6 +325,20 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
 
 
 CLAIM_GRACE = timedelta(seconds=10)  # a heartbeat listed before a claim arrives after it: no false alarm
+
+
+def spec_of_job(job: Job) -> BuildSpec:
+    """The build file the job runs: the course's for a ranked run, else the student's."""
+    return parse_course_spec(job.spec_yaml) if job.course_build_id is not None else parse_spec(job.spec_yaml)
+
+
+def wall_limit(job: Job, settings: Settings, spec: BuildSpec | None = None) -> int:
+    """The job's wall-time limit: what its build file asks for, never more than the server's."""
+    try:
+        asked = (spec or spec_of_job(job)).resources.limits.wall_seconds
+    except ValueError:  # stored before a rule tightened: the server's limit holds
+        asked = None
+    return min(asked or settings.wall_seconds, settings.wall_seconds)
 
 
 def claimed_at(job: Job) -> datetime | None:

@@ -1,5 +1,5 @@
 """The job a user names, if they may see it (API and web alike): a whole id or any unique start of
-one, and the same "no such job" whether it does not exist or is someone else's, so ids of others'
+one, or any unique end (the web view's lists show a job id's last characters), and the same "no such job" whether it does not exist or is someone else's, so ids of others'
 jobs leak nothing."""
 
 from __future__ import annotations
@@ -37,14 +37,18 @@ def cancellable_job(db: Session, p: Principal, job_id: str) -> Job:
 def _job_by_prefix(db: Session, p: Principal, prefix: str) -> Job:
     if len(prefix) < MIN_PREFIX or not prefix.isalnum():
         raise NotFound(f"no job {prefix}: give at least {MIN_PREFIX} characters of its id")
-    q = select(Job).where(Job.id.startswith(prefix, autoescape=True)).order_by(Job.id).limit(50)
+    q = select(Job).where(Job.id.startswith(prefix, autoescape=True) | Job.id.endswith(prefix, autoescape=True))
+    q = q.order_by(Job.id).limit(50)
     if not p.is_staff:
         mates = select(User.id).where(User.team == p.user.team) if p.user.team else None
         q = q.where(Job.owner_id == p.user.id if mates is None else (Job.owner_id == p.user.id) | Job.owner_id.in_(mates))
-    found = [j for j in db.scalars(q) if can_see(p, j)][:4]
+    matched = [j for j in db.scalars(q) if can_see(p, j)]
+    starts = [j for j in matched if j.id.startswith(prefix)]  # a unique start wins over ends
+    found = (starts or matched)[:4]
     if not found:
-        raise NotFound(f"no job {prefix} (none of yours starts with it)")
+        raise NotFound(f"no job {prefix} (none of yours starts or ends with it)")
     if len(found) > 1:
         more = ", …" if len(found) > 3 else ""
-        raise Conflict(f"{prefix} is the start of several jobs ({', '.join(j.id for j in found[:3])}{more}); give more characters")
+        where = "start" if starts else "end"
+        raise Conflict(f"{prefix} is the {where} of several jobs ({', '.join(j.id for j in found[:3])}{more}); give more characters")
     return found[0]

@@ -14,27 +14,51 @@ from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import JobOut, JobResultSummary, JobState, QueueSummary
 from raiprotocol.states import UNFINISHED
-from raiserver.access.permissions import Principal
+from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_slots, live_workers
 from raiserver.jobs.fairshare import fair_order
-from raiserver.jobs.lifecycle import claimed_at, phases_of
+from raiserver.jobs.lifecycle import claimed_at, phases_of, wall_limit
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, User
 
 TYPICAL_RUN = 30.0  # seconds, for a queue that has no finished job yet
+RECENT_RUNS = 20  # finished runs of a kind that make its typical run
+OVERDUE = 10.0  # seconds still expected, at least, of a job that has run longer than any of its kind
+SHORT_ID = 8  # characters of a job id shown where space is short: its random end
+
+
+def short_id(job_id: str) -> str:
+    """A job id as every page shows it in a list (the web queue, workers, a user's jobs): the
+    same cut everywhere, so an id seen on one page can be found on another."""
+    return job_id[-SHORT_ID:]
 
 
 class QueueView:
-    """Queue positions and ETAs, computed once per queue however many jobs are shown (the web
-    queue renders every waiting job each second: one fair-order pass, not one per job)."""
+    """Queue positions, ETAs and why a position is what it is, computed once per queue however
+    many jobs are shown (the web queue renders every waiting job each second: one fair-order pass
+    and one schedule, not one per job).
+
+    The ETA (issue 37) plays the queue forward: each slot frees when the job on it ends (its kind's
+    typical run, or, once past that, the typical run of the longer runs of its kind, never past its
+    own wall limit), and the jobs ahead, in the fair order, each take a slot for their kind's
+    typical run. So a job's ETA counts down as time passes at the same position, and a job of a
+    slow kind ahead counts for what it is."""
 
     def __init__(self, db: Session, settings: Settings):
         self.db = db
         self.settings = settings
+        self._orders: dict[str, list[Job]] = {}
         self._positions: dict[str, dict[str, int]] = {}
-        self._per_slot: dict[str, float | None] = {}  # a typical run on the queue
-        self._frees: dict[str, list[float]] = {}  # when each of its slots frees, seconds from now
+        self._etas: dict[str, dict[str, float] | None] = {}
+        self._runs: dict[str, dict[str, list[float]]] = {}  # per queue, kind: recent run times, sorted
+
+    def _order(self, queue: str) -> list[Job]:
+        if queue not in self._orders:
+            s = self.settings
+            self._orders[queue] = fair_order(self.db, queue, s.staff_priority, set(s.priority_kinds))
+            self._positions[queue] = {j.id: i for i, j in enumerate(self._orders[queue], start=1)}
+        return self._orders[queue]
 
     def position(self, job: Job) -> int | None:
         """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
@@ -42,49 +66,100 @@ class QueueView:
             return None
         if job.released_at is not None:
             return 1
-        if job.queue not in self._positions:
-            s = self.settings
-            order = fair_order(self.db, job.queue, s.staff_priority, set(s.priority_kinds))
-            self._positions[job.queue] = {j.id: i for i, j in enumerate(order, start=1)}
+        self._order(job.queue)
         return self._positions[job.queue].get(job.id)
 
+    def why(self, job: Job, position: int | None) -> str | None:
+        """Why jobs submitted after this one are ahead of it (what makes a position drop), or None."""
+        if position is None or job.released_at is not None:
+            return None
+        order = self._order(job.queue)
+        later = [j for j in order[:position - 1] if (j.created_at, j.id) > (job.created_at, job.id)]
+        if not later:
+            return None
+        s = self.settings
+        first = [j for j in later if j.kind in s.priority_kinds or (s.staff_priority and is_staff(j.owner.role))]
+        n = len(later)
+        text = f"{n} job{'s' if n > 1 else ''} submitted after yours {'go' if n > 1 else 'goes'} first: "
+        reasons = []
+        if first:
+            reasons.append(f"{len(first)} of staff or of a kind that goes first ({', '.join(sorted(s.priority_kinds)) or 'none'})")
+        if len(first) < n:
+            reasons.append("students take turns (fair share): a student whose last job ran longer ago goes before one "
+                           "whose job ran more recently")
+        return text + "; ".join(reasons)
+
     def eta(self, job: Job, position: int | None) -> float | None:
-        """Expected wait until the job starts: when each slot of its queue frees (from what runs
-        there now: how long it has run, against a typical run and its time limit), then the jobs
-        ahead each taking a typical run. Rounded to 5 s (an estimate, not a promise). None when no
-        live worker serves the queue."""
+        """Expected wait until the job starts, rounded to 5 s (an estimate, not a promise). None
+        when no live worker serves the queue."""
         if position is None:
             return None
-        if job.queue not in self._per_slot:
-            self._frees[job.queue], self._per_slot[job.queue] = self._schedule(job.queue)
-        typical, frees = self._per_slot[job.queue], list(self._frees[job.queue])
-        if typical is None or not frees:
+        if job.queue not in self._etas:
+            self._etas[job.queue] = self._schedule(job.queue)
+        etas = self._etas[job.queue]
+        if etas is None or job.id not in etas:
             return None
-        heapq.heapify(frees)
-        for _ in range(position - 1):
-            heapq.heappush(frees, heapq.heappop(frees) + typical)
-        return float(5 * round(frees[0] / 5))
+        return float(5 * round(etas[job.id] / 5))
 
-    def _schedule(self, queue: str) -> tuple[list[float], float | None]:
+    def typical(self, queue: str, kind: str) -> float:
+        """The median of the kind's recent runs on the queue; else of the queue's; else 30 s."""
+        runs = self._recent(queue)
+        spans = runs.get(kind) or runs.get("", [])
+        return spans[len(spans) // 2] if spans else TYPICAL_RUN
+
+    def remaining(self, job: Job, ran: float) -> float:
+        """How much longer a job that has run ``ran`` s will run: to its kind's typical run; past
+        that, to the middle of its kind's runs that lasted longer (a stable guess, not one that grows
+        with every second it runs); past all of them, one more typical run (10 s at least); never
+        past its wall limit."""
+        runs = self._recent(job.queue)
+        spans = runs.get(job.kind) or runs.get("", [])
+        longer = [d for d in spans if d > ran]
+        left = longer[len(longer) // 2] - ran if longer else max(self.typical(job.queue, job.kind), OVERDUE)
+        return max(min(left, wall_limit(job, self.settings) - ran), 1.0)
+
+    def _recent(self, queue: str) -> dict[str, list[float]]:
+        if queue not in self._runs:
+            rows = self.db.execute(
+                select(Job.kind, Job.started_at, Job.finished_at)
+                .where(Job.queue == queue, Job.finished_at.is_not(None), Job.started_at.is_not(None),
+                       Job.state.in_((JobState.succeeded, JobState.failed, JobState.timed_out)))
+                .order_by(Job.finished_at.desc()).limit(200)
+            ).all()
+            runs: dict[str, list[float]] = {}
+            for kind, started, ended in rows:
+                if started is None or ended is None:
+                    continue
+                span = (ended - started).total_seconds()
+                if len(runs.setdefault(kind, [])) < RECENT_RUNS:
+                    runs[kind].append(span)
+                if len(runs.setdefault("", [])) < RECENT_RUNS:
+                    runs[""].append(span)
+            self._runs[queue] = {k: sorted(v) for k, v in runs.items()}
+        return self._runs[queue]
+
+    def _schedule(self, queue: str) -> dict[str, float] | None:
+        """Every waiting job's start, seconds from now: the slots' free times in a heap, the
+        released jobs first (they start as soon as a worker takes them), then the fair order."""
         slots = live_slots(self.db, queue, self.settings.worker_dead_after)
         if slots == 0:
-            return [], None
-        recent = self.db.execute(
-            select(Job.started_at, Job.finished_at).where(Job.queue == queue, Job.finished_at.is_not(None),
-                                                          Job.started_at.is_not(None))
-            .order_by(Job.finished_at.desc()).limit(20)
-        ).all()
-        spans = sorted((f - s).total_seconds() for s, f in recent if s is not None and f is not None)
-        typical = spans[len(spans) // 2] if spans else TYPICAL_RUN
-        now, wall = utcnow(), float(self.settings.wall_seconds)
+            return None
+        now = utcnow()
         frees = []
-        for running in self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.running, Job.waiting.is_(None))):
+        for running in self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.running,
+                                                         Job.waiting.is_(None))):
             claimed = claimed_at(running)
-            ran = (now - claimed).total_seconds() if claimed else 0.0
-            # within a typical run: the rest of it; past it, half again what it ran, never past its limit
-            frees.append(max(typical - ran, 1.0) if ran < typical else max(min(wall - ran, max(ran * 0.5, 10.0)), 1.0))
-        frees = sorted(frees) + [0.0] * max(slots - len(frees), 0)  # idle slots free now
-        return frees, typical
+            frees.append(self.remaining(running, (now - claimed).total_seconds() if claimed else 0.0))
+        frees += [0.0] * max(slots - len(frees), 0)  # idle slots free now
+        heapq.heapify(frees)
+        released = self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.queued,
+                                                      Job.released_at.is_not(None)).order_by(Job.released_at)).all()
+        etas: dict[str, float] = {}
+        for waiting in [*released, *self._order(queue)]:
+            start = heapq.heappop(frees)
+            etas[waiting.id] = start
+            heapq.heappush(frees, start + self.typical(queue, waiting.kind))
+        return etas
 
 
 def shown_state(state: JobState, waiting: bool) -> JobState:
@@ -113,6 +188,7 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         message=job.message,
         position=position,
         eta_seconds=view.eta(job, position),
+        position_why=view.why(job, position),
         gpu_name=job.gpu_name,
         has_build=job.has_build,
         archive_bytes=job.archive_bytes,
@@ -162,8 +238,9 @@ def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
         out = job_out(db, job, view)
         since = job.started_at if out.state is JobState.running else job.created_at
         rows[out.state.value].append({
-            "id": job.id, "owner": job.owner.username, "owner_id": job.owner_id, "queue": job.queue, "kind": job.kind,
+            "id": job.id, "short": short_id(job.id), "owner": job.owner.username, "owner_id": job.owner_id, "queue": job.queue, "kind": job.kind,
             "image": job.image, "worker": job.worker or "", "position": out.position, "eta": out.eta_seconds,
+            "why": out.position_why,
             "waiting": job.waiting,
             "seconds": round((now - since).total_seconds()) if since else 0,
         })
@@ -180,7 +257,8 @@ def shown_to(rows: dict[str, list[dict]], user_id: int, staff: bool) -> dict[str
             mine = row["owner_id"] == user_id
             shown = staff or mine
             view[state].append({**{k: v for k, v in row.items() if k != "owner_id"}, "mine": mine,
-                                "id": row["id"] if shown else None, "owner": row["owner"] if shown else "another student"})
+                                "id": row["id"] if shown else None,
+                                "short": row["short"] if shown else None, "owner": row["owner"] if shown else "another student"})
     return view
 
 

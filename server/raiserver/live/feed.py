@@ -32,6 +32,8 @@ from raiprotocol.models import JobOut, JobState
 from raiserver.errors import Busy, OverQuota
 from raiserver.live.logs import PAGE_ENTRIES, LogStore
 
+QUEUED_NEWS = 5.0  # seconds between a waiting job's status events when nothing changed
+
 log = logging.getLogger("raiserver")
 
 
@@ -202,8 +204,9 @@ class LogHub:
             for job_id, job in snaps.items():
                 current = (job.state.value, job.position, job.eta_seconds, job.worker)
                 said = self.last_status.get(job_id)
-                # a change, or a waiting job's news every 25 s even without one (clients show they still wait)
-                if said is not None and said[0] == current and not (job.state is JobState.queued and now - said[1] > 25):
+                # a change, or a waiting job's news every few seconds even without one: an ETA that holds
+                # still (issue 37) sends no change, and clients show at least every 30 s that it waits
+                if said is not None and said[0] == current and not (job.state is JobState.queued and now - said[1] > QUEUED_NEWS):
                     continue
                 self.last_status[job_id] = (current, now)
                 for w in list(self.watchers.get(job_id, ())):

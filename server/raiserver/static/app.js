@@ -51,61 +51,215 @@ const rai = (() => {
     return out + (armed(segment) ? "\\" : "") + segment;
   }
 
-  function jobPage(jobId) {
-    const log = document.getElementById("log");
-    const follow = document.getElementById("follow");
-    const state = document.getElementById("state");
+  // a form with data-confirm (cancelling a job) asks first: one mis-tap must not end someone's run
+  document.addEventListener("submit", (ev) => {
+    const ask = ev.target.dataset && ev.target.dataset.confirm;
+    if (ask && !window.confirm(ask)) ev.preventDefault();
+  });
+
+  // The job page (issue 37): the live log with line numbers and links to a line (#L123), each
+  // line's time, folds per build command (each starts at rai's "Running:" line), search, the
+  // failed command marked; the timeline grows as commands start; the tab title shows the state and,
+  // if asked for, a browser notification says when the job ends.
+  function jobPage(jobId, opts) {
+    const $ = (id) => document.getElementById(id);
+    const log = $("log"), follow = $("follow"), state = $("state");
+    const label = (s) => s.replace("_", " ");
+    const setTitle = (s) => { document.title = `${label(s)} · Job ${opts.short} · rai`; };
+    const clock = (t) => new Date(t * 1000).toISOString().slice(11, 19);
+    let finished = opts.finished;
     log.addEventListener("scroll", () => {  // reading back up stops the follow; back at the bottom resumes it
       follow.checked = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     });
+    $("log-times").addEventListener("change", (ev) => log.classList.toggle("no-times", !ev.target.checked));
+
+    // lines and folds
     const KEEP = 20000;  // lines kept on the page; the whole log is a download away
+    const shown = [];  // every line element on the page, oldest first (shown[head] is the oldest)
+    let head = 0, fold = null, foldStart = 0, lastT = 0;
+    const COMMAND = /^(Running: |Repeat \d+ of \d+: )(.*)$/;
+    function closeFold(t) {
+      if (!fold) return;
+      const n = fold.querySelectorAll(":scope > div").length;
+      fold.querySelector(".fold-info").textContent = `${n} line${n === 1 ? "" : "s"} · ${(t - foldStart).toFixed(1)} s`;
+    }
+    function lineEl(n, t, s, text) {
+      const div = document.createElement("div");
+      div.className = `l-${s}`;
+      div.id = `L${n}`;
+      div.innerHTML = `<a class="ln" href="#L${n}" aria-label="line ${n}">${n}</a><span class="lt">${clock(t)}</span>`
+        + `<span class="lx">${s === "sys" ? `✱ ${esc(text)}` : ansi(disarm(text)) || "&nbsp;"}</span>`;
+      return div;
+    }
+    function add(n, t, s, text) {
+      lastT = t;
+      const div = lineEl(n, t, s, text);
+      const cmd = s === "sys" && text.match(COMMAND);
+      if (cmd) {  // a build command starts: a fold of its own, open
+        closeFold(t);
+        fold = document.createElement("details");
+        fold.className = "fold";
+        fold.open = true;
+        const summary = document.createElement("summary");
+        summary.appendChild(div);
+        div.insertAdjacentHTML("beforeend", '<span class="fold-info"></span>');
+        fold.appendChild(summary);
+        log.appendChild(fold);
+        foldStart = t;
+        if (opts.failedCommand !== null && cmd[2] === opts.failedCommand) markFailed(fold, n);
+        if (!finished) timelineRow(t, cmd[1].startsWith("Repeat") ? "timed run started" : "command started", cmd[2]);
+      } else {
+        (fold || log).appendChild(div);
+      }
+      if (search.q && div.textContent.toLowerCase().includes(search.q)) hit(div);
+      if (target === n) goTo(n);
+      shown.push(div);
+    }
+    function trim() {
+      let extra = shown.length - head - KEEP;
+      if (extra <= 0) return;
+      while (extra-- > 0) {
+        const old = shown[head++];
+        if (old.parentNode && old.parentNode.tagName === "SUMMARY") old.closest("details").remove();
+        else old.remove();
+      }
+      if (head > KEEP) { shown.splice(0, head); head = 0; }
+      if (!$("log-trimmed")) {
+        log.insertAdjacentHTML("afterbegin", `<div id="log-trimmed" class="l-sys">✱ earlier lines are not shown here; <a href="/api/v1/jobs/${jobId}/log.txt">the whole log</a> once the job ends</div>`);
+      }
+    }
+
+    // the failed command: its fold marked, and the outcome's link goes to it
+    function markFailed(el, n) {
+      for (const f of log.querySelectorAll("details.fold.failed")) f.classList.remove("failed");
+      el.classList.add("failed");
+      const jump = $("failed-jump");
+      if (jump) { jump.href = `#L${n}`; jump.hidden = false; }
+    }
+
+    // links to a line: #L123 scrolls to it and marks it, now or when it arrives
+    let target = null;
+    function goTo(n) {
+      const el = $(`L${n}`);
+      if (!el) return;
+      for (const old of log.querySelectorAll(".target")) old.classList.remove("target");
+      el.classList.add("target");
+      const f = el.closest("details");
+      if (f) f.open = true;
+      follow.checked = false;
+      el.scrollIntoView({ block: "center" });
+      target = null;
+    }
+    function fromHash() {
+      const m = location.hash.match(/^#L(\d+)$/);
+      if (m) { target = Number(m[1]); goTo(target); }
+    }
+    window.addEventListener("hashchange", fromHash);
+    fromHash();
+
+    // search: every matching line marked, Enter goes to the next one
+    const search = { q: "", hits: [], at: -1 };
+    const box = $("log-search"), count = $("log-hits");
+    function hit(div) {
+      div.classList.add("hit");
+      search.hits.push(div);
+      const f = div.closest("details");
+      if (f) f.open = true;
+      count.textContent = `${search.at + 1} of ${search.hits.length}`;
+    }
+    function find() {
+      for (const el of search.hits) el.classList.remove("hit", "current");
+      search.q = box.value.trim().toLowerCase();
+      search.hits = [];
+      search.at = -1;
+      count.textContent = "";
+      if (!search.q) return;
+      for (const div of log.querySelectorAll("[id^=L]")) if (div.textContent.toLowerCase().includes(search.q)) hit(div);
+      if (!search.hits.length) count.textContent = "no match";
+      else next();
+    }
+    function next() {
+      if (!search.hits.length) return;
+      if (search.at >= 0) search.hits[search.at].classList.remove("current");
+      search.at = (search.at + 1) % search.hits.length;
+      const el = search.hits[search.at];
+      el.classList.add("current");
+      follow.checked = false;
+      el.scrollIntoView({ block: "center" });
+      count.textContent = `${search.at + 1} of ${search.hits.length}`;
+    }
+    let typing = null;
+    box.addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(find, 200); });
+    box.addEventListener("keydown", (ev) => { if (ev.key === "Enter") { ev.preventDefault(); next(); } });
+
+    // the timeline grows while the job runs
+    const timeline = $("timeline-rows");
+    function timelineRow(t, step, detail) {
+      if (!timeline) return;
+      const t0 = Number(timeline.dataset.t0);
+      const when = new Date(t * 1000).toISOString().slice(11, 23);
+      timeline.insertAdjacentHTML("beforeend", `<tr class="live-row"><td class="opt">${when}</td><td class="num">${(t - t0).toFixed(3)}</td><td>${esc(step)}</td><td><code>${esc(detail)}</code></td></tr>`);
+    }
+
+    // a browser notification when the job ends, if asked for
+    const bell = $("notify");
+    let notify = false;
+    if (bell && !finished && "Notification" in window) {
+      bell.hidden = false;
+      bell.addEventListener("click", async () => {
+        const answer = await Notification.requestPermission();
+        notify = answer === "granted";
+        bell.textContent = notify ? "You will be notified when it ends" : "Notifications are blocked for this site";
+        bell.disabled = true;
+      });
+    }
+
     const src = new EventSource(`/api/v1/jobs/${jobId}/log`);  // reconnects with Last-Event-ID by itself
     src.addEventListener("lines", (ev) => {
-      const frag = document.createDocumentFragment();
       for (const batch of JSON.parse(ev.data)) {
-        for (const text of batch.x.split("\n").slice(-KEEP)) {
-          const div = document.createElement("div");
-          div.className = `l-${batch.s}`;
-          div.innerHTML = batch.s === "sys" ? `✱ ${esc(text)}` : ansi(disarm(text)) || "&nbsp;";
-          frag.appendChild(div);
-        }
+        const lines = batch.x.split("\n");
+        for (let i = Math.max(0, lines.length - KEEP); i < lines.length; i++) add(batch.n + i, batch.t, batch.s, lines[i]);
       }
-      log.appendChild(frag);
-      let extra = log.childElementCount - KEEP;
-      if (extra > 0) {
-        let note = document.getElementById("log-trimmed");
-        while (extra-- > 0) log.removeChild(note ? note.nextSibling : log.firstChild);
-        if (!note) {
-          note = document.createElement("div");
-          note.id = "log-trimmed";
-          note.className = "l-sys";
-          note.innerHTML = `✱ earlier lines are not shown here; <a href="/api/v1/jobs/${jobId}/log.txt">the whole log</a> once the job ends`;
-          log.insertBefore(note, log.firstChild);
-        }
-      }
+      trim();
       if (follow.checked) log.scrollTop = log.scrollHeight;
     });
+    let position = opts.position;
     src.addEventListener("status", (ev) => {
       const s = JSON.parse(ev.data);
-      state.textContent = s.state.replace("_", " ");
+      if (s.state !== state.dataset.state && s.state === "running") timelineRow(Date.now() / 1000, "running", s.worker || "");
+      state.dataset.state = s.state;
+      state.textContent = label(s.state);
       state.className = `pill state-${s.state}`;
+      setTitle(s.state);
+      const where = $("position");
+      if (where) {
+        where.textContent = s.position ? ` · position ${s.position}` + (s.eta_seconds != null ? ` · starts in about ${dur(Math.round(s.eta_seconds))}` : "") : "";
+        const why = $("position-why");
+        const moved = position && s.position && s.position > position ? `Moved back from ${position} to ${s.position}. ` : "";
+        why.textContent = s.position_why ? moved + s.position_why : moved;
+        position = s.position;
+      }
     });
     src.addEventListener("end", (ev) => {
       src.close();
       const job = JSON.parse(ev.data);
-      if (state.textContent !== job.state.replace("_", " ")) location.reload();  // show results and download
+      closeFold(finished ? lastT : Math.max(lastT, Date.now() / 1000));
+      setTitle(job.state);
+      if (notify) try { new Notification(`Job ${opts.short} ${label(job.state)}`, { body: job.failed_command ? `'${job.failed_command}' exited with ${job.exit_code}` : job.message || "" }); } catch (e) { /* a browser that shows none */ }
+      finished = true;
+      if (state.dataset.state !== job.state) location.reload();  // show results and download
     });
   }
 
   function queuePage(initial, staff, csrf) {
-    const cancel = (j) => (staff && j.id ? `<td><form method="post" action="/jobs/${j.id}/cancel"><input type="hidden" name="csrf" value="${esc(csrf)}"><button class="danger small">Cancel</button></form></td>` : staff ? "<td></td>" : "");
-    const jobCell = (j) => (j.id ? `<a href="/jobs/${j.id}"><code>${j.id.slice(-10)}</code></a>` : '<span class="muted">—</span>');
+    const cancel = (j) => (staff && j.id ? `<td><form method="post" action="/jobs/${j.id}/cancel" data-confirm="Cancel job ${esc(j.short)} of ${esc(j.owner)}?"><input type="hidden" name="csrf" value="${esc(csrf)}"><button class="danger small">Cancel</button></form></td>` : staff ? "<td></td>" : "");
+    const jobCell = (j) => (j.id ? `<a href="/jobs/${j.id}" title="${j.id}"><code>${esc(j.short)}</code></a>` : '<span class="muted">—</span>');
     function draw(snap) {
       document.querySelector("#running tbody").innerHTML = snap.running.map((j) =>
-        `<tr class="${j.mine ? "mine" : ""}"><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td>${esc(j.kind)}</td><td>${esc(j.queue)}</td><td>${esc(j.worker)}</td><td>${dur(j.seconds)}</td>${cancel(j)}</tr>`).join("")
+        `<tr class="${j.mine ? "mine" : ""}"><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td class="opt">${esc(j.kind)}</td><td class="opt">${esc(j.queue)}</td><td class="opt">${esc(j.worker)}</td><td>${dur(j.seconds)}</td>${cancel(j)}</tr>`).join("")
         || `<tr><td colspan="7" class="muted">Nothing running.</td></tr>`;
       document.querySelector("#queued tbody").innerHTML = snap.queued.map((j) =>
-        `<tr class="${j.mine ? "mine" : ""}"><td>${j.position ?? "—"}</td><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td>${esc(j.kind)}</td><td>${esc(j.queue)}</td><td>${dur(j.seconds)}</td><td>${j.waiting ? esc(j.waiting) : j.eta != null ? "≈ " + dur(Math.round(j.eta)) : "—"}</td>${cancel(j)}</tr>`).join("")
+        `<tr class="${j.mine ? "mine" : ""}"><td>${j.position ?? "—"}</td><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td class="opt">${esc(j.kind)}</td><td class="opt">${esc(j.queue)}</td><td class="opt">${dur(j.seconds)}</td><td${j.why ? ` title="${esc(j.why)}"` : ""}>${j.waiting ? esc(j.waiting) : j.eta != null ? "≈ " + dur(Math.round(j.eta)) : "—"}${j.why && j.mine ? `<div class="muted why">${esc(j.why)}</div>` : ""}</td>${cancel(j)}</tr>`).join("")
         || `<tr><td colspan="8" class="muted">Nobody is waiting.</td></tr>`;
       document.getElementById("running-count").textContent = snap.running.length;
       document.getElementById("queued-count").textContent = snap.queued.length;
