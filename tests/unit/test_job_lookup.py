@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers.rows import add_job, add_user
 
-from raiserver.access.auth import Principal
+from raiserver.access.permissions import Principal
 from raiserver.errors import Conflict, NotFound
 from raiserver.jobs.lookup import visible_job
 from raiserver.jobs.views import short_id

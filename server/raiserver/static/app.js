@@ -22,6 +22,12 @@ const rai = (() => {
     return out + "</span>".repeat(open);
   }
 
+  // a form with data-confirm (cancelling a job) asks first: one mis-tap must not end someone's run
+  document.addEventListener("submit", (ev) => {
+    const ask = ev.target.dataset && ev.target.dataset.confirm;
+    if (ask && !window.confirm(ask)) ev.preventDefault();
+  });
+
   // A job line never shows rai's mark where a line starts (as raiprotocol.markers.disarm): colours,
   // invisible characters (format, bidi, zero-width, combining, blank, unassigned) aside, at the
   // start or after a line separator, carriage return or terminal control, a '✱' gets a backslash
@@ -50,12 +56,6 @@ const rai = (() => {
     const segment = line.slice(start);
     return out + (armed(segment) ? "\\" : "") + segment;
   }
-
-  // a form with data-confirm (cancelling a job) asks first: one mis-tap must not end someone's run
-  document.addEventListener("submit", (ev) => {
-    const ask = ev.target.dataset && ev.target.dataset.confirm;
-    if (ask && !window.confirm(ask)) ev.preventDefault();
-  });
 
   // The job page (issue 37): the live log with line numbers and links to a line (#L123), each
   // line's time, folds per build command (each starts at rai's "Running:" line), search, the
