@@ -13,6 +13,7 @@ from raiprotocol.models import IssuedKeys
 from raiprotocol.profile import Profile, write_profile
 
 from . import console as cli
+from .admin_kinds import kinds
 from .output import cell
 
 admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).", rich_markup_mode=None)
@@ -24,6 +25,7 @@ admin.add_typer(roster, name="roster")
 admin.add_typer(keys, name="keys")
 admin.add_typer(images, name="images")
 admin.add_typer(course, name="course")
+admin.add_typer(kinds, name="kinds")
 
 
 def _profile(issued: IssuedKeys, server: str) -> Profile:

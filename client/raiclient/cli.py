@@ -182,6 +182,26 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
 
 
 @app.command()
+def kinds(server: Optional[str] = SERVER_OPT) -> None:
+    """What you can submit: each kind's opening and your own deadline, and the limits you have left."""
+    from .term import print_kinds, print_limits
+
+    with connected(server) as api:
+        view = api.kinds()
+    print_kinds(view.kinds, view.limits.exempt)
+    print_limits(view.limits)
+
+
+@app.command()
+def limits(server: Optional[str] = SERVER_OPT) -> None:
+    """Your limits now: jobs active, submissions and GPU minutes left, late days left."""
+    from .term import print_limits
+
+    with connected(server) as api:
+        print_limits(api.limits())
+
+
+@app.command()
 def cancel(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
     """Cancel a queued or running job."""
     with connected(server) as api:

@@ -167,7 +167,7 @@ def leaderboard_page(request: Request, p: WebUser, db: SessionDep, svc: Services
     return render(request, "leaderboard.html", p, entries=entries, unverified=unverified,
                   times=[round(e.op_time * 1000, 6) for e in entries], threshold=svc.settings.correctness_threshold,
                   ranked_kinds=", ".join(sorted(svc.settings.ranked_kind_set)), policy=svc.settings.leaderboard_policy,
-                  only_mine=hidden(svc.settings, p))
+                  only_mine=hidden(db, svc.settings, p))
 
 
 @router.get("/users/{username}")

@@ -1,0 +1,98 @@
+"""The term's web pages (issue 36): /kinds shows every kind as it applies to the viewer (their own
+deadlines, their limits); instructors change kinds and grant extensions there with the same rules
+and audit as ``raiclient admin kinds``. A refused change shows the page again with its one line."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from raiprotocol.models import ExtensionIn, KindIn
+from raiserver.access.audit import audit
+from raiserver.access.auth import Principal
+from raiserver.access.csrf import check_csrf
+from raiserver.access.permissions import is_instructor
+from raiserver.api.deps import ServicesDep, SessionDep, WebUser
+from raiserver.api.pages import FORM_EXPIRED, render
+from raiserver.errors import DomainError, Forbidden
+from raiserver.grading.kinds import Deadlines, grant, update_kind
+from raiserver.jobs.quotas import limits_of
+from raiserver.store.db import utcnow
+from raiserver.store.tables import Extension
+
+router = APIRouter(include_in_schema=False)
+Field = Annotated[str, Form(max_length=256)]
+
+
+def kinds_page(request: Request, p: Principal, db: Session, svc: ServicesDep, error: str | None = None,
+               code: int = 200) -> HTMLResponse:
+    deadlines = Deadlines(db, svc.settings)
+    now = utcnow()
+    rows = sorted(deadlines.kinds.values(), key=lambda k: (k.due_at is None, k.due_at or now, k.name))
+    exts = list(db.scalars(select(Extension).order_by(Extension.kind, Extension.username, Extension.team))) if p.is_staff else []
+    response = render(request, "kinds.html", p, kinds=[deadlines.out(k, p.user, p.is_staff, now) for k in rows],
+                      limits=limits_of(db, p.user, svc.settings, deadlines), extensions=exts,
+                      manage=is_instructor(p.user.role), error=error)
+    response.status_code = code
+    return response
+
+
+@router.get("/kinds")
+def kinds(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
+    return kinds_page(request, p, db, svc)
+
+
+def _instructor(request: Request, p: Principal, csrf: str) -> None:
+    check_csrf(request, csrf, FORM_EXPIRED)
+    if not is_instructor(p.user.role):
+        raise Forbidden("only instructors change kinds")
+
+
+@router.post("/kinds")
+def change_kind(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+                name: Field, opens: Field = "", due: Field = "", late_policy: Field = "refuse",
+                late_hours: Field = "") -> Response:
+    """One kind's dates and late policy, as the form shows them (an empty date clears it)."""
+    _instructor(request, p, csrf)
+    try:
+        hours = float(late_hours) if late_hours.strip() else 0.0
+        change = KindIn(opens=opens, due=due, late_policy=late_policy, late_hours=hours)
+        update_kind(db, name.strip(), change, create=True)
+    except (ValueError, DomainError) as exc:
+        db.rollback()
+        return kinds_page(request, p, db, svc, _line(exc), 400)
+    audit(db, p.user.username, "kind.change", name.strip(), **change.model_dump(mode="json", exclude={"grading"}), via="web")
+    db.commit()
+    return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/kinds/extensions")
+def extend(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+           kind: Field, who: Field, until: Field = "", hours: Field = "", reason: Field = "") -> Response:
+    """``who``: a username, or "team NAME"."""
+    _instructor(request, p, csrf)
+    try:
+        team = who.strip()[5:].strip() if who.strip().startswith("team ") else None
+        body = ExtensionIn(username=None if team else who.strip(), team=team, until=until.strip() or None,
+                           hours=float(hours) if hours.strip() else None, reason=reason)
+        ext = grant(db, kind.strip(), body, p.user.username)
+    except (ValueError, DomainError) as exc:
+        db.rollback()
+        return kinds_page(request, p, db, svc, _line(exc), 400)
+    audit(db, p.user.username, "kind.extend", ext.kind, username=ext.username, team=ext.team,
+          until=ext.due_at.isoformat(), reason=ext.reason, via="web")
+    db.commit()
+    return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
+
+
+def _line(exc: Exception) -> str:
+    """The one line a refused form shows."""
+    if isinstance(exc, ValidationError):
+        e = exc.errors()[0]
+        return f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}"
+    return str(exc).splitlines()[0] if str(exc) else "not a valid value"
