@@ -3,35 +3,15 @@ extensions, late days, and what students see of them, on PostgreSQL with the rea
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from helpers import PG_BASE, Service, make_project, start_service
+from helpers import Service, fresh_pg, make_project, start_service
 from test_web import login
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def fresh_pg() -> Iterator[str]:
-    """A database of its own: the seed from RAI_KINDS and RAI_DEADLINE happens at its first migration."""
-    import psycopg
-
-    name = f"rai_term_{uuid.uuid4().hex[:8]}"
-    dsn = PG_BASE.replace("postgresql+psycopg://", "postgresql://")
-    try:
-        with psycopg.connect(f"{dsn}/postgres", autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.OperationalError as exc:
-        if os.environ.get("RAI_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"PostgreSQL not reachable at {dsn}: {exc}")
-        pytest.skip(f"PostgreSQL not reachable at {dsn}")
-    yield f"{PG_BASE}/{name}"
-    with psycopg.connect(f"{dsn}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 LIMITS = {"RAI_MAX_ACTIVE_JOBS": "50", "RAI_SUBMISSIONS_PER_MINUTE": "100", "RAI_LATE_DAYS": "2",

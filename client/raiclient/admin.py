@@ -81,6 +81,26 @@ def remeasure(job_id: str, repeats: int = typer.Option(10, "--repeats", min=2, m
     cli.say(f"job {job.id} measures {job_id} again ({repeats} timed runs); follow it with: raiclient logs {job.id} --follow")
 
 
+@admin.command("grades")
+def grades(
+    kind: str = typer.Argument(..., help="the kind whose grades, by its rule (raiclient admin kinds set KIND --grade …)"),
+    fmt: str = typer.Option("csv", "--format", help="csv: every figure behind each grade; canvas: Canvas's gradebook import"),
+    assignment: Optional[str] = typer.Option(None, "--assignment", help="canvas: the assignment's column, e.g. 'Final Project (123456)'"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write here (default: print)"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """One row per student on the roster: the run that counts, its figures, the grade, or 0 and why."""
+    if fmt not in ("csv", "canvas"):
+        cli.fail(f"--format: {fmt!r} is not csv or canvas")
+    with cli.connected(server) as api:
+        text = api.grades(kind, fmt, assignment)
+    if output is None:
+        cli.out.file.write(text)
+        return
+    output.write_text(text, encoding="utf-8")
+    cli.say(f"{len(text.splitlines()) - (2 if fmt == 'canvas' else 1)} students' grades for '{kind}' written to {output}")
+
+
 @admin.command("audit")
 def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Recent staff actions."""

@@ -124,6 +124,11 @@ class Api:
         params = {k: v for k, v in (("username", username), ("team", team)) if v is not None}
         return ExtensionOut.model_validate(self._request("DELETE", f"/api/v1/admin/kinds/{quote(kind, safe='')}/extensions", params=params))
 
+    def grades(self, kind: str, fmt: str, assignment: str | None) -> str:
+        params = {"format": fmt, **({"assignment": assignment} if assignment else {})}
+        resp = self.http.send("GET", f"/api/v1/admin/grades/{quote(kind, safe='')}", params=params, timeout=120.0)
+        return self.http.read(resp).decode("utf-8")
+
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))
 

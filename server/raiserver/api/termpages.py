@@ -4,9 +4,9 @@ and audit as ``raiclient admin kinds``. A refused change shows the page again wi
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Form, Request, status
+from fastapi import APIRouter, Form, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -19,6 +19,7 @@ from raiserver.access.csrf import check_csrf
 from raiserver.access.permissions import is_instructor
 from raiserver.api.deps import ServicesDep, SessionDep, WebUser
 from raiserver.api.pages import FORM_EXPIRED, render
+from raiserver.api.routes.grades import grade_sheet
 from raiserver.errors import DomainError, Forbidden
 from raiserver.grading.kinds import Deadlines, grant, update_kind
 from raiserver.jobs.quotas import limits_of
@@ -88,6 +89,15 @@ def extend(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep, csrf:
           until=ext.due_at.isoformat(), reason=ext.reason, via="web")
     db.commit()
     return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/grades/{kind}.csv")
+def grades_download(*, kind: str, request: Request, fmt: Literal["csv", "canvas"] = Query("csv", alias="format"),
+                    p: WebUser, db: SessionDep, svc: ServicesDep) -> Response:
+    """The grade sheet from the Deadlines page (staff)."""
+    if not p.is_staff:
+        raise Forbidden("grades are for staff")
+    return grade_sheet(request, db, svc, kind, fmt, None)
 
 
 def _line(exc: Exception) -> str:
