@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Form, Query, Request, status
+from fastapi import APIRouter, Depends, Form, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -48,18 +48,22 @@ def kinds(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTM
     return kinds_page(request, p, db, svc)
 
 
-def _instructor(request: Request, p: Principal, csrf: str) -> None:
-    check_csrf(request, csrf, FORM_EXPIRED)
+def web_instructor(p: WebUser) -> Principal:
+    """The browser's user, an instructor (before the form is read: others get 403, not its errors)."""
     if not is_instructor(p.user.role):
         raise Forbidden("only instructors change kinds")
+    return p
+
+
+WebInstructor = Annotated[Principal, Depends(web_instructor)]
 
 
 @router.post("/kinds")
-def change_kind(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+def change_kind(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
                 name: Field, opens: Field = "", due: Field = "", late_policy: Field = "refuse",
                 late_hours: Field = "") -> Response:
     """One kind's dates and late policy, as the form shows them (an empty date clears it)."""
-    _instructor(request, p, csrf)
+    check_csrf(request, csrf, FORM_EXPIRED)
     try:
         hours = float(late_hours) if late_hours.strip() else 0.0
         change = KindIn(opens=opens, due=due, late_policy=late_policy, late_hours=hours)
@@ -73,10 +77,10 @@ def change_kind(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep, 
 
 
 @router.post("/kinds/extensions")
-def extend(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+def extend(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
            kind: Field, who: Field, until: Field = "", hours: Field = "", reason: Field = "") -> Response:
     """``who``: a username, or "team NAME"."""
-    _instructor(request, p, csrf)
+    check_csrf(request, csrf, FORM_EXPIRED)
     try:
         team = who.strip()[5:].strip() if who.strip().startswith("team ") else None
         body = ExtensionIn(username=None if team else who.strip(), team=team, until=until.strip() or None,

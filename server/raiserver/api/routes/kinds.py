@@ -33,60 +33,60 @@ def limits(p: CurrentUser, db: SessionDep, svc: ServicesDep) -> Limits:
     return limits_of(db, p.user, svc.settings, Deadlines(db, svc.settings))
 
 
-@router.put("/admin/kinds/{name}", response_model=KindOut)
-def set_kind(name: str, body: KindIn, p: InstructorUser, db: SessionDep, svc: ServicesDep) -> KindOut:
+@router.put("/admin/kinds/{kind}", response_model=KindOut)
+def set_kind(kind: str, body: KindIn, p: InstructorUser, db: SessionDep, svc: ServicesDep) -> KindOut:
     """Create a kind or change what the body gives (dates, late policy and window, grade rule)."""
-    created = db.get(Kind, name) is None
-    row = update_kind(db, name, body, create=True)
-    audit(db, p.user.username, "kind.create" if created else "kind.change", name,
+    created = db.get(Kind, kind) is None
+    row = update_kind(db, kind, body, create=True)
+    audit(db, p.user.username, "kind.create" if created else "kind.change", kind,
           **body.model_dump(mode="json", exclude_unset=True))
     db.commit()
     return Deadlines(db, svc.settings).out(row, p.user, True, utcnow())
 
 
-@router.delete("/admin/kinds/{name}")
-def remove_kind(name: str, p: InstructorUser, db: SessionDep) -> dict[str, str]:
+@router.delete("/admin/kinds/{kind}")
+def remove_kind(kind: str, p: InstructorUser, db: SessionDep) -> dict[str, str]:
     """No new submission of the kind is accepted; its runs stay. A kind with runs cannot go."""
-    row = kind_row(db, name)
-    if db.scalar(select(Job.id).where(Job.kind == name).limit(1)) is not None:
-        raise Invalid(f"'{name}' has runs; close it instead (raiclient admin kinds set {name} --due …)")
-    db.execute(delete(Extension).where(Extension.kind == name))
+    row = kind_row(db, kind)
+    if db.scalar(select(Job.id).where(Job.kind == kind).limit(1)) is not None:
+        raise Invalid(f"'{kind}' has runs; close it instead (raiclient admin kinds set {kind} --due …)")
+    db.execute(delete(Extension).where(Extension.kind == kind))
     db.delete(row)
-    audit(db, p.user.username, "kind.remove", name)
+    audit(db, p.user.username, "kind.remove", kind)
     db.commit()
-    return {"removed": name}
+    return {"removed": kind}
 
 
-@router.post("/admin/kinds/{name}/extensions", response_model=ExtensionOut)
-def extend(name: str, body: ExtensionIn, p: InstructorUser, db: SessionDep) -> ExtensionOut:
+@router.post("/admin/kinds/{kind}/extensions", response_model=ExtensionOut)
+def extend(kind: str, body: ExtensionIn, p: InstructorUser, db: SessionDep) -> ExtensionOut:
     """A later deadline for one student or team (replacing theirs, if any)."""
-    ext = grant(db, name, body, p.user.username)
-    audit(db, p.user.username, "kind.extend", name, username=ext.username, team=ext.team,
+    ext = grant(db, kind, body, p.user.username)
+    audit(db, p.user.username, "kind.extend", kind, username=ext.username, team=ext.team,
           until=ext.due_at.isoformat(), reason=ext.reason)
     db.commit()
     return extension_out(ext)
 
 
-@router.get("/admin/kinds/{name}/extensions", response_model=list[ExtensionOut])
-def extensions(name: str, _: StaffUser, db: SessionDep) -> list[ExtensionOut]:
-    kind_row(db, name)
-    rows = db.scalars(select(Extension).where(Extension.kind == name).order_by(Extension.username, Extension.team))
+@router.get("/admin/kinds/{kind}/extensions", response_model=list[ExtensionOut])
+def extensions(kind: str, _: StaffUser, db: SessionDep) -> list[ExtensionOut]:
+    kind_row(db, kind)
+    rows = db.scalars(select(Extension).where(Extension.kind == kind).order_by(Extension.username, Extension.team))
     return [extension_out(e) for e in rows]
 
 
-@router.delete("/admin/kinds/{name}/extensions", response_model=ExtensionOut)
-def revoke_extension(*, name: str, username: str | None = Query(None, max_length=64), team: str | None = Query(None, max_length=128),
+@router.delete("/admin/kinds/{kind}/extensions", response_model=ExtensionOut)
+def revoke_extension(*, kind: str, username: str | None = Query(None, max_length=64), team: str | None = Query(None, max_length=128),
                      p: InstructorUser, db: SessionDep) -> ExtensionOut:
-    kind_row(db, name)
+    kind_row(db, kind)
     if (username is None) == (team is None):
         raise Invalid("name the student (--student) or the team (--team) whose extension ends")
-    query = select(Extension).where(Extension.kind == name)
+    query = select(Extension).where(Extension.kind == kind)
     ext = db.scalar(query.where(Extension.username == username) if username else
                     query.where(Extension.team == team, Extension.username.is_(None)))
     if ext is None:
-        raise NotFound(f"no extension of '{name}' for {username or 'team ' + (team or '')}")
+        raise NotFound(f"no extension of '{kind}' for {username or 'team ' + (team or '')}")
     out = extension_out(ext)
     db.delete(ext)
-    audit(db, p.user.username, "kind.unextend", name, username=username, team=team)
+    audit(db, p.user.username, "kind.unextend", kind, username=username, team=team)
     db.commit()
     return out
