@@ -3,6 +3,7 @@ extensions, late days, and what students see of them, on PostgreSQL with the rea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,6 +15,7 @@ from test_web import login
 pytestmark = pytest.mark.timeout(300)
 
 
+LATE_JOB: list[str] = []  # bob's late 'dev' run, for the web test
 LIMITS = {"RAI_MAX_ACTIVE_JOBS": "50", "RAI_SUBMISSIONS_PER_MINUTE": "100", "RAI_LATE_DAYS": "2",
           "RAI_KINDS": "dev,m1,m2,m3,final", "RAI_DEADLINE": "2020-01-01T00:00:00Z"}
 
@@ -103,6 +105,12 @@ def test_openings_deadlines_policies_and_what_students_see(term, tmp_path):
     assert term.client("admin", "kinds", "set", "dev", "--late-hours", "0").returncode == 0  # no end: marked late
     res = term.client("submit", "-d", "-p", str(proj), "--kind", "dev", env=bob)
     assert res.returncode == 0 and "this submission is marked late" in res.stdout
+    LATE_JOB.append(re.search(r"Job (\w{26}) queued", res.stdout).group(1))
+    status = term.client("status", LATE_JOB[0], env=bob).stdout
+    assert re.search(r"late\s+late by 3 h", status), status
+    history = term.client("history", "-n", "1", env=alice).stdout.split()
+    status = term.client("status", history[history.index("final") - 2], env=alice).stdout
+    assert re.search(r"late\s+late by 1 h( \d+ min)? \(late days\)", status), status
 
     audit = term.client("admin", "audit", "-n", "50").stdout
     assert "kind.change" in audit and "kind.extend" in audit
@@ -184,6 +192,12 @@ def test_kinds_page_for_instructors_and_students(browser, term):
     page.close()
     audit = term.client("admin", "audit", "-n", "5").stdout
     assert "kind.extend" in audit and "m4" in audit
+
+    page = login(browser, term, term.profile)
+    page.goto(f"{term.url}/jobs/{LATE_JOB[0]}")
+    assert page.inner_text("#late").startswith("late by 3 h")
+    page.screenshot(path=str(SHOTS / "job-late.png"), full_page=True)
+    page.close()
 
     page = login(browser, term, Path(carol["RAI_PROFILE"]))
     page.goto(f"{term.url}/kinds")

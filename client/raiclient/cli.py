@@ -61,7 +61,7 @@ def status(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
     with connected(server) as api:
         job = api.job(job_id)
     table = Table(show_header=False, box=None, padding=(0, 2))
-    for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting"):
+    for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting", "late"):
         value = getattr(job, key)
         if value is not None:
             table.add_row(key, Text(cell(value.value if isinstance(value, JobState) else value)))

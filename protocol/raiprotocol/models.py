@@ -95,6 +95,7 @@ class JobOut(BaseModel):
     results: JobResultSummary | None = None
     phases: list[Phase] = []  # in the order they happened
     deadline_note: str | None = None  # (on a new submission) "final is due in 2 h 13 min", or how late it is
+    late: str | None = None  # "late by 3 h 5 min" after its owner's own deadline ("(late days)": paid for); None: on time
 
     @property
     def duration(self) -> float | None:

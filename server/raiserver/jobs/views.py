@@ -17,6 +17,7 @@ from raiprotocol.states import UNFINISHED
 from raiserver.access.auth import Principal
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_slots, live_workers
+from raiserver.grading.kinds import Deadlines, in_words
 from raiserver.jobs.fairshare import fair_order
 from raiserver.jobs.lifecycle import claimed_at, phases_of
 from raiserver.store.db import utcnow
@@ -35,6 +36,16 @@ class QueueView:
         self._positions: dict[str, dict[str, int]] = {}
         self._per_slot: dict[str, float | None] = {}  # a typical run on the queue
         self._frees: dict[str, list[float]] = {}  # when each of its slots frees, seconds from now
+        self._deadlines: Deadlines | None = None
+
+    def late(self, job: Job) -> str | None:
+        """How late the job was submitted after its owner's own deadline, in words; None when on time."""
+        if self._deadlines is None:
+            self._deadlines = Deadlines(self.db, self.settings)
+        late = self._deadlines.late_by(job)
+        if late is None:
+            return None
+        return f"late by {in_words(late)}" + (" (late days)" if self._deadlines.counts(job) else "")
 
     def position(self, job: Job) -> int | None:
         """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
@@ -118,6 +129,7 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         archive_bytes=job.archive_bytes,
         results=JobResultSummary.model_validate(job.results) if job.results else None,
         phases=phases_of(job),
+        late=view.late(job),
     )
 
 
