@@ -50,6 +50,55 @@ def test_the_upgrade_keeps_rai_deadline_and_rai_kinds(term):
     assert "2020-01-01 00:00 UTC" in final and "accepted, marked late" in final
 
 
+def test_a_database_of_release_0012_upgrades_keeping_rai_deadline(tmp_path, redis_url):
+    """The upgrade to 0013 seeds the kinds from RAI_KINDS and RAI_DEADLINE: the old 'final' run made
+    before the deadline still shows, the one after it still does not, and a new late one is kept, marked."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine, text
+
+    from raiserver.access.auth import hash_secret
+    from raiserver.store.db import HERE
+
+    gen = fresh_pg()
+    url = next(gen)
+    engine = create_engine(url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(HERE / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0012")
+        conn.execute(text("INSERT INTO users (id, username, role, access_key, secret_hash, active, created_at) VALUES "
+                          "(100, 'old_student', 'student', 'oldkey', :h, true, now())"), {"h": hash_secret("oldsecret")})
+        for job_id, created, op in (("01JOLDJOBOLDJOBOLDJOBONTIME", "2025-12-01T00:00:00Z", 0.5),
+                                    ("01JOLDJOBOLDJOBOLDJOBOBLATE", "2026-01-02T00:00:00Z", 0.1)):
+            conn.execute(text(
+                "INSERT INTO jobs (id, owner_id, queue, kind, state, image, spec_yaml, archive_sha256, archive_bytes, gpu_count, "
+                "created_at, finished_at, attempt, cancel_requested, has_build, results) VALUES "
+                "(:id, 100, 'gpu', 'final', 'succeeded', 'rai/busybox:latest', 'x', 'abc', 10, 0, :c, :c, 1, false, false, :r)"),
+                {"id": job_id[:26], "c": created,
+                 "r": f'{{"op_times": [{op}], "op_time_total": {op}, "correctness": {{"m": 0.9}}}}'})
+    engine.dispose()
+    env = {"RAI_KINDS": "dev,lab1,final", "RAI_DEADLINE": "2026-01-01T00:00:00Z"}
+    svc = start_service(tmp_path / "svc", redis_url, url, "process", worker=False, extra_env=env)
+    try:
+        with svc.http() as h:
+            kinds = {k["name"]: k for k in h.get("/api/v1/kinds").json()["kinds"]}
+            board = h.get("/api/v1/leaderboard", params={"board": "unverified"}).json()
+        assert sorted(kinds) == ["dev", "final", "lab1"]
+        assert kinds["final"]["due_at"].startswith("2026-01-01T00:00:00") and kinds["final"]["late_policy"] == "mark"
+        assert kinds["lab1"]["due_at"] is None
+        assert [e["op_time"] for e in board] == [0.5]  # the run after RAI_DEADLINE still does not rank
+        proj = make_project(tmp_path / "p", ["true"], files={"report.pdf": "%PDF"})
+        res = svc.client("submit", "-d", "-p", str(proj), "--kind", "final")
+        assert res.returncode == 0 and "this submission is marked late" in res.stdout, res.stderr
+        res = svc.client("submit", "-d", "-p", str(proj), "--kind", "m1")
+        assert "this course has no submission kind 'm1'; it has: dev, final, lab1" in res.stderr
+    finally:
+        svc.shutdown()
+        next(gen, None)
+
+
 def test_openings_deadlines_policies_and_what_students_see(term, tmp_path):
     now = datetime.now(timezone.utc)
     proj = make_project(tmp_path / "p", ["true"])
