@@ -125,6 +125,7 @@ MATRIX = {
     ("GET", "/kinds"): web_user,
     ("POST", "/kinds"): web_instructor,  # without the kind's name: 422, changes nothing
     ("POST", "/kinds/extensions"): web_instructor,
+    ("POST", "/kinds/grading"): web_instructor,
     ("GET", "/grades/{kind}.csv"): web_staff,
     ("GET", "/login"): public,
     ("POST", "/login"): public,

@@ -152,6 +152,23 @@ def test_grades_download_from_the_deadlines_page(browser, course):
     page.goto(f"{svc.url}/kinds")
     row = next(r for r in page.inner_text("#kinds").splitlines() if r.startswith("perf"))
     assert "stddev (100 pts)" in row
+    # the grade rule from the page: a rule that cannot be computed is one line and changes nothing
+    page.fill("#grade-rule input[name=kind]", "m1")
+    page.select_option("#grade-rule select[name=rule]", "linear")
+    page.fill("#grade-rule input[name=slow]", "0.08")
+    page.fill("#grade-rule input[name=fast]", "0.2")
+    page.click("#grade-rule button")
+    assert "the linear rule's --fast (0.2 s) must be faster (smaller) than --slow (0.08 s)" in page.inner_text("#error")
+    assert "pass (100 pts)" in next(r for r in page.inner_text("#kinds").splitlines() if r.startswith("m1"))
+    page.fill("#grade-rule input[name=kind]", "m1")
+    page.select_option("#grade-rule select[name=rule]", "linear")
+    page.fill("#grade-rule input[name=slow]", "0.5")
+    page.fill("#grade-rule input[name=fast]", "0.1")
+    page.click("#grade-rule button")
+    page.wait_for_url("**/kinds")
+    assert "linear (100 pts)" in next(r for r in page.inner_text("#kinds").splitlines() if r.startswith("m1"))
+    m1 = {r["username"]: r for r in sheet(svc, "m1")}
+    assert m1["s001"]["grade"] == "50"  # op time 0.3 s, between 0.5 (0) and 0.1 (full)
     page.screenshot(path=str(SHOTS / "kinds-grades.png"), full_page=True)
     with page.expect_download() as info:
         page.click("#kinds a[href='/grades/perf.csv?format=canvas']")

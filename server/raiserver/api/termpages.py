@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiprotocol.models import ExtensionIn, KindIn
+from raiprotocol.models import ExtensionIn, GradeRule, KindIn
 from raiserver.access.audit import audit
 from raiserver.access.auth import Principal
 from raiserver.access.csrf import check_csrf
@@ -76,6 +76,26 @@ def change_kind(request: Request, p: WebInstructor, db: SessionDep, svc: Service
     return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
 
 
+@router.post("/kinds/grading")
+def set_rule(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+             kind: Field, rule: Field, points: Field = "100", threshold: Field = "", slow: Field = "", fast: Field = "",
+             at_median: Field = "0.8", per_sd: Field = "0.1", late_penalty: Field = "0") -> Response:
+    """A kind's grade rule, as ``raiclient admin kinds set KIND --grade …`` sets it."""
+    check_csrf(request, csrf, FORM_EXPIRED)
+    numbers = {"points": points, "threshold": threshold, "slow": slow, "fast": fast, "at_median": at_median,
+               "per_sd": per_sd, "late_penalty": late_penalty}
+    try:
+        given = {k: float(v) for k, v in numbers.items() if v.strip()}
+        change = KindIn(grading=GradeRule(rule=rule, **given))
+        update_kind(db, kind.strip(), change, create=False)
+    except (ValueError, DomainError) as exc:
+        db.rollback()
+        return kinds_page(request, p, db, svc, _line(exc), 400)
+    audit(db, p.user.username, "kind.change", kind.strip(), grading=change.model_dump(mode="json")["grading"], via="web")
+    db.commit()
+    return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
+
+
 @router.post("/kinds/extensions")
 def extend(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
            kind: Field, who: Field, until: Field = "", hours: Field = "", reason: Field = "") -> Response:
@@ -109,4 +129,6 @@ def _line(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         e = exc.errors()[0]
         return f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}"
-    return str(exc).splitlines()[0] if str(exc) else "not a valid value"
+    if isinstance(exc, DomainError):
+        return str(exc).splitlines()[0]
+    return f"not a number: {str(exc).splitlines()[0]}" if "float" in str(exc) else str(exc).splitlines()[0]
