@@ -178,6 +178,7 @@ def test_bad_input_gets_one_line_and_changes_nothing(term):
         (["set", "m1", "--opens", "2026-05-02T00:00Z", "--due", "2026-05-01T00:00Z"],
          "'m1' would be due (2026-05-01 00:00 UTC) before it opens (2026-05-02 00:00 UTC)"),
         (["set", "m1", "--due", "next friday"], "--due: 'next friday' is not a date"),
+        (["set", "m1", "--due", "9999-12-31T23:59Z"], "--due: '9999-12-31T23:59Z' is not a date of a term"),
         (["set", "m1", "--late-policy", "sometimes"], "--late-policy"),
         (["set", "m1", "--late-policy", "refuse", "--late-hours", "5"], "needs the late policy 'mark' or 'days'"),
         (["set", "m1", "--grade", "linear", "--slow", "0.08", "--fast", "0.2"], "must be faster (smaller) than --slow"),

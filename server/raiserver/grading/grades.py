@@ -122,8 +122,8 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
     remeasured = {j.remeasure_of for j in jobs if j.remeasure_of and j.state.finished}
     by_team: dict[str, list[Graded]] = {}
     for job in jobs:
-        if job.id in remeasured:
-            continue  # staff measured it again: that run's result stands instead (issue 32)
+        if job.id in remeasured or job.owner.role != "student":
+            continue  # measured again (that run's result stands, issue 32), or staff trying the kind out
         by_team.setdefault(team_of(job.owner), []).append(_judge(job, rule, threshold, ranked, deadlines))
     median = sd = None
     if rule.rule == "stddev":

@@ -36,10 +36,13 @@ def parse_when(text: str, what: str) -> datetime | None:
     if text.lower() in ("", "none"):
         return None
     try:
-        return aware(datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith(("Z", "z")) else text))
+        t = aware(datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith(("Z", "z")) else text))
     except ValueError:
         raise Invalid(f"{what}: {text[:64]!r} is not a date; write ISO 8601, e.g. 2026-05-01T23:59-05:00 "
                       "(without an offset it is UTC)") from None
+    if not 2000 <= t.year <= 2200:  # a typo, and one that would overflow when a late window is added
+        raise Invalid(f"{what}: {text[:64]!r} is not a date of a term (years 2000 to 2200)")
+    return t
 
 
 def in_words(d: timedelta) -> str:
