@@ -89,6 +89,12 @@ def test_a_database_of_release_0012_upgrades_keeping_rai_deadline(tmp_path, redi
         assert kinds["final"]["due_at"].startswith("2026-01-01T00:00:00") and kinds["final"]["late_policy"] == "mark"
         assert kinds["lab1"]["due_at"] is None
         assert [e["op_time"] for e in board] == [0.5]  # the run after RAI_DEADLINE still does not rank
+        # the student's own deadline decides: with an extension past it, the later (faster) run ranks
+        res = svc.client("admin", "kinds", "extend", "final", "--student", "old_student", "--until", "2026-01-03T00:00Z")
+        assert res.returncode == 0, res.stderr
+        with svc.http() as h:
+            board = h.get("/api/v1/leaderboard", params={"board": "unverified"}).json()
+        assert [e["op_time"] for e in board] == [0.1]
         proj = make_project(tmp_path / "p", ["true"], files={"report.pdf": "%PDF"})
         res = svc.client("submit", "-d", "-p", str(proj), "--kind", "final")
         assert res.returncode == 0 and "this submission is marked late" in res.stdout, res.stderr
