@@ -19,7 +19,7 @@ from test_web import login
 
 pytestmark = pytest.mark.timeout(600)
 SHOTS = Path("/tmp/shots36a")
-ENV = {"RAI_MAX_ACTIVE_JOBS": "50", "RAI_SUBMISSIONS_PER_MINUTE": "100"}
+ENV = {"RAI_MAX_ACTIVE_JOBS": "50", "RAI_SUBMISSIONS_PER_MINUTE": "100", "RAI_LATE_DAYS": "2"}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +80,9 @@ def test_grades_for_a_300_student_roster(course, tmp_path):
     jobs["s010"], _ = submit(svc, profiles, "s010", "perf", p("wrong", 0.05, accuracy=0.5))
     jobs["s013"], _ = submit(svc, profiles, "s013", "perf", p("broken", 0.05, fail=True))
     jobs["m1"], _ = submit(svc, profiles, "s001", "m1", p("m1", 0.3))
+    assert svc.client("admin", "kinds", "set", "m3", "--due", iso(datetime.now(timezone.utc) - timedelta(hours=1)),
+                      "--late-policy", "days", "--grade", "pass", "--late-penalty", "0.5").returncode == 0
+    jobs["m3"], _ = submit(svc, profiles, "s004", "m3", p("m3", 0.3))
     assert datetime.now(timezone.utc) < due, "the on-time submissions took too long"
     time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()) + 1)
     jobs["s016"], out = submit(svc, profiles, "s016", "perf", p("late", 0.05))
@@ -121,6 +124,8 @@ def test_grades_for_a_300_student_roster(course, tmp_path):
 
     m1 = {r["username"]: r for r in sheet(svc, "m1")}
     assert [m1[u]["grade"] for u in ("s001", "s002", "s004")] == ["100", "100", "0"]
+    m3 = {r["username"]: r for r in sheet(svc, "m3")}  # paid for with a late day: no penalty
+    assert (m3["s006"]["grade"], m3["s006"]["on_time"], m3["s006"]["reason"]) == ("100", "late by 1 h (late days)", "")
 
     # by standard deviations from the class median: each team's best valid run makes the class
     assert svc.client("admin", "kinds", "set", "perf", "--grade", "stddev", "--at-median", "0.8", "--per-sd", "0.1").returncode == 0

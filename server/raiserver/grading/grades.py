@@ -34,6 +34,7 @@ class Graded:
     accuracy: float | None
     measured: bool
     late: timedelta | None
+    paid: bool = False  # late, and paid for with late days
     fraction: float = 0.0
     penalty: float = 0.0
     reason: str = ""
@@ -73,6 +74,7 @@ def _figures(job: Job) -> tuple[float | None, float | None, bool]:
 def _judge(job: Job, rule: GradeRule, threshold: float, ranked: bool, deadlines: Deadlines) -> Graded:
     op, acc, measured = _figures(job)
     g = Graded(job, op, acc, measured, deadlines.late_by(job))
+    g.paid = g.late is not None and deadlines.counts(job)
     if job.state is not JobState.succeeded:
         g.reason = f"the run {job.state.value.replace('_', ' ')}"
     elif ranked and not measured:
@@ -158,7 +160,7 @@ def timing(g: Graded | None) -> str:
     """On time, or late and by how much."""
     if g is None:
         return ""
-    return "on time" if g.late is None else f"late by {in_words(g.late)}"
+    return "on time" if g.late is None else f"late by {in_words(g.late)}" + (" (late days)" if g.paid else "")
 
 
 def submitted(g: Graded | None) -> datetime | None:
