@@ -237,6 +237,12 @@ def test_kinds_page_for_instructors_and_students(browser, term):
     page.wait_for_url("**/kinds")
     row = next(r for r in page.inner_text("#kinds").splitlines() if r.startswith("m4"))
     assert "2030-03-14 23:59 UTC" in row and "accepted, marked late for 48 h" in row
+    page.fill("#set-kind input[name=name]", "m4")  # only the late policy: the rest stays as it is
+    page.select_option("#set-kind select[name=late_policy]", "days")
+    page.click("#set-kind button")
+    page.wait_for_url("**/kinds")
+    row = next(r for r in page.inner_text("#kinds").splitlines() if r.startswith("m4"))
+    assert "2030-03-14 23:59 UTC" in row and "with late days for 48 h" in row
     page.fill("#extend input[name=kind]", "m4")
     page.fill("#extend input[name=who]", "team t9")
     page.fill("#extend input[name=hours]", "24")

@@ -60,18 +60,21 @@ WebInstructor = Annotated[Principal, Depends(web_instructor)]
 
 @router.post("/kinds")
 def change_kind(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
-                name: Field, opens: Field = "", due: Field = "", late_policy: Field = "refuse",
+                name: Field, opens: Field = "", due: Field = "", late_policy: Field = "",
                 late_hours: Field = "") -> Response:
-    """One kind's dates and late policy, as the form shows them (an empty date clears it)."""
+    """Create a kind or change it, as ``raiclient admin kinds set``: an empty field leaves it as it
+    is, "none" clears a date (and 0 the late window's end)."""
     check_csrf(request, csrf, FORM_EXPIRED)
+    fields: dict[str, object] = {k: v.strip() for k, v in (("opens", opens), ("due", due), ("late_policy", late_policy)) if v.strip()}
     try:
-        hours = float(late_hours) if late_hours.strip() else 0.0
-        change = KindIn(opens=opens, due=due, late_policy=late_policy, late_hours=hours)
+        if late_hours.strip():
+            fields["late_hours"] = float(late_hours)
+        change = KindIn.model_validate(fields)
         update_kind(db, name.strip(), change, create=True)
     except (ValueError, DomainError) as exc:
         db.rollback()
         return kinds_page(request, p, db, svc, _line(exc), 400)
-    audit(db, p.user.username, "kind.change", name.strip(), **change.model_dump(mode="json", exclude={"grading"}), via="web")
+    audit(db, p.user.username, "kind.change", name.strip(), **change.model_dump(mode="json", exclude_unset=True), via="web")
     db.commit()
     return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
 
