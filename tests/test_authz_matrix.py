@@ -126,6 +126,7 @@ MATRIX = {
     ("POST", "/kinds"): web_instructor,  # without the kind's name: 422, changes nothing
     ("POST", "/kinds/extensions"): web_instructor,
     ("POST", "/kinds/grading"): web_instructor,
+    ("POST", "/kinds/extensions/end"): web_instructor,
     ("GET", "/grades/{kind}.csv"): web_staff,
     ("GET", "/login"): public,
     ("POST", "/login"): public,

@@ -194,6 +194,8 @@ def test_bad_input_gets_one_line_and_changes_nothing(term):
         (["extend", "m9", "--student", "alice", "--hours", "5"], "this course has no submission kind 'm9'"),
         (["extend", "m1", "--student", "alice"], "give the new deadline (--until) or how many hours"),
         (["extend", "m1", "--student", "alice", "--until", "2001-01-01T00:00Z"], "an extension must end after 'm1' is due"),
+        (["unextend", "m3", "--student", "bob"], "no extension of 'm3' for bob"),
+        (["unextend", "m3"], "name the student (--student) or the team (--team)"),
     ]
     for args, message in cases:
         res = term.client("admin", "kinds", *args)
@@ -269,3 +271,14 @@ def test_kinds_page_for_instructors_and_students(browser, term):
     assert page.locator("#set-kind").count() == 0
     page.screenshot(path=str(SHOTS / "kinds-student.png"), full_page=True)
     page.close()
+
+    page = login(browser, term, term.profile)  # the instructor ends the team's extension
+    page.goto(f"{term.url}/kinds")
+    page.click("button[data-end='m4:t9']")
+    page.wait_for_url("**/kinds")
+    assert "team t9" not in page.inner_text("#extensions")
+    page.close()
+    with term.http(Path(carol["RAI_PROFILE"])) as h:
+        m4 = next(k for k in h.get("/api/v1/kinds").json()["kinds"] if k["name"] == "m4")
+    assert m4["your_due_at"] == m4["due_at"]
+    assert "kind.unextend" in term.client("admin", "audit", "-n", "3").stdout

@@ -21,7 +21,7 @@ from raiserver.api.deps import ServicesDep, SessionDep, WebUser
 from raiserver.api.pages import FORM_EXPIRED, render
 from raiserver.api.routes.grades import grade_sheet
 from raiserver.errors import DomainError, Forbidden
-from raiserver.grading.kinds import Deadlines, grant, update_kind
+from raiserver.grading.kinds import Deadlines, end_extension, grant, update_kind
 from raiserver.jobs.quotas import limits_of
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Extension
@@ -125,6 +125,21 @@ def grades_download(*, kind: str, request: Request, fmt: Literal["csv", "canvas"
     if not p.is_staff:
         raise Forbidden("grades are for staff")
     return grade_sheet(request, db, svc, kind, fmt, None)
+
+
+@router.post("/kinds/extensions/end")
+def end(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+        kind: Field, username: Field = "", team: Field = "") -> Response:
+    """End one extension: the kind's own deadline applies to them again."""
+    check_csrf(request, csrf, FORM_EXPIRED)
+    try:
+        end_extension(db, kind, username or None, team or None)
+    except DomainError as exc:
+        db.rollback()
+        return kinds_page(request, p, db, svc, _line(exc), 400)
+    audit(db, p.user.username, "kind.unextend", kind, username=username or None, team=team or None, via="web")
+    db.commit()
+    return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
 
 
 def _line(exc: Exception) -> str:

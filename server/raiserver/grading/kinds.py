@@ -266,6 +266,20 @@ def grant(db: Session, kind: str, body: ExtensionIn, by: str) -> Extension:
     return ext
 
 
+def end_extension(db: Session, kind: str, username: str | None, team: str | None) -> Extension:
+    """The extension of one student or team on ``kind``, deleted (in ``db``'s transaction)."""
+    kind_row(db, kind)
+    if (username is None) == (team is None):
+        raise Invalid("name the student (--student) or the team (--team) whose extension ends")
+    query = select(Extension).where(Extension.kind == kind)
+    ext = db.scalar(query.where(Extension.username == username) if username else
+                    query.where(Extension.team == team, Extension.username.is_(None)))
+    if ext is None:
+        raise NotFound(f"no extension of '{kind}' for {username or 'team ' + (team or '')}")
+    db.delete(ext)
+    return ext
+
+
 def extension_out(e: Extension) -> ExtensionOut:
     return ExtensionOut(kind=e.kind, username=e.username, team=e.team, due_at=e.due_at, reason=e.reason,
                         granted_by=e.granted_by, granted_at=e.granted_at)

@@ -9,8 +9,8 @@ from sqlalchemy import delete, select
 from raiprotocol.models import ExtensionIn, ExtensionOut, KindIn, KindOut, KindsView, Limits
 from raiserver.access.audit import audit
 from raiserver.api.deps import CurrentUser, InstructorUser, ServicesDep, SessionDep, StaffUser
-from raiserver.errors import Invalid, NotFound
-from raiserver.grading.kinds import Deadlines, extension_out, grant, kind_row, update_kind
+from raiserver.errors import Invalid
+from raiserver.grading.kinds import Deadlines, end_extension, extension_out, grant, kind_row, update_kind
 from raiserver.jobs.quotas import limits_of
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Extension, Job, Kind
@@ -77,14 +77,7 @@ def extensions(kind: str, _: StaffUser, db: SessionDep) -> list[ExtensionOut]:
 @router.delete("/admin/kinds/{kind}/extensions", response_model=ExtensionOut)
 def revoke_extension(*, kind: str, username: str | None = Query(None, max_length=64), team: str | None = Query(None, max_length=128),
                      p: InstructorUser, db: SessionDep) -> ExtensionOut:
-    kind_row(db, kind)
-    if (username is None) == (team is None):
-        raise Invalid("name the student (--student) or the team (--team) whose extension ends")
-    query = select(Extension).where(Extension.kind == kind)
-    ext = db.scalar(query.where(Extension.username == username) if username else
-                    query.where(Extension.team == team, Extension.username.is_(None)))
-    if ext is None:
-        raise NotFound(f"no extension of '{kind}' for {username or 'team ' + (team or '')}")
+    ext = end_extension(db, kind, username, team)
     out = extension_out(ext)
     db.delete(ext)
     audit(db, p.user.username, "kind.unextend", kind, username=username, team=team)
