@@ -99,3 +99,20 @@ def process_service(tmp_path_factory, redis_url) -> Iterator[Service]:
     svc.shutdown()
 
 
+# -- the browser (the web view's tests) -------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium, driven by Playwright."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.fail("Chromium is required (apt-get install chromium)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield b
+        b.close()

@@ -62,6 +62,10 @@ def web_staff(role):
     return ALLOWED if role in STAFF else (403 if role in USERS else 303)
 
 
+def web_instructor(role):
+    return ALLOWED if role in ("instructor", "admin") else (403 if role in USERS else 303)
+
+
 def web_owner_or_staff(role):
     return ALLOWED if role == "owner" or role in STAFF else (404 if role in USERS else 303)
 
@@ -109,6 +113,21 @@ MATRIX = {
     ("POST", "/api/v1/admin/jobs/{job_id}/remeasure"): staff,
     ("GET", "/api/v1/admin/users"): staff,
     ("GET", "/api/v1/admin/audit"): instructor,
+    # kinds (issue 36), on 'dev', which has runs: it cannot be removed, and bodies left out change nothing (422)
+    ("GET", "/api/v1/kinds"): any_user,
+    ("GET", "/api/v1/limits"): any_user,
+    ("PUT", "/api/v1/admin/kinds/{kind}"): instructor,
+    ("DELETE", "/api/v1/admin/kinds/{kind}"): instructor,
+    ("POST", "/api/v1/admin/kinds/{kind}/extensions"): instructor,
+    ("GET", "/api/v1/admin/kinds/{kind}/extensions"): staff,
+    ("DELETE", "/api/v1/admin/kinds/{kind}/extensions"): instructor,
+    ("GET", "/api/v1/admin/grades/{kind}"): staff,
+    ("GET", "/kinds"): web_user,
+    ("POST", "/kinds"): web_instructor,  # without the kind's name: 422, changes nothing
+    ("POST", "/kinds/extensions"): web_instructor,
+    ("POST", "/kinds/grading"): web_instructor,
+    ("POST", "/kinds/extensions/end"): web_instructor,
+    ("GET", "/grades/{kind}.csv"): web_staff,
     ("GET", "/login"): public,
     ("POST", "/login"): public,
     ("POST", "/logout"): public,
@@ -207,7 +226,7 @@ def test_every_route_for_every_role(world, role):
         is_web = not path.startswith("/api/") and path not in ("/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
         c = web if is_web else api
         url = path.replace("{job_id}", DESTRUCTIVE_JOB[0] if path.endswith("/files") else job_id).replace("{sha256}", BLOB)
-        url = url.replace("{username}", owner_name if path.startswith("/users/") else "mx_victim")
+        url = url.replace("{username}", owner_name if path.startswith("/users/") else "mx_victim").replace("{kind}", "dev")
         kw: dict = {}
         if path == "/api/v1/admin/roster":
             kw = {"content": b"no,username,column\n", "headers": {"Content-Type": "text/csv"}}  # 422, changes nothing

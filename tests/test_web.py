@@ -19,20 +19,6 @@ pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(CHROMIUM is None and not REQUIRE_BROWSER, reason="chromium not installed")]
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if CHROMIUM is None:
-        pytest.fail("Chromium is required (apt-get install chromium)")
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        yield b
-        b.close()
-
-
 csp_errors: list[str] = []  # what the pages' Content Security Policy blocked (nothing, we check)
 
 

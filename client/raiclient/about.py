@@ -16,6 +16,8 @@ COMMANDS: dict[str, str] = {
     "history": "Your recent jobs, newest first.",
     "download": "Download a job's build folder as a .tar.gz.",
     "ranking": "The leaderboard: each team's fastest valid run (yours is marked -->).",
+    "kinds": "What you can submit: each kind's opening and your own deadline, and the limits you have left.",
+    "limits": "Your limits now: jobs active, submissions and GPU minutes left, late days left.",
     "cancel": "Cancel a queued or running job.",
     "delete": "Free storage: delete finished jobs' archives and build folders (their logs and results stay).",
     "login": "Check credentials with the server and write them to ~/.rai_profile.",

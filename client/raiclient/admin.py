@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -13,6 +14,7 @@ from raiprotocol.profile import Profile, write_profile
 
 from . import console as cli
 from . import issued as issued_profiles
+from .admin_kinds import kinds
 from .output import cell, local
 
 admin = typer.Typer(no_args_is_help=True, help="Course management (instructors and admins).", rich_markup_mode=None)
@@ -24,6 +26,7 @@ admin.add_typer(roster, name="roster")
 admin.add_typer(keys, name="keys")
 admin.add_typer(images, name="images")
 admin.add_typer(course, name="course")
+admin.add_typer(kinds, name="kinds")
 
 
 def _profile(issued: IssuedKeys, server: str) -> Profile:
@@ -82,6 +85,26 @@ def remeasure(job_id: str, repeats: int = typer.Option(10, "--repeats", min=2, m
     with cli.connected(server) as api:
         job = api.remeasure(job_id, repeats)
     cli.say(f"job {job.id} measures {job_id} again ({repeats} timed runs); follow it with: raiclient logs {job.id} --follow")
+
+
+@admin.command("grades")
+def grades(
+    kind: str = typer.Argument(..., help="the kind whose grades, by its rule (raiclient admin kinds set KIND --grade …)"),
+    fmt: str = typer.Option("csv", "--format", help="csv: every figure behind each grade; canvas: Canvas's gradebook import"),
+    assignment: Optional[str] = typer.Option(None, "--assignment", help="canvas: the assignment's column, e.g. 'Final Project (123456)'"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write here (default: print)"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """One row per student on the roster: the run that counts, its figures, the grade, or 0 and why."""
+    if fmt not in ("csv", "canvas"):
+        cli.fail(f"--format: {fmt!r} is not csv or canvas")
+    with cli.connected(server) as api:
+        text = api.grades(kind, fmt, assignment)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    output.write_text(text, encoding="utf-8")
+    cli.say(f"{len(text.splitlines()) - (2 if fmt == 'canvas' else 1)} students' grades for '{kind}' written to {output}")
 
 
 @admin.command("audit")

@@ -5,16 +5,23 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from raiprotocol.models import (
     AuditRow,
     CourseBuildIn,
     CourseBuildOut,
     Entry,
+    ExtensionIn,
+    ExtensionOut,
     FilesFreed,
     IssuedKeys,
     JobList,
     JobOut,
+    KindIn,
+    KindOut,
+    KindsView,
+    Limits,
     PullBody,
     PullRequest,
     QueueImages,
@@ -92,6 +99,35 @@ class Api:
 
     def remeasure(self, job_id: str, repeats: int) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/admin/jobs/{job_id}/remeasure", params={"repeats": repeats}))
+
+    def kinds(self) -> KindsView:
+        return KindsView.model_validate(self._request("GET", "/api/v1/kinds"))
+
+    def limits(self) -> Limits:
+        return Limits.model_validate(self._request("GET", "/api/v1/limits"))
+
+    def set_kind(self, name: str, change: KindIn) -> KindOut:
+        body = change.model_dump(mode="json", exclude_unset=True)
+        return KindOut.model_validate(self._request("PUT", f"/api/v1/admin/kinds/{quote(name, safe='')}", json_body=body))
+
+    def remove_kind(self, name: str) -> None:
+        self._request("DELETE", f"/api/v1/admin/kinds/{quote(name, safe='')}")
+
+    def extend(self, kind: str, ext: ExtensionIn) -> ExtensionOut:
+        return ExtensionOut.model_validate(self._request("POST", f"/api/v1/admin/kinds/{quote(kind, safe='')}/extensions",
+                                                         json_body=ext.model_dump(mode="json", exclude_none=True)))
+
+    def extensions(self, kind: str) -> list[ExtensionOut]:
+        return [ExtensionOut.model_validate(e) for e in self._request("GET", f"/api/v1/admin/kinds/{quote(kind, safe='')}/extensions")]
+
+    def unextend(self, kind: str, username: str | None, team: str | None) -> ExtensionOut:
+        params = {k: v for k, v in (("username", username), ("team", team)) if v is not None}
+        return ExtensionOut.model_validate(self._request("DELETE", f"/api/v1/admin/kinds/{quote(kind, safe='')}/extensions", params=params))
+
+    def grades(self, kind: str, fmt: str, assignment: str | None) -> str:
+        params = {"format": fmt, **({"assignment": assignment} if assignment else {})}
+        resp = self.http.send("GET", f"/api/v1/admin/grades/{quote(kind, safe='')}", params=params, timeout=120.0)
+        return self.http.read(resp).decode("utf-8")
 
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))

@@ -77,7 +77,7 @@ def status(job_id: str, as_json: bool = JSON_OPT, server: Optional[str] = SERVER
         job = api.job(job_id)
     code = exit_code_for(job.state, job.exit_code) if job.state.finished else ExitCode.OK
     table = Table(show_header=False, box=None, padding=(0, 2))
-    for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting"):
+    for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting", "late"):
         value = getattr(job, key)
         if value is not None:
             shown = value.value if isinstance(value, JobState) else local(value) if key.endswith("_at") else value
@@ -205,6 +205,26 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
         "checked on the server, so a printed Op Time or Correctness alone cannot rank"
         + (f". {len(unverified)} run(s) of other kinds are on the unverified board (web: Leaderboard, 'unverified')"
            if unverified else ""))
+
+
+@app.command()
+def kinds(server: Optional[str] = SERVER_OPT) -> None:
+    """What you can submit: each kind's opening and your own deadline, and the limits you have left."""
+    from .term import print_kinds, print_limits
+
+    with connected(server) as api:
+        view = api.kinds()
+    print_kinds(view.kinds, view.limits.exempt)
+    print_limits(view.limits)
+
+
+@app.command()
+def limits(server: Optional[str] = SERVER_OPT) -> None:
+    """Your limits now: jobs active, submissions and GPU minutes left, late days left."""
+    from .term import print_limits
+
+    with connected(server) as api:
+        print_limits(api.limits())
 
 
 @app.command()

@@ -139,6 +139,8 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
         eta = f", about {job['eta_seconds']:.0f} s" if job.get("position") and job.get("eta_seconds") else ""
         position = f" (position {job['position']}{eta})" if job.get("position") else ""
         say(f"Job {job['id']} queued on '{job['queue']}'{position}  [image {job['image']}]")
+        if job.get("deadline_note"):
+            say(str(job["deadline_note"]))
         if detach:
             say(f"Detached. Follow: raiclient logs {job['id']} --follow   Status: raiclient status {job['id']}")
             return ExitCode.OK

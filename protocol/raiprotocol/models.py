@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -97,6 +97,8 @@ class JobOut(BaseModel):
     archive_bytes: int = 0
     results: JobResultSummary | None = None
     phases: list[Phase] = []  # in the order they happened
+    deadline_note: str | None = None  # (on a new submission) "final is due in 2 h 13 min", or how late it is
+    late: str | None = None  # "late by 3 h 5 min" after its owner's own deadline ("(late days)": paid for); None: on time
 
     @property
     def duration(self) -> float | None:
@@ -360,3 +362,88 @@ class CourseBuildOut(BaseModel):
     repeats: int
     labels: int  # how many answers (their text never leaves the server)
 
+
+
+# -- a term: kinds, deadlines, extensions, grades, limits (issue 36) ------------------------------
+LatePolicy = Literal["refuse", "mark", "days"]
+
+
+class GradeRule(BaseModel):
+    """How a kind's runs are graded. pass: full points once accuracy reaches the threshold. linear:
+    op time ``slow`` s earns 0, ``fast`` s or faster full points, linear between. stddev:
+    ``at_median`` of the points at the class median op time, ``per_sd`` more for each standard
+    deviation faster (less slower). Both op-time rules need the threshold's accuracy first;
+    ``late_penalty``: the fraction lost per started day late (late policy "mark")."""
+
+    rule: Literal["pass", "linear", "stddev"]
+    points: float = Field(100.0, gt=0, le=1e6)
+    threshold: float | None = Field(None, ge=0, le=1)  # None: the server's RAI_CORRECTNESS_THRESHOLD
+    slow: float | None = Field(None, gt=0, le=1e6)
+    fast: float | None = Field(None, gt=0, le=1e6)
+    at_median: float = Field(0.8, ge=0, le=1)
+    per_sd: float = Field(0.1, ge=0, le=1)
+    late_penalty: float = Field(0.0, ge=0, le=1)
+
+
+class KindIn(BaseModel):
+    """A change to a kind: only the fields given change. Dates are ISO 8601 (no offset: UTC);
+    "none" clears one."""
+
+    opens: str | None = Field(None, max_length=64)
+    due: str | None = Field(None, max_length=64)
+    late_policy: LatePolicy | None = None
+    late_hours: float | None = Field(None, ge=0, le=24 * 365)  # 0: no late window's end
+    grading: GradeRule | None = None
+
+
+class KindOut(BaseModel):
+    name: str
+    opens_at: datetime | None = None
+    due_at: datetime | None = None  # the course's deadline
+    late_policy: LatePolicy = "refuse"
+    late_hours: float | None = None
+    grading: GradeRule | None = None
+    extensions: int = 0  # (staff) how many students or teams have a later deadline
+    your_due_at: datetime | None = None  # the caller's own deadline (an extension moves it)
+    status: str = ""  # for the caller: "open", "opens in 2 d 3 h", "due in 2 h 13 min", "closed", …
+
+
+class ExtensionIn(BaseModel):
+    """A later deadline for one student or one team: ``until`` (ISO 8601) or ``hours`` after the kind's."""
+
+    username: str | None = Field(None, max_length=64)
+    team: str | None = Field(None, max_length=128)
+    until: str | None = Field(None, max_length=64)
+    hours: float | None = Field(None, gt=0, le=24 * 365)
+    reason: str = Field("", max_length=256)
+
+
+class ExtensionOut(BaseModel):
+    kind: str
+    username: str | None
+    team: str | None
+    due_at: datetime
+    reason: str
+    granted_by: str
+    granted_at: datetime
+
+
+class Limits(BaseModel):
+    """What the caller may still do now; a limit of 0 means none."""
+
+    exempt: bool = False  # staff, when RAI_STAFF_EXEMPT: no limit applies
+    jobs_active: int = 0
+    max_active_jobs: int = 0
+    submissions_last_minute: int = 0
+    submissions_per_minute: int = 0
+    submissions_last_day: int = 0
+    submissions_per_day: int = 0
+    gpu_minutes_used: float = 0.0
+    gpu_minutes_per_day: float = 0.0
+    late_days_used: int = 0
+    late_days: int = 0
+
+
+class KindsView(BaseModel):
+    kinds: list[KindOut]
+    limits: Limits

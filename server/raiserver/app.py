@@ -18,10 +18,12 @@ from raiserver import __version__
 from raiserver.access.auth import key_tag
 from raiserver.access.hardening import LoginLimiter, SecurityHeaders
 from raiserver.access.uploadgate import UploadGate
-from raiserver.api import pages
+from raiserver.api import pages, termpages
 from raiserver.api.routes import admin as admin_routes
 from raiserver.api.routes import client as client_routes
+from raiserver.api.routes import grades as grades_routes
 from raiserver.api.routes import jobs as jobs_routes
+from raiserver.api.routes import kinds as kinds_routes
 from raiserver.api.routes import leaderboard as leaderboard_routes
 from raiserver.api.routes import workers as workers_routes
 from raiserver.config import Settings, load_settings
@@ -95,8 +97,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(leaderboard_routes.router)
     app.include_router(admin_routes.router)
     app.include_router(client_routes.router)
+    app.include_router(kinds_routes.router)
+    app.include_router(grades_routes.router)
     app.include_router(metrics.router)
     pages.install(app, settings)
+    app.include_router(termpages.router)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(metrics.HttpCounts, counts=svc.counts)
 

@@ -75,6 +75,8 @@ class Settings(SharedSettings):
     # people and fairness
     max_active_jobs: int = 2  # per student: waiting or running at once
     submissions_per_minute: int = 5
+    submissions_per_day: int = 0  # per student in the last 24 hours; 0 = no daily limit
+    late_days: int = 0  # per student: late days to spend on kinds whose late policy is "days" (issue 36)
     gpu_minutes_per_day: float = 0  # 0 = no daily limit
     staff_exempt: bool = True
     staff_priority: bool = True
@@ -85,7 +87,8 @@ class Settings(SharedSettings):
     # empty = any image the workers have
     allowed_images: Annotated[dict[str, list[str]], NoDecode, BeforeValidator(_image_rules)] = {}
 
-    # the submission kinds of the course (`raiclient submit --kind`); others are refused, naming these
+    # the submission kinds of the course (`raiclient submit --kind`), with RAI_DEADLINE the seed of the
+    # kinds table at the upgrade to it (issue 36); from then on `raiclient admin kinds` manages them
     kinds: CommaList = ["dev", "m1", "m2", "m3", "final"]
 
     # results and ranking
@@ -99,7 +102,7 @@ class Settings(SharedSettings):
     leaderboard_policy: str = "best"  # "best": each team's fastest run; "last": its latest valid run
     leaderboard_hidden_until_deadline: bool = False  # students see only their own row until RAI_DEADLINE
     final_requires: CommaList = ["report.pdf"]  # files a 'final' submission must contain
-    deadline: datetime | None = None  # 'final' submissions after it are kept but do not rank
+    deadline: datetime | None = None  # seeds the verified kind's deadline (late runs kept, not ranked)
     timing_repeats: int = 1  # ranked kinds: run the timing command this many times, exclusive on the host
     repeat_kinds: CommaList = ["final"]
 

@@ -58,6 +58,11 @@ class Missing(DomainError):
     status, refusal = 410, "gone"
 
 
+class Closed(DomainError):
+    """A submission outside its kind's window: not open yet, past the deadline, or out of late days."""
+    status, refusal = 403, "closed"
+
+
 class Conflict(DomainError):
     status, refusal = 409, "conflict"
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,3 +157,22 @@ def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, 
     if worker:
         svc.start_worker("w1")
     return svc
+
+
+def fresh_pg() -> Iterator[str]:
+    """A PostgreSQL database of its own, dropped afterwards (a generator: next() makes it, next() again drops it);
+    a fresh one migrates from nothing, so RAI_KINDS and RAI_DEADLINE seed its kinds."""
+    import psycopg
+
+    name = f"rai_term_{uuid.uuid4().hex[:8]}"
+    dsn = PG_BASE.replace("postgresql+psycopg://", "postgresql://")
+    try:
+        with psycopg.connect(f"{dsn}/postgres", autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as exc:
+        if os.environ.get("RAI_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL not reachable at {dsn}: {exc}")
+        pytest.skip(f"PostgreSQL not reachable at {dsn}")
+    yield f"{PG_BASE}/{name}"
+    with psycopg.connect(f"{dsn}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

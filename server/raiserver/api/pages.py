@@ -31,9 +31,11 @@ from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebUser, 
 from raiserver.config import Settings
 from raiserver.errors import Forbidden, NotFound, Unauthorized
 from raiserver.fleet.workers import is_alive
+from raiserver.grading.kinds import Deadlines
 from raiserver.grading.leaderboard import hidden, leaderboard
 from raiserver.jobs.lifecycle import cancel_job
 from raiserver.jobs.lookup import cancellable_job, visible_job
+from raiserver.jobs.quotas import limits_of
 from raiserver.jobs.views import QueueView, job_out, queue_snapshot, short_id, shown_to
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, User, Worker
@@ -180,7 +182,7 @@ def leaderboard_page(request: Request, p: WebUser, db: SessionDep, svc: Services
     return render(request, "leaderboard.html", p, entries=entries, unverified=unverified,
                   times=[round(e.op_time * 1000, 6) for e in entries], threshold=svc.settings.correctness_threshold,
                   ranked_kinds=", ".join(sorted(svc.settings.ranked_kind_set)), policy=svc.settings.leaderboard_policy,
-                  only_mine=hidden(svc.settings, p))
+                  only_mine=hidden(db, svc.settings, p))
 
 
 @router.get("/users")
@@ -205,7 +207,8 @@ def user_page(username: str, request: Request, p: WebUser, db: SessionDep, svc: 
         for j in reversed(jobs)
         if j.results and j.results.get("op_time_total") is not None and j.finished_at
     ]
-    return render(request, "user.html", p, user=user, jobs=[job_out(db, j, view) for j in jobs], history=history)
+    return render(request, "user.html", p, user=user, jobs=[job_out(db, j, view) for j in jobs], history=history,
+                  limits=limits_of(db, user, svc.settings, Deadlines(db, svc.settings)))
 
 
 def install(app: FastAPI, settings: Settings) -> None:

@@ -7,6 +7,7 @@ other run whose own output printed op times and a good enough correctness, shown
 ties to the earlier run (or, with the "last" policy, each team's latest valid run). Students see
 other teams under stable pseudonyms and their own under its real name; staff see everyone's
 names; with ``leaderboard_hidden_until_deadline`` students see only their own row until then.
+A run submitted after its owner's own deadline (issue 36: extensions move it, late days pay for it) does not rank.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from sqlalchemy.orm import Session, joinedload
 from raiprotocol.models import Entry, JobState
 from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
+from raiserver.grading.kinds import Deadlines, when
 from raiserver.grading.measured import in_words
-from raiserver.store.tables import Job
+from raiserver.store.tables import Job, Kind
 
 
 def _aware(t: datetime) -> datetime:
@@ -69,13 +71,14 @@ def _ranks(job: Job) -> bool:
     return m.get("problem") is None and m.get("op_time") is not None and m.get("accuracy") is not None
 
 
-def board_run(job: Job, settings: Settings, board: str = "ranked", remeasured: frozenset[str] = frozenset()) -> Run | None:
+def board_run(job: Job, settings: Settings, deadlines: Deadlines, board: str = "ranked",
+              remeasured: frozenset[str] = frozenset()) -> Run | None:
     """The job as a run of this board, or None if it does not make it."""
     r = job.results or {}
     if job.state != JobState.succeeded or job.finished_at is None:
         return None
-    if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
-        return None  # a final submission after the deadline is kept, not ranked
+    if not deadlines.counts(job):
+        return None  # submitted after its owner's own deadline: kept, not ranked
     if job.id in remeasured:  # staff measured it again: that run's result stands instead (issue 32)
         return None
     if board == "ranked":
@@ -89,16 +92,17 @@ def board_run(job: Job, settings: Settings, board: str = "ranked", remeasured: f
     return run
 
 
-def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tuple[str, Run, set[str]]]:
-    jobs = db.scalars(
-        select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded)
-    ).all()
+def best_runs(db: Session, settings: Settings, board: str = "ranked", kind: str | None = None) -> list[tuple[str, Run, set[str]]]:
+    """Each team's run on the board, best first (``kind``: of that kind only)."""
+    query = select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded)
+    jobs = db.scalars(query.where(Job.kind == kind) if kind is not None else query).all()
+    deadlines = Deadlines(db, settings)
     remeasured = frozenset(j.remeasure_of for j in jobs if j.remeasure_of)
     best: dict[str, Run] = {}
     members: dict[str, set[str]] = {}
     last = settings.leaderboard_policy == "last"
     for job in jobs:
-        run = board_run(job, settings, board, remeasured)
+        run = board_run(job, settings, deadlines, board, remeasured)
         if run is None:
             continue
         key = team_key(job)
@@ -111,16 +115,18 @@ def best_runs(db: Session, settings: Settings, board: str = "ranked") -> list[tu
     return [(key, run, members[key]) for key, run in ranked]
 
 
-def hidden(settings: Settings, viewer: Principal) -> bool:
-    """Whether this viewer sees only their own row (hidden board, before the deadline)."""
-    return (settings.leaderboard_hidden_until_deadline and not viewer.is_staff
-            and (settings.deadline is None or datetime.now(timezone.utc) < _aware(settings.deadline)))
+def hidden(db: Session, settings: Settings, viewer: Principal) -> bool:
+    """Whether this viewer sees only their own row (hidden board, before the verified kind's deadline)."""
+    if not settings.leaderboard_hidden_until_deadline or viewer.is_staff:
+        return False
+    row = db.get(Kind, settings.verified_kind)
+    return row is None or row.due_at is None or datetime.now(timezone.utc) < _aware(row.due_at)
 
 
 def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int | None = None,
                 board: str = "ranked") -> list[Entry]:
     mine_key = f"team:{viewer.user.team}" if viewer.user.team else f"user:{viewer.user.username}"
-    only_mine = hidden(settings, viewer)
+    only_mine = hidden(db, settings, viewer)
     out = []
     for i, (key, run, names) in enumerate(best_runs(db, settings, board)[:limit], start=1):
         job, results, m = run.job, run.results, run.measured
@@ -165,8 +171,10 @@ def verdict(db: Session, settings: Settings, job: Job) -> str | None:
         return f"Not ranked: {m['problem']}"
     if job.state is not JobState.succeeded:
         return f"Not ranked: the job {job.state.value.replace('_', ' ')}"
-    if settings.deadline and job.kind == settings.verified_kind and job.created_at > _aware(settings.deadline):
-        return f"Not ranked: submitted after the deadline ({_aware(settings.deadline):%Y-%m-%d %H:%M} UTC)"
+    deadlines = Deadlines(db, settings)
+    if not deadlines.counts(job):
+        due = deadlines.due_for(job.kind, job.owner)
+        return f"Not ranked: submitted after the deadline ({when(due) if due else 'none'})"
     accuracy = m.get("accuracy")
     if accuracy is None or accuracy < settings.correctness_threshold:
         return f"Not ranked: accuracy {accuracy if accuracy is not None else 0:.4g} is below {settings.correctness_threshold:g}"

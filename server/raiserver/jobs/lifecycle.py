@@ -26,6 +26,7 @@ from raiserver.access.audit import audit
 from raiserver.config import Settings
 from raiserver.errors import Conflict, Invalid, Missing, NotFound
 from raiserver.grading.course import spec_of
+from raiserver.grading.kinds import Admission, in_words, when
 from raiserver.grading.leaderboard import verdict
 from raiserver.grading.measured import summarize
 from raiserver.grading.results import parse_log, relevant_lines
@@ -69,8 +70,9 @@ def phases_of(job: Job) -> list[Phase]:
 
 def create_job(
     db: Session, svc: Services, owner: User, spec: BuildSpec, spec_text: str, sha256: str, size: int, queue: str, kind: str,
-    course: CourseBuild | None = None,
+    course: CourseBuild | None = None, admission: Admission | None = None,
 ) -> Job:
+    """A new queued job; ``admission``: what its kind's deadline made of it (late, late days drawn)."""
     job = Job(
         id=str(ULID()),
         owner_id=owner.id,
@@ -84,6 +86,7 @@ def create_job(
         gpu_count=spec.gpu_count,
         attempt=1,
         course_build_id=course.id if course is not None else None,
+        late_days=admission.late_days if admission is not None else 0,
     )
     db.add(job)
     db.commit()
@@ -95,10 +98,13 @@ def create_job(
     elif kind in s.ranked_kind_set:
         svc.logs.system(job.id, f"The course has not installed its build file for '{kind}' yet: this run is kept "
                                 "but does not rank (only runs the service builds and measures itself rank)")
-    if s.deadline and kind == s.verified_kind:
-        deadline = s.deadline if s.deadline.tzinfo else s.deadline.replace(tzinfo=timezone.utc)
-        if job.created_at > deadline:
-            svc.logs.system(job.id, f"Submitted after the deadline ({deadline:%Y-%m-%d %H:%M} UTC): this '{kind}' run is kept but does not rank")
+    if admission is not None and admission.late is not None and admission.due is not None:
+        if not admission.counts:
+            what = "does not rank" if kind in s.ranked_kind_set else f"is marked late ({in_words(admission.late)})"
+            svc.logs.system(job.id, f"Submitted after the deadline ({when(admission.due)}): this '{kind}' run is kept but {what}")
+        else:
+            svc.logs.system(job.id, f"Submitted {in_words(admission.late)} after the deadline ({when(admission.due)}): "
+                                    f"{job.late_days} late day(s) drawn for it")
     svc.kick()
     return job
 

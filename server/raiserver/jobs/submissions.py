@@ -23,12 +23,13 @@ from raiserver.errors import BadArchive, Invalid, TooLarge
 from raiserver.fleet.workers import check_image, check_queue, check_requirements
 from raiserver.grading.course import current as current_course
 from raiserver.grading.course import spec_of, student_part
+from raiserver.grading.kinds import Deadlines
 from raiserver.jobs.lifecycle import create_job
 from raiserver.jobs.quotas import check_quotas
 from raiserver.jobs.retention import check_storage
 from raiserver.jobs.views import QueueView, job_out
 from raiserver.services import Services
-from raiserver.store.db import Database
+from raiserver.store.db import Database, utcnow
 from raiserver.store.storage import human_size, sha256_of
 from raiserver.store.tables import User
 
@@ -58,14 +59,12 @@ async def _accept(svc: Services, database: Database, body: AsyncIterator[bytes],
         raise Invalid(f"bad queue name {queue!r}")
     if not KIND.match(kind):
         raise Invalid(f"bad submission kind {kind!r}: lower-case letters, digits, - and _")
-    known = svc.settings.kind_set
-    if kind not in known:
-        raise Invalid(f"this course has no submission kind '{kind}'; it has: {', '.join(sorted(known))}")
 
     def _precheck() -> None:  # before reading a byte of the upload: bad Wi-Fi, big projects
         with database.session() as db:
-            check_queue(db, queue, svc.settings.default_queue)
             user = db.get_one(User, user_id)
+            Deadlines(db, svc.settings).admit(kind, user, utcnow())  # an unknown kind, or out of its window
+            check_queue(db, queue, svc.settings.default_queue)
             check_quotas(db, user, svc.settings)
             check_storage(db, user, svc.settings, content_length or 0)
 
@@ -113,10 +112,13 @@ async def _accept(svc: Services, database: Database, body: AsyncIterator[bytes],
                 check_quotas(db, owner, svc.settings)
                 check_storage(db, owner, svc.settings, run_size)
                 check_requirements(db, queue, spec, svc.settings.worker_dead_after)
+                admission = Deadlines(db, svc.settings).admit(kind, owner, utcnow())  # again: late days, under the lock
                 svc.storage.keep_archive(run_archive, run_sha)  # only now: a refused upload leaves nothing behind
                 job = create_job(db, svc, owner, spec, spec_text, run_sha, run_size, queue, kind,
-                                 course=db.merge(course) if course is not None else None)
-                return job_out(db, job, QueueView(db, svc.settings))
+                                 course=db.merge(course) if course is not None else None, admission=admission)
+                out = job_out(db, job, QueueView(db, svc.settings))
+                out.deadline_note = admission.note
+                return out
         finally:
             if run_archive is not tmp:
                 run_archive.unlink(missing_ok=True)

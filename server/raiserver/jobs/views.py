@@ -17,6 +17,7 @@ from raiprotocol.states import UNFINISHED
 from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_slots, live_workers
+from raiserver.grading.kinds import Deadlines, in_words
 from raiserver.jobs.fairshare import fair_order
 from raiserver.jobs.lifecycle import claimed_at, phases_of, wall_limit
 from raiserver.store.db import utcnow
@@ -51,6 +52,7 @@ class QueueView:
         self._orders: dict[str, list[Job]] = {}
         self._positions: dict[str, dict[str, int]] = {}
         self._etas: dict[str, dict[str, float] | None] = {}
+        self._deadlines: Deadlines | None = None
         self._runs: dict[str, dict[str, list[float]]] = {}  # per queue, kind: recent run times, sorted
 
     def _order(self, queue: str) -> list[Job]:
@@ -59,6 +61,15 @@ class QueueView:
             self._orders[queue] = fair_order(self.db, queue, s.staff_priority, set(s.priority_kinds))
             self._positions[queue] = {j.id: i for i, j in enumerate(self._orders[queue], start=1)}
         return self._orders[queue]
+
+    def late(self, job: Job) -> str | None:
+        """How late the job was submitted after its owner's own deadline, in words; None when on time."""
+        if self._deadlines is None:
+            self._deadlines = Deadlines(self.db, self.settings)
+        late = self._deadlines.late_by(job)
+        if late is None:
+            return None
+        return f"late by {in_words(late)}" + (" (late days)" if self._deadlines.counts(job) else "")
 
     def position(self, job: Job) -> int | None:
         """1 = next to be released to a worker; the fair-share order, so it is what will happen."""
@@ -194,6 +205,7 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         archive_bytes=job.archive_bytes,
         results=JobResultSummary.model_validate(job.results) if job.results else None,
         phases=phases_of(job),
+        late=view.late(job),
     )
 
 

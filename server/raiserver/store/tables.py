@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Enum, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Enum, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from raiprotocol.models import JobState
@@ -68,6 +68,7 @@ class Job(Base):
     waiting: Mapped[str | None] = mapped_column(Text)  # claimed but waiting in the batch system (Slurm PENDING): why
     # a ranked run: built and timed by the course's build file of this id, not the student's
     course_build_id: Mapped[int | None] = mapped_column(ForeignKey("course_builds.id"), nullable=True)
+    late_days: Mapped[int] = mapped_column(Integer, default=0)  # late days this submission drew from its owner's budget
 
     owner: Mapped[User] = relationship(back_populates="jobs")
 
@@ -87,6 +88,36 @@ class CourseBuild(Base):
     labels: Mapped[str] = mapped_column(Text)  # one expected answer per line
     installed_by: Mapped[str] = mapped_column(String(64))
     installed_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Kind(Base):
+    """A submission kind of the course (issue 36): when it opens, when it is due, what happens to a
+    submission after that, and how its runs are graded. Seeded from RAI_KINDS and RAI_DEADLINE."""
+
+    __tablename__ = "kinds"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    opens_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: open from the start
+    due_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: no deadline
+    late_policy: Mapped[str] = mapped_column(String(16), default="refuse")  # refuse | mark | days
+    late_hours: Mapped[float | None] = mapped_column(Float)  # the late window after each student's deadline; None: no end
+    grading: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # raiprotocol.models.GradeRule
+
+
+class Extension(Base):
+    """A later deadline for one student or one team on one kind."""
+
+    __tablename__ = "extensions"
+    __table_args__ = (UniqueConstraint("kind", "username", "team"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(ForeignKey("kinds.name", ondelete="CASCADE"), index=True)
+    username: Mapped[str | None] = mapped_column(String(64))
+    team: Mapped[str | None] = mapped_column(String(128))
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    reason: Mapped[str] = mapped_column(String(256), default="")
+    granted_by: Mapped[str] = mapped_column(String(64))
+    granted_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Worker(Base):

@@ -1,0 +1,151 @@
+"""The term's web pages (issue 36): /kinds shows every kind as it applies to the viewer (their own
+deadlines, their limits); instructors change kinds and grant extensions there with the same rules
+and audit as ``raiclient admin kinds``. A refused change shows the page again with its one line."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Form, Query, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from raiprotocol.models import ExtensionIn, GradeRule, KindIn
+from raiserver.access.audit import audit
+from raiserver.access.csrf import check_csrf
+from raiserver.access.permissions import Principal, is_instructor
+from raiserver.api.deps import ServicesDep, SessionDep, WebUser
+from raiserver.api.pages import FORM_EXPIRED, render
+from raiserver.api.routes.grades import grade_sheet
+from raiserver.errors import DomainError, Forbidden
+from raiserver.grading.kinds import Deadlines, end_extension, grant, update_kind
+from raiserver.jobs.quotas import limits_of
+from raiserver.store.db import utcnow
+from raiserver.store.tables import Extension
+
+router = APIRouter(include_in_schema=False)
+Field = Annotated[str, Form(max_length=256)]
+
+
+def kinds_page(request: Request, p: Principal, db: Session, svc: ServicesDep, error: str | None = None,
+               code: int = 200) -> HTMLResponse:
+    deadlines = Deadlines(db, svc.settings)
+    now = utcnow()
+    rows = sorted(deadlines.kinds.values(), key=lambda k: (k.due_at is None, k.due_at or now, k.name))
+    exts = list(db.scalars(select(Extension).order_by(Extension.kind, Extension.username, Extension.team))) if p.is_staff else []
+    response = render(request, "kinds.html", p, kinds=[deadlines.out(k, p.user, p.is_staff, now) for k in rows],
+                      limits=limits_of(db, p.user, svc.settings, deadlines), extensions=exts,
+                      manage=is_instructor(p.user.role), error=error)
+    response.status_code = code
+    return response
+
+
+@router.get("/kinds")
+def kinds(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
+    return kinds_page(request, p, db, svc)
+
+
+def web_instructor(p: WebUser) -> Principal:
+    """The browser's user, an instructor (before the form is read: others get 403, not its errors)."""
+    if not is_instructor(p.user.role):
+        raise Forbidden("only instructors change kinds")
+    return p
+
+
+WebInstructor = Annotated[Principal, Depends(web_instructor)]
+
+
+@router.post("/kinds")
+def change_kind(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+                name: Field, opens: Field = "", due: Field = "", late_policy: Field = "",
+                late_hours: Field = "") -> Response:
+    """Create a kind or change it, as ``raiclient admin kinds set``: an empty field leaves it as it
+    is, "none" clears a date (and 0 the late window's end)."""
+    check_csrf(request, csrf, FORM_EXPIRED)
+    fields: dict[str, object] = {k: v.strip() for k, v in (("opens", opens), ("due", due), ("late_policy", late_policy)) if v.strip()}
+    try:
+        if late_hours.strip():
+            fields["late_hours"] = float(late_hours)
+        change = KindIn.model_validate(fields)
+        update_kind(db, name.strip(), change, create=True)
+    except (ValueError, DomainError) as exc:
+        db.rollback()
+        return kinds_page(request, p, db, svc, _line(exc), 400)
+    audit(db, p.user.username, "kind.change", name.strip(), **change.model_dump(mode="json", exclude_unset=True), via="web")
+    db.commit()
+    return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/kinds/grading")
+def set_rule(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+             kind: Field, rule: Field, points: Field = "100", threshold: Field = "", slow: Field = "", fast: Field = "",
+             at_median: Field = "0.8", per_sd: Field = "0.1", late_penalty: Field = "0") -> Response:
+    """A kind's grade rule, as ``raiclient admin kinds set KIND --grade …`` sets it."""
+    check_csrf(request, csrf, FORM_EXPIRED)
+    numbers = {"points": points, "threshold": threshold, "slow": slow, "fast": fast, "at_median": at_median,
+               "per_sd": per_sd, "late_penalty": late_penalty}
+    try:
+        given = {k: float(v) for k, v in numbers.items() if v.strip()}
+        change = KindIn(grading=GradeRule(rule=rule, **given))
+        update_kind(db, kind.strip(), change, create=False)
+    except (ValueError, DomainError) as exc:
+        db.rollback()
+        return kinds_page(request, p, db, svc, _line(exc), 400)
+    audit(db, p.user.username, "kind.change", kind.strip(), grading=change.model_dump(mode="json")["grading"], via="web")
+    db.commit()
+    return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
+
+
+@router.post("/kinds/extensions")
+def extend(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+           kind: Field, who: Field, until: Field = "", hours: Field = "", reason: Field = "") -> Response:
+    """``who``: a username, or "team NAME"."""
+    check_csrf(request, csrf, FORM_EXPIRED)
+    try:
+        team = who.strip()[5:].strip() if who.strip().startswith("team ") else None
+        body = ExtensionIn(username=None if team else who.strip(), team=team, until=until.strip() or None,
+                           hours=float(hours) if hours.strip() else None, reason=reason)
+        ext = grant(db, kind.strip(), body, p.user.username)
+    except (ValueError, DomainError) as exc:
+        db.rollback()
+        return kinds_page(request, p, db, svc, _line(exc), 400)
+    audit(db, p.user.username, "kind.extend", ext.kind, username=ext.username, team=ext.team,
+          until=ext.due_at.isoformat(), reason=ext.reason, via="web")
+    db.commit()
+    return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/grades/{kind}.csv")
+def grades_download(*, kind: str, request: Request, fmt: Literal["csv", "canvas"] = Query("csv", alias="format"),
+                    p: WebUser, db: SessionDep, svc: ServicesDep) -> Response:
+    """The grade sheet from the Deadlines page (staff)."""
+    if not p.is_staff:
+        raise Forbidden("grades are for staff")
+    return grade_sheet(request, db, svc, kind, fmt, None)
+
+
+@router.post("/kinds/extensions/end")
+def end(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
+        kind: Field, username: Field = "", team: Field = "") -> Response:
+    """End one extension: the kind's own deadline applies to them again."""
+    check_csrf(request, csrf, FORM_EXPIRED)
+    try:
+        end_extension(db, kind, username or None, team or None)
+    except DomainError as exc:
+        db.rollback()
+        return kinds_page(request, p, db, svc, _line(exc), 400)
+    audit(db, p.user.username, "kind.unextend", kind, username=username or None, team=team or None, via="web")
+    db.commit()
+    return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
+
+
+def _line(exc: Exception) -> str:
+    """The one line a refused form shows."""
+    if isinstance(exc, ValidationError):
+        e = exc.errors()[0]
+        return f"{'.'.join(str(x) for x in e.get('loc', ()))}: {e.get('msg')}"
+    if isinstance(exc, DomainError):
+        return str(exc).splitlines()[0]
+    return f"not a number: {str(exc).splitlines()[0]}" if "float" in str(exc) else str(exc).splitlines()[0]

@@ -1,0 +1,167 @@
+"""A kind's grades (issue 36): one row per student on the roster, by the kind's rule.
+
+Each run of the kind is graded alone: it must have succeeded and reach the rule's accuracy; then
+``pass`` gives full points, ``linear`` points between two op times, ``stddev`` points by standard
+deviations from the class median (each team's best counting run makes the class); a run marked
+late loses ``late_penalty`` per started day, one outside the student's window (refused kinds,
+staff-submitted) earns nothing. A team's grade is its best run's, and every member gets it; a
+student with no valid run gets 0 and the reason. Ranked kinds grade only what the service itself
+measured; other kinds what the program printed (the sheet says which)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, joinedload
+
+from raiprotocol.models import GradeRule, JobState
+from raiserver.config import Settings
+from raiserver.errors import Invalid
+from raiserver.grading.kinds import Deadlines, in_words, kind_row, late_days_for, rule_of
+from raiserver.store.tables import Job, User
+
+
+@dataclass
+class Graded:
+    """One run as the rule sees it: its figures, its fraction of the points, or why it earns none."""
+
+    job: Job
+    op_time: float | None
+    accuracy: float | None
+    measured: bool
+    late: timedelta | None
+    paid: bool = False  # late, and paid for with late days
+    fraction: float = 0.0
+    penalty: float = 0.0
+    reason: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return not self.reason
+
+
+@dataclass
+class GradeRow:
+    username: str
+    first: str
+    last: str
+    email: str
+    team: str
+    grade: float
+    points: float
+    run: Graded | None
+    reason: str  # why 0 (or what was taken off); empty when nothing is
+
+    @property
+    def name(self) -> str:
+        return " ".join(p for p in (self.first, self.last) if p)
+
+
+def _figures(job: Job) -> tuple[float | None, float | None, bool]:
+    """Op time (s), accuracy, and whether the service measured them."""
+    r = job.results or {}
+    m = r.get("measured")
+    if m:
+        return m.get("op_time"), m.get("accuracy"), True
+    printed = r.get("correctness") or {}
+    return r.get("op_time_total"), (min(printed.values()) if printed else None), False
+
+
+def _judge(job: Job, rule: GradeRule, threshold: float, ranked: bool, deadlines: Deadlines) -> Graded:
+    op, acc, measured = _figures(job)
+    g = Graded(job, op, acc, measured, deadlines.late_by(job))
+    g.paid = g.late is not None and deadlines.counts(job)
+    if job.state is not JobState.succeeded:
+        g.reason = f"the run {job.state.value.replace('_', ' ')}"
+    elif ranked and not measured:
+        g.reason = "not measured by the service (the course's build file was not installed)"
+    elif ranked and ((job.results or {}).get("measured") or {}).get("problem"):
+        g.reason = f"not measured: {(job.results or {})['measured']['problem']}"
+    elif acc is None:
+        g.reason = "no correctness reported"
+    elif acc < threshold:
+        g.reason = f"accuracy {acc:.4g} is below {threshold:g}"
+    elif rule.rule != "pass" and op is None:
+        g.reason = "no op time"
+    elif g.late is not None and not deadlines.counts(job):
+        row = deadlines.kinds[job.kind]
+        if row.late_policy != "mark":
+            g.reason = f"submitted {in_words(g.late)} after the deadline"
+        else:
+            g.penalty = min(1.0, rule.late_penalty * late_days_for(g.late))
+    return g
+
+
+def _fraction(g: Graded, rule: GradeRule, median: float | None, sd: float | None) -> float:
+    if rule.rule == "pass":
+        return 1.0
+    t = float(g.op_time or 0)
+    if rule.rule == "linear":
+        slow, fast = float(rule.slow or 0), float(rule.fast or 0)
+        return min(1.0, max(0.0, (slow - t) / (slow - fast)))
+    assert median is not None and sd is not None
+    return min(1.0, max(0.0, rule.at_median + rule.per_sd * (median - t) / sd))
+
+
+def team_of(user: User) -> str:
+    return f"team:{user.team}" if user.team else f"user:{user.username}"
+
+
+def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[GradeRow]]:
+    """Every active student's grade on ``kind`` (raises Invalid with one line if it cannot be computed)."""
+    row = kind_row(db, kind)
+    rule = rule_of(row)
+    if rule is None:
+        raise Invalid(f"'{kind}' has no grade rule; set one: raiclient admin kinds set {kind} --grade pass|linear|stddev …")
+    threshold = rule.threshold if rule.threshold is not None else settings.correctness_threshold
+    ranked = kind in settings.ranked_kind_set
+    deadlines = Deadlines(db, settings)
+    jobs = db.scalars(select(Job).options(joinedload(Job.owner)).where(Job.kind == kind).order_by(Job.created_at)).all()
+    remeasured = {j.remeasure_of for j in jobs if j.remeasure_of and j.state.finished}
+    by_team: dict[str, list[Graded]] = {}
+    for job in jobs:
+        if job.id in remeasured or job.owner.role != "student":
+            continue  # measured again (that run's result stands, issue 32), or staff trying the kind out
+        by_team.setdefault(team_of(job.owner), []).append(_judge(job, rule, threshold, ranked, deadlines))
+    median = sd = None
+    if rule.rule == "stddev":
+        fastest = [min(float(g.op_time or 0) for g in runs if g.valid) for runs in by_team.values() if any(g.valid for g in runs)]
+        if len(fastest) < 2:
+            raise Invalid(f"the stddev rule needs valid runs from at least 2 teams; '{kind}' has {len(fastest)}")
+        median, sd = statistics.median(fastest), statistics.pstdev(fastest)
+        if sd == 0 or not math.isfinite(sd):
+            raise Invalid(f"the stddev rule cannot grade '{kind}': every team's op time is the same ({median:g} s)")
+    for runs in by_team.values():
+        for g in runs:
+            if g.valid:
+                g.fraction = max(0.0, _fraction(g, rule, median, sd) - g.penalty)
+    out = []
+    students = db.scalars(select(User).where(User.role == "student", User.active.is_(True)).order_by(User.username))
+    for user in students:
+        runs = by_team.get(team_of(user), [])
+        valid = [g for g in runs if g.valid]
+        best = max(valid, key=lambda g: (g.fraction, -g.job.created_at.timestamp())) if valid else None
+        if best is None:
+            reason = runs[-1].reason if runs else f"no '{kind}' submission"
+        elif best.penalty:
+            reason = f"late by {in_words(best.late or timedelta())}: −{best.penalty * 100:g} %"
+        else:
+            reason = ""
+        out.append(GradeRow(user.username, user.firstname or "", user.lastname or "", user.email or "", user.team or "",
+                            round(rule.points * best.fraction, 2) if best else 0.0, rule.points, best, reason))
+    return rule, out
+
+
+def timing(g: Graded | None) -> str:
+    """On time, or late and by how much."""
+    if g is None:
+        return ""
+    return "on time" if g.late is None else f"late by {in_words(g.late)}" + (" (late days)" if g.paid else "")
+
+
+def submitted(g: Graded | None) -> datetime | None:
+    return g.job.created_at if g is not None else None
