@@ -78,7 +78,7 @@ def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_ur
         with psycopg.connect(libpq(pg_url)) as conn:
             head = conn.execute("SELECT version_num FROM alembic_version").fetchone()[0]
             kept = conn.execute("SELECT archive_kept, build_bytes, course_build_id FROM jobs").fetchone()
-        assert head == "0012" and kept == (True, 0, None)
+        assert head == "0014" and kept == (True, 0, None)
         board = httpx.get(f"{svc.url}/api/v1/leaderboard", params={"board": "unverified"}, auth=("oldkey", "oldsecret")).json()
         assert [e["op_time"] for e in board] == [0.5]  # its printed result is still shown, apart
     finally:
@@ -129,10 +129,10 @@ def test_four_server_processes_starting_together_migrate_a_fresh_database_once(o
     alembic_version says the schema was made once."""
     import sys
 
-    script = ("import sys; from raiserver.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')")
+    script = ("import sys; from raiserver.store.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')")
     procs = [subprocess.Popen([sys.executable, "-c", script, own_pg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in results]
     with psycopg.connect(libpq(own_pg)) as conn:
-        assert conn.execute("SELECT count(*), min(version_num) FROM alembic_version").fetchone() == (1, "0012")
+        assert conn.execute("SELECT count(*), min(version_num) FROM alembic_version").fetchone() == (1, "0014")

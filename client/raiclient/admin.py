@@ -79,6 +79,43 @@ def remeasure(job_id: str, repeats: int = typer.Option(10, "--repeats", min=2, m
     cli.say(f"job {job.id} measures {job_id} again ({repeats} timed runs); follow it with: raiclient logs {job.id} --follow")
 
 
+@admin.command("regrades")
+def regrades(everything: bool = typer.Option(False, "--all", help="the answered requests too, newest first"),
+             server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+    """The open regrade requests, oldest first (staff): answer each with 'raiclient admin regrade ID'."""
+    from .regrades import show
+
+    with cli.connected(server) as api:
+        rows = api.regrades(everything)
+    if not rows:
+        cli.say("No open regrade request" if not everything else "No regrade request yet")
+        return
+    show(rows, staff=True)
+
+
+@admin.command("regrade")
+def regrade(
+    request_id: int = typer.Argument(..., help="the request's number (#ID in 'raiclient admin regrades')"),
+    measure_again: bool = typer.Option(False, "--remeasure", help="measure the run again (ranked runs)"),
+    repeats: int = typer.Option(10, "--repeats", min=2, max=20, help="timed runs of the re-measure"),
+    grade: Optional[str] = typer.Option(None, "--grade", help="the adjusted grade (with --reason)"),
+    reason: str = typer.Option("", "--reason", help="why the grade changes (the student reads it)"),
+    answer: str = typer.Option("", "--answer", help="what the student reads; alone, it closes the request"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """Answer a regrade request (staff; audited): --remeasure, --grade G --reason WHY, or --answer TEXT alone."""
+    from raiprotocol.models import RegradeAction
+
+    from .regrades import outcome
+
+    if measure_again and grade is not None:
+        cli.fail("give either --remeasure or --grade, not both")
+    action = "remeasure" if measure_again else "adjust" if grade is not None else "close"
+    with cli.connected(server) as api:
+        r = api.answer_regrade(request_id, RegradeAction.model_construct(action=action, answer=answer, grade=grade or "", reason=reason, repeats=repeats))
+    cli.say(f"Regrade request #{r.id} ({r.student}, job {r.job_id}) closed: {outcome(r)}")
+
+
 @admin.command("audit")
 def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Recent staff actions."""

@@ -19,6 +19,9 @@ from raiprotocol.models import (
     PullRequest,
     QueueImages,
     QueueSummary,
+    RegradeAction,
+    RegradeIn,
+    RegradeOut,
     RosterResult,
     UserOut,
     UserRow,
@@ -92,6 +95,20 @@ class Api:
 
     def remeasure(self, job_id: str, repeats: int) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/admin/jobs/{job_id}/remeasure", params={"repeats": repeats}))
+
+    def ask_regrade(self, job_id: str, message: str) -> RegradeOut:
+        return RegradeOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/regrade",
+                                                       json_body=RegradeIn.model_construct(message=message).model_dump()))
+
+    def my_regrades(self) -> list[RegradeOut]:
+        return [RegradeOut.model_validate(r) for r in self._request("GET", "/api/v1/regrades")]
+
+    def regrades(self, everything: bool) -> list[RegradeOut]:
+        params = {"all": "true"} if everything else {}
+        return [RegradeOut.model_validate(r) for r in self._request("GET", "/api/v1/admin/regrades", params=params)]
+
+    def answer_regrade(self, request_id: int, action: RegradeAction) -> RegradeOut:
+        return RegradeOut.model_validate(self._request("POST", f"/api/v1/admin/regrades/{request_id}", json_body=action.model_dump()))
 
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))

@@ -341,3 +341,42 @@ class CourseBuildOut(BaseModel):
     repeats: int
     labels: int  # how many answers (their text never leaves the server)
 
+
+
+REGRADE_MESSAGE_CHARS = 2000  # a student's message, a staff answer or reason: a paragraph, not an essay
+REGRADE_GRADE_CHARS = 32  # an adjusted grade: "92", "A-", "full marks"
+
+
+class RegradeIn(BaseModel):
+    """A student asks for a regrade of one run (issue 36). The length is checked by the server,
+    with a sentence; the field's own cap only stops a body no form would send."""
+
+    message: str = Field("", max_length=64 * 1024)
+
+
+class RegradeAction(BaseModel):
+    """Staff answer an open request: ``remeasure`` the run (ranked runs), ``adjust`` the grade with
+    a reason, or ``close`` it with an answer. Each closes the request; the answer is what the student reads."""
+
+    action: str = Field(max_length=16)
+    answer: str = Field("", max_length=64 * 1024)
+    grade: str = Field("", max_length=1024)
+    reason: str = Field("", max_length=64 * 1024)
+    repeats: int = Field(10, ge=2, le=20)
+
+
+class RegradeOut(BaseModel):
+    id: int
+    job_id: str
+    kind: str
+    student: str
+    message: str
+    created_at: datetime
+    state: str  # open | closed
+    outcome: str | None = None  # remeasured | adjusted | answered
+    answer: str | None = None
+    grade: str | None = None
+    reason: str | None = None
+    remeasure_job: str | None = None
+    closed_by: str | None = None
+    closed_at: datetime | None = None

@@ -1,11 +1,11 @@
-"""The database tables: users, jobs, workers."""
+"""The database tables: users, jobs, workers, the course's build files, regrade requests."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Enum, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Enum, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from raiprotocol.models import JobState
@@ -130,3 +130,29 @@ class RevokedKey(Base):
     username: Mapped[str] = mapped_column(String(64))
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     reason: Mapped[str] = mapped_column(String(32), default="revoked")
+
+
+class RegradeRequest(Base):
+    """A student asks staff to look at one run again (issue 36); staff re-measure it, adjust its
+    grade with a reason, or answer. One open request per run per student (the partial index)."""
+
+    __tablename__ = "regrade_requests"
+    __table_args__ = (Index("one_open_regrade", "job_id", "student_id", unique=True,
+                            postgresql_where=text("state = 'open'"), sqlite_where=text("state = 'open'")),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    student_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    state: Mapped[str] = mapped_column(String(8), default="open", index=True)  # open | closed
+    outcome: Mapped[str | None] = mapped_column(String(16))  # remeasured | adjusted | answered
+    answer: Mapped[str | None] = mapped_column(Text)
+    grade: Mapped[str | None] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(Text)
+    remeasure_job: Mapped[str | None] = mapped_column(String(26))
+    closed_by: Mapped[str | None] = mapped_column(String(64))
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    job: Mapped[Job] = relationship()
+    student: Mapped[User] = relationship()
