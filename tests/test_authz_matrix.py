@@ -118,6 +118,9 @@ MATRIX = {
     ("POST", "/api/v1/jobs/{job_id}/regrade"): any_user,  # without a body: 422 for anyone, asks nothing, tells nothing
     ("GET", "/api/v1/regrades"): any_user,  # the caller's own
     ("GET", "/api/v1/admin/regrades"): staff,
+    ("POST", "/api/v1/admin/similarity"): staff,  # without a body: 422, starts nothing
+    ("GET", "/api/v1/admin/similarity"): staff,
+    ("GET", "/api/v1/admin/similarity/{report_id}"): staff,  # "{report_id}" is no number: 422 for staff
     ("POST", "/api/v1/admin/regrades/{request_id}"): staff,  # without a body: 422, answers nothing
     ("GET", "/api/v1/admin/audit"): instructor,
     ("GET", "/login"): public,
@@ -131,6 +134,10 @@ MATRIX = {
     ("POST", "/jobs/{job_id}/cancel"): web_owner_or_staff,
     ("POST", "/jobs/{job_id}/regrade"): web_team_only,  # no message: 422 for the owner, asks nothing
     ("GET", "/regrades"): web_staff,
+    ("GET", "/similarity"): web_staff,
+    ("POST", "/similarity"): web_staff,  # no kind: 422 for staff, starts nothing
+    ("GET", "/similarity/{report_id}"): web_staff,
+    ("GET", "/similarity/{report_id}/pairs/{n}"): web_staff,
     ("POST", "/regrades/{request_id}"): web_staff,  # no action: 422 for staff, answers nothing
     ("GET", "/leaderboard"): web_user,
     ("GET", "/users/{username}"): web_owner_or_staff,

@@ -116,6 +116,28 @@ def regrade(
     cli.say(f"Regrade request #{r.id} ({r.student}, job {r.job_id}) closed: {outcome(r)}")
 
 
+@admin.command("similarity")
+def similarity(
+    kind: str = typer.Argument(..., help="the kind whose teams' latest submissions are compared, e.g. final"),
+    starter: Optional[Path] = typer.Option(None, "--starter", exists=True, dir_okay=False,
+                                           help="the course's starter code (e.g. new-forward.cu): never counts as a match"),
+    show: int = typer.Option(10, "-n", min=0, max=100, help="how many of the most similar pairs to print"),
+    detach: bool = typer.Option(False, "--detach", "-d", help="start it and return at once"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """Compare each team's latest submission of KIND, pair by pair (staff; made in the background):
+    prints the progress, then the most similar pairs and the page that shows them side by side."""
+    from .similarity import follow
+
+    text = starter.read_text(encoding="utf-8", errors="replace") if starter else ""
+    with cli.connected(server) as api:
+        report = api.start_similarity(kind, text)
+        page = f"{api.server}/similarity/{report.id}"
+        cli.say(f"Similarity report #{report.id} for '{report.kind}' started ({', '.join(report.files)}); its page: {page}")
+        if not detach:
+            follow(api, report.id, show)
+
+
 @admin.command("audit")
 def audit(limit: int = typer.Option(50, "-n"), server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Recent staff actions."""

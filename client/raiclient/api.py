@@ -23,6 +23,8 @@ from raiprotocol.models import (
     RegradeIn,
     RegradeOut,
     RosterResult,
+    SimilarityIn,
+    SimilarityOut,
     UserOut,
     UserRow,
 )
@@ -109,6 +111,13 @@ class Api:
 
     def answer_regrade(self, request_id: int, action: RegradeAction) -> RegradeOut:
         return RegradeOut.model_validate(self._request("POST", f"/api/v1/admin/regrades/{request_id}", json_body=action.model_dump()))
+
+    def start_similarity(self, kind: str, starter: str) -> SimilarityOut:
+        body = SimilarityIn.model_construct(kind=kind, starter=starter).model_dump()
+        return SimilarityOut.model_validate(self._request("POST", "/api/v1/admin/similarity", json_body=body))
+
+    def similarity(self, report_id: int, pairs: int = 20) -> SimilarityOut:
+        return SimilarityOut.model_validate(self._request("GET", f"/api/v1/admin/similarity/{report_id}", params={"n": pairs}))
 
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))

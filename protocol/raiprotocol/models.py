@@ -380,3 +380,39 @@ class RegradeOut(BaseModel):
     remeasure_job: str | None = None
     closed_by: str | None = None
     closed_at: datetime | None = None
+
+
+class SimilarityIn(BaseModel):
+    """Staff start a similarity report over each team's latest submission of ``kind``; ``starter``:
+    the course's starter code, left out as boilerplate."""
+
+    kind: str = Field(max_length=32)
+    starter: str = Field("", max_length=256 * 1024)
+
+
+class SimilarityPair(BaseModel):
+    a: str  # team
+    b: str
+    a_job: str
+    b_job: str
+    score: float  # the larger share
+    share_a: float  # the part of a's code found in b's
+    share_b: float
+    tokens: int
+
+
+class SimilarityOut(BaseModel):
+    id: int
+    kind: str
+    state: str  # queued | running | done | failed
+    started_by: str
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    phase: str | None = None  # reading | comparing
+    done: int = 0
+    total: int = 0
+    teams: int = 0
+    message: str | None = None
+    files: list[str] = []
+    pairs: list[SimilarityPair] = []

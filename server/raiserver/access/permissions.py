@@ -58,6 +58,11 @@ def can_answer_regrades(p: Principal) -> bool:
     return p.is_staff
 
 
+def can_run_similarity(p: Principal) -> bool:
+    """Staff only: the report shows every team's code side by side."""
+    return p.is_staff
+
+
 def may_change(actor: User, target: User, where: str = "") -> None:
     """Nobody changes a user of their own rank or higher (keys, role, team), except admins and
     oneself: an instructor who could rotate an admin's keys would receive a working admin secret."""

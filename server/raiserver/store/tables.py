@@ -156,3 +156,28 @@ class RegradeRequest(Base):
 
     job: Mapped[Job] = relationship()
     student: Mapped[User] = relationship()
+
+
+class SimilarityReport(Base):
+    """A pairwise similarity report over each team's latest submission of a kind (issue 36): staff
+    start it, the server's background loop makes it (grading/similarity.py) and notes its progress
+    here; the most similar pairs are kept with the regions that match, for the side-by-side page."""
+
+    __tablename__ = "similarity_reports"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(8), default="queued", index=True)  # queued | running | done | failed
+    started_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    phase: Mapped[str | None] = mapped_column(String(16))  # reading | comparing
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    teams: Mapped[int] = mapped_column(Integer, default=0)
+    message: Mapped[str | None] = mapped_column(Text)
+    starter: Mapped[str] = mapped_column(Text, default="")  # the course's starter code: boilerplate, never a match
+    files: Mapped[list[str] | None] = mapped_column(JSON)  # the student files compared
+    pairs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # the most similar pairs, most similar first
+    code: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # job id -> {team, code} of the teams in those pairs
