@@ -179,3 +179,82 @@ def wait_idle(svc, profile, timeout: float = 60) -> None:
             time.sleep(0.5)
     raise AssertionError("a similarity report did not end")
 
+
+
+def seed_class(svc, teams: int) -> None:
+    """``teams`` more teams' latest 'final' submissions, as the service stores them (a user, a job,
+    the archive in storage), made by bench/similarity.py's generator: a class too big to submit here."""
+    import hashlib
+    import importlib.util
+    import io
+    import tarfile
+
+    from ulid import ULID
+
+    from raiprotocol.models import JobState
+    from raiserver.access.auth import create_user
+    from raiserver.store.db import Database
+    from raiserver.store.storage import Storage
+    from raiserver.store.tables import Job
+
+    spec = importlib.util.spec_from_file_location("bench_similarity", ROOT / "bench" / "similarity.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    docs, _ = bench.corpus(teams, 3, 2)
+    db, storage = Database(svc.env["DATABASE_URL"]), Storage(svc.data / "storage")
+    with db.session() as s:
+        for d in docs:
+            user, _ = create_user(s, f"big-{d.team}", team=f"big-{d.team}")
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+                data = d.code.encode()
+                info = tarfile.TarInfo("new-forward.cu")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            blob = buf.getvalue()
+            sha = hashlib.sha256(blob).hexdigest()
+            path = storage.archive_path(sha)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(blob)
+            s.add(Job(id=str(ULID()), owner_id=user.id, queue="gpu", kind="final", state=JobState.succeeded, image=BUSYBOX,
+                      spec_yaml="", archive_sha256=sha, archive_bytes=len(blob)))
+    db.engine.dispose()
+
+
+def test_a_bigger_class_shows_its_progress_and_the_server_keeps_answering(klass):
+    """150 more teams (155 teams, 11,935 pairs in all): the client prints the progress as the report is made, its
+    page shows it, and the server answers requests meanwhile (the report runs beside them)."""
+    import time
+
+    from playwright.sync_api import sync_playwright
+    from test_web import CHROMIUM, login
+
+    svc = klass
+    seed_class(svc, 150)
+    ta = svc.add_user("sim_ta_big", role="ta")
+    wait_idle(svc, ta)
+    proc = svc.popen_client("admin", "similarity", "final", "--starter", str(STARTER), "-n", "5", env={"RAI_PROFILE": str(ta)})
+    slowest = 0.0
+    with svc.http(ta) as h, sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = login(b, svc, ta)
+        deadline = time.monotonic() + 60
+        running = None
+        while running is None and time.monotonic() < deadline:
+            running = next((r for r in h.get("/api/v1/admin/similarity").json() if r["state"] in ("queued", "running")), None)
+        assert running is not None, "the report did not start"
+        page.goto(f"{svc.url}/similarity/{running['id']}")
+        page.wait_for_selector("#progress progress", timeout=60_000)  # the page refreshes itself as it goes
+        assert re.search(r"running, (reading|comparing) \d+/\d+ (teams|pairs)", page.inner_text("#progress")), page.inner_text("#progress")
+        page.screenshot(path=str(SHOTS / "similarity-progress.png"), full_page=True)
+        while proc.poll() is None and time.monotonic() < deadline + 120:
+            t0 = time.monotonic()
+            assert h.get("/healthz").status_code == 200
+            slowest = max(slowest, time.monotonic() - t0)
+            time.sleep(0.2)
+        b.close()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out + err
+    assert re.search(r"\d+/155 teams read", out) and re.search(r"\d+/11935 pairs compared", out), out
+    assert "done in" in out and "155 teams compared" in out, out
+    assert slowest < 2.0, f"the server took {slowest:.2f} s to answer /healthz while the report ran"
