@@ -183,41 +183,18 @@ def wait_idle(svc, profile, timeout: float = 60) -> None:
 
 def seed_class(svc, teams: int) -> None:
     """``teams`` more teams' latest 'final' submissions, as the service stores them (a user, a job,
-    the archive in storage), made by bench/similarity.py's generator: a class too big to submit here."""
-    import hashlib
+    the archive in storage), made by bench/similarity.py: a class too big to submit here."""
     import importlib.util
-    import io
-    import tarfile
 
-    from ulid import ULID
-
-    from raiprotocol.models import JobState
-    from raiserver.access.auth import create_user
     from raiserver.store.db import Database
     from raiserver.store.storage import Storage
-    from raiserver.store.tables import Job
 
     spec = importlib.util.spec_from_file_location("bench_similarity", ROOT / "bench" / "similarity.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     docs, _ = bench.corpus(teams, 3, 2)
-    db, storage = Database(svc.env["DATABASE_URL"]), Storage(svc.data / "storage")
-    with db.session() as s:
-        for d in docs:
-            user, _ = create_user(s, f"big-{d.team}", team=f"big-{d.team}")
-            buf = io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-                data = d.code.encode()
-                info = tarfile.TarInfo("new-forward.cu")
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            blob = buf.getvalue()
-            sha = hashlib.sha256(blob).hexdigest()
-            path = storage.archive_path(sha)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(blob)
-            s.add(Job(id=str(ULID()), owner_id=user.id, queue="gpu", kind="final", state=JobState.succeeded, image=BUSYBOX,
-                      spec_yaml="", archive_sha256=sha, archive_bytes=len(blob)))
+    db = Database(svc.env["DATABASE_URL"])
+    bench.store_class(db, Storage(svc.data / "storage"), docs, prefix="big-")
     db.engine.dispose()
 
 
