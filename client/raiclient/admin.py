@@ -121,7 +121,7 @@ def similarity(
     kind: str = typer.Argument(..., help="the kind whose teams' latest submissions are compared, e.g. final"),
     starter: Optional[Path] = typer.Option(None, "--starter", exists=True, dir_okay=False,
                                            help="the course's starter code (e.g. new-forward.cu): never counts as a match"),
-    show: int = typer.Option(10, "-n", min=0, max=100, help="how many of the most similar pairs to print"),
+    show: int = typer.Option(10, "-n", min=0, max=50, help="how many of the most similar pairs to print"),
     detach: bool = typer.Option(False, "--detach", "-d", help="start it and return at once"),
     server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:

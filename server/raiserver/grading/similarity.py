@@ -23,7 +23,7 @@ from markupsafe import Markup
 NOISE, GUARANTEE = 25, 30  # copydetect's defaults: matches shorter than 25 tokens are noise, 30 are always found
 WINDOW = GUARANTEE - NOISE + 1
 LANGUAGE = "cpp"  # pygments' C++ lexer, for .cu and .cuh as well
-TOP = 100  # pairs kept
+TOP = 50  # pairs kept, with the code of their teams (at most 100 files of 128 KiB)
 
 logging.getLogger("copydetect").setLevel(logging.ERROR)
 

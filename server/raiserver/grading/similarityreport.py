@@ -33,7 +33,7 @@ from raiserver.store.tables import Job, SimilarityReport, User
 log = logging.getLogger("raiserver")
 CODE_SUFFIXES = {".cu", ".cuh", ".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp"}
 MAX_STARTER = 256 * 1024  # bytes
-MAX_FILE = 512 * 1024  # a student file larger than this is not code anyone wrote by hand: left out
+MAX_FILE = 128 * 1024  # a student file larger than this is not code anyone wrote by hand: left out (and the kept code stays small)
 BUSY = ("queued", "running")
 NOTE_EVERY = 1.0  # seconds between progress notes in the database
 
@@ -174,7 +174,7 @@ def recent(db: Session, p: Principal, limit: int = 50) -> list[SimilarityReport]
     return list(db.scalars(select(SimilarityReport).order_by(SimilarityReport.id.desc()).limit(limit)))
 
 
-def report_out(r: SimilarityReport, pairs: int = 100) -> SimilarityOut:
+def report_out(r: SimilarityReport, pairs: int = 50) -> SimilarityOut:
     return SimilarityOut(id=r.id, kind=r.kind, state=r.state, started_by=r.started_by, created_at=r.created_at,
                          started_at=r.started_at, finished_at=r.finished_at, phase=r.phase, done=r.done, total=r.total,
                          teams=r.teams, message=r.message, files=r.files or [],

@@ -99,9 +99,10 @@ def for_student(db: Session, p: Principal, limit: int = 100) -> list[RegradeRequ
     return list(db.scalars(q.order_by(RegradeRequest.id.desc()).limit(limit)))
 
 
-def for_job(db: Session, job: Job) -> list[RegradeRequest]:
+def for_job(db: Session, job: Job, limit: int = 100) -> list[RegradeRequest]:
     """A run's requests, for whoever may see the run (its team and staff), oldest first."""
-    return list(db.scalars(select(RegradeRequest).where(RegradeRequest.job_id == job.id).order_by(RegradeRequest.id)))
+    q = select(RegradeRequest).where(RegradeRequest.job_id == job.id).order_by(RegradeRequest.id)
+    return list(db.scalars(q.limit(limit)))
 
 
 def for_staff(db: Session, p: Principal, everything: bool = False, limit: int = 500) -> list[RegradeRequest]:
