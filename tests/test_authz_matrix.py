@@ -70,6 +70,13 @@ def web_owner_or_staff(role):
     return ALLOWED if role == "owner" or role in STAFF else (404 if role in USERS else 303)
 
 
+def web_team_only(role):
+    """A student asks for a regrade of their team's run; staff answer, they do not ask (403)."""
+    if role in STAFF:
+        return 403
+    return ALLOWED if role == "owner" else (404 if role in USERS else 303)
+
+
 def web_events(role):
     return ALLOWED if role in USERS else 401
 
@@ -112,6 +119,13 @@ MATRIX = {
     ("POST", "/api/v1/admin/users/{username}/revoke"): instructor,
     ("POST", "/api/v1/admin/jobs/{job_id}/remeasure"): staff,
     ("GET", "/api/v1/admin/users"): staff,
+    ("POST", "/api/v1/jobs/{job_id}/regrade"): any_user,  # without a body: 422 for anyone, asks nothing, tells nothing
+    ("GET", "/api/v1/regrades"): any_user,  # the caller's own
+    ("GET", "/api/v1/admin/regrades"): staff,
+    ("POST", "/api/v1/admin/similarity"): staff,  # without a body: 422, starts nothing
+    ("GET", "/api/v1/admin/similarity"): staff,
+    ("GET", "/api/v1/admin/similarity/{report_id}"): staff,  # "{report_id}" is no number: 422 for staff
+    ("POST", "/api/v1/admin/regrades/{request_id}"): staff,  # without a body: 422, answers nothing
     ("GET", "/api/v1/admin/audit"): instructor,
     # kinds (issue 36), on 'dev', which has runs: it cannot be removed, and bodies left out change nothing (422)
     ("GET", "/api/v1/kinds"): any_user,
@@ -137,6 +151,13 @@ MATRIX = {
     ("GET", "/workers"): web_staff,
     ("GET", "/jobs/{job_id}"): web_owner_or_staff,
     ("POST", "/jobs/{job_id}/cancel"): web_owner_or_staff,
+    ("POST", "/jobs/{job_id}/regrade"): web_team_only,  # no message: 422 for the owner, asks nothing
+    ("GET", "/regrades"): web_staff,
+    ("GET", "/similarity"): web_staff,
+    ("POST", "/similarity"): web_staff,  # no kind: 422 for staff, starts nothing
+    ("GET", "/similarity/{report_id}"): web_staff,
+    ("GET", "/similarity/{report_id}/pairs/{n}"): web_staff,
+    ("POST", "/regrades/{request_id}"): web_staff,  # no action: 422 for staff, answers nothing
     ("GET", "/leaderboard"): web_user,
     ("GET", "/users/{username}"): web_owner_or_staff,
     ("GET", "/users"): web_staff,
@@ -226,6 +247,7 @@ def test_every_route_for_every_role(world, role):
         is_web = not path.startswith("/api/") and path not in ("/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
         c = web if is_web else api
         url = path.replace("{job_id}", DESTRUCTIVE_JOB[0] if path.endswith("/files") else job_id).replace("{sha256}", BLOB)
+        url = url.replace("{request_id}", "1")
         url = url.replace("{username}", owner_name if path.startswith("/users/") else "mx_victim").replace("{kind}", "dev")
         kw: dict = {}
         if path == "/api/v1/admin/roster":

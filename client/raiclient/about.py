@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "limits": "Your limits now: jobs active, submissions and GPU minutes left, late days left.",
     "cancel": "Cancel a queued or running job.",
     "delete": "Free storage: delete finished jobs' archives and build folders (their logs and results stay).",
+    "regrade": "Ask staff for a regrade of a run that has ended, saying why (one open request per run).",
+    "regrades": "Your regrade requests and what became of them, newest first.",
     "login": "Check credentials with the server and write them to ~/.rai_profile.",
     "version": "Print the client's version (and the server's, when a profile names one that answers).",
     "admin": "Course management (instructors and admins).",

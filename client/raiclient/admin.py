@@ -105,6 +105,63 @@ def grades(
         return
     output.write_text(text, encoding="utf-8")
     cli.say(f"{len(text.splitlines()) - (2 if fmt == 'canvas' else 1)} students' grades for '{kind}' written to {output}")
+@admin.command("regrades")
+def regrades(everything: bool = typer.Option(False, "--all", help="the answered requests too, newest first"),
+             server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+    """The open regrade requests, oldest first (staff): answer each with 'raiclient admin regrade ID'."""
+    from .regrades import show
+
+    with cli.connected(server) as api:
+        rows = api.regrades(everything)
+    if not rows:
+        cli.say("No open regrade request" if not everything else "No regrade request yet")
+        return
+    show(rows, staff=True)
+
+
+@admin.command("regrade")
+def regrade(
+    request_id: int = typer.Argument(..., help="the request's number (#ID in 'raiclient admin regrades')"),
+    measure_again: bool = typer.Option(False, "--remeasure", help="measure the run again (ranked runs)"),
+    repeats: int = typer.Option(10, "--repeats", min=2, max=20, help="timed runs of the re-measure"),
+    grade: Optional[str] = typer.Option(None, "--grade", help="the adjusted grade (with --reason)"),
+    reason: str = typer.Option("", "--reason", help="why the grade changes (the student reads it)"),
+    answer: str = typer.Option("", "--answer", help="what the student reads; alone, it closes the request"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """Answer a regrade request (staff; audited): --remeasure, --grade G --reason WHY, or --answer TEXT alone."""
+    from raiprotocol.models import RegradeAction
+
+    from .regrades import outcome
+
+    if measure_again and grade is not None:
+        cli.fail("give either --remeasure or --grade, not both")
+    action = "remeasure" if measure_again else "adjust" if grade is not None else "close"
+    with cli.connected(server) as api:
+        r = api.answer_regrade(request_id, RegradeAction.model_construct(action=action, answer=answer, grade=grade or "", reason=reason, repeats=repeats))
+    cli.say(f"Regrade request #{r.id} ({r.student}, job {r.job_id}) closed: {outcome(r)}")
+
+
+@admin.command("similarity")
+def similarity(
+    kind: str = typer.Argument(..., help="the kind whose teams' latest submissions are compared, e.g. final"),
+    starter: Optional[Path] = typer.Option(None, "--starter", exists=True, dir_okay=False,
+                                           help="the course's starter code (e.g. new-forward.cu): never counts as a match"),
+    show: int = typer.Option(10, "-n", min=0, max=50, help="how many of the most similar pairs to print"),
+    detach: bool = typer.Option(False, "--detach", "-d", help="start it and return at once"),
+    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
+    """Compare each team's latest submission of KIND, pair by pair (staff; made in the background):
+    prints the progress, then the most similar pairs and the page that shows them side by side."""
+    from .similarity import follow
+
+    text = starter.read_text(encoding="utf-8", errors="replace") if starter else ""
+    with cli.connected(server) as api:
+        report = api.start_similarity(kind, text)
+        page = f"{api.server}/similarity/{report.id}"
+        cli.say(f"Similarity report #{report.id} for '{report.kind}' started ({', '.join(report.files)}); its page: {page}")
+        if not detach:
+            follow(api, report.id, show)
 
 
 @admin.command("audit")

@@ -26,7 +26,12 @@ from raiprotocol.models import (
     PullRequest,
     QueueImages,
     QueueSummary,
+    RegradeAction,
+    RegradeIn,
+    RegradeOut,
     RosterResult,
+    SimilarityIn,
+    SimilarityOut,
     UserOut,
     UserRow,
 )
@@ -128,6 +133,26 @@ class Api:
         params = {"format": fmt, **({"assignment": assignment} if assignment else {})}
         resp = self.http.send("GET", f"/api/v1/admin/grades/{quote(kind, safe='')}", params=params, timeout=120.0)
         return self.http.read(resp).decode("utf-8")
+    def ask_regrade(self, job_id: str, message: str) -> RegradeOut:
+        return RegradeOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/regrade",
+                                                       json_body=RegradeIn.model_construct(message=message).model_dump()))
+
+    def my_regrades(self) -> list[RegradeOut]:
+        return [RegradeOut.model_validate(r) for r in self._request("GET", "/api/v1/regrades")]
+
+    def regrades(self, everything: bool) -> list[RegradeOut]:
+        params = {"all": "true"} if everything else {}
+        return [RegradeOut.model_validate(r) for r in self._request("GET", "/api/v1/admin/regrades", params=params)]
+
+    def answer_regrade(self, request_id: int, action: RegradeAction) -> RegradeOut:
+        return RegradeOut.model_validate(self._request("POST", f"/api/v1/admin/regrades/{request_id}", json_body=action.model_dump()))
+
+    def start_similarity(self, kind: str, starter: str) -> SimilarityOut:
+        body = SimilarityIn.model_construct(kind=kind, starter=starter).model_dump()
+        return SimilarityOut.model_validate(self._request("POST", "/api/v1/admin/similarity", json_body=body))
+
+    def similarity(self, report_id: int, pairs: int = 20) -> SimilarityOut:
+        return SimilarityOut.model_validate(self._request("GET", f"/api/v1/admin/similarity/{report_id}", params={"n": pairs}))
 
     def cancel(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))

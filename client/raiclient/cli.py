@@ -246,6 +246,28 @@ def delete(job_ids: list[str] = typer.Argument(..., help="finished jobs"), serve
 
 
 @app.command()
+def regrade(job_id: str, message: str = typer.Argument(..., help="what staff should look at again (up to 2000 characters)"),
+            server: Optional[str] = SERVER_OPT) -> None:
+    """Ask staff for a regrade of a run that has ended, saying why (one open request per run)."""
+    with connected(server) as api:
+        r = api.ask_regrade(job_id, message)
+    say(f"Regrade request #{r.id} for job {r.job_id} sent; 'raiclient regrades' shows its answer")
+
+
+@app.command()
+def regrades(server: Optional[str] = SERVER_OPT) -> None:
+    """Your regrade requests and what became of them, newest first."""
+    from .regrades import show
+
+    with connected(server) as api:
+        rows = api.my_regrades()
+    if not rows:
+        say("You have asked for no regrade; ask with: raiclient regrade JOB_ID \"why\"")
+        return
+    show(rows)
+
+
+@app.command()
 def login(
     server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER", help="the rai server's URL"),
     access_key: Optional[str] = typer.Option(None, "--access-key", help="from your instructor"),

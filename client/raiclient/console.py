@@ -36,8 +36,8 @@ def console() -> Console:
                    color_system="auto" if colour else None)
 
 
-def show(*renderables: RenderableType) -> None:
-    console().print(*renderables)
+def show(*renderables: RenderableType, soft_wrap: bool | None = None) -> None:
+    console().print(*renderables, soft_wrap=soft_wrap)
 
 
 def print_json(value: Any, kind: Any) -> None:

@@ -447,3 +447,76 @@ class Limits(BaseModel):
 class KindsView(BaseModel):
     kinds: list[KindOut]
     limits: Limits
+REGRADE_MESSAGE_CHARS = 2000  # a student's message, a staff answer or reason: a paragraph, not an essay
+REGRADE_GRADE_CHARS = 32  # an adjusted grade: "92", "A-", "full marks"
+
+
+class RegradeIn(BaseModel):
+    """A student asks for a regrade of one run (issue 36). The length is checked by the server,
+    with a sentence; the field's own cap only stops a body no form would send."""
+
+    message: str = Field("", max_length=64 * 1024)
+
+
+class RegradeAction(BaseModel):
+    """Staff answer an open request: ``remeasure`` the run (ranked runs), ``adjust`` the grade with
+    a reason, or ``close`` it with an answer. Each closes the request; the answer is what the student reads."""
+
+    action: str = Field(max_length=16)
+    answer: str = Field("", max_length=64 * 1024)
+    grade: str = Field("", max_length=1024)
+    reason: str = Field("", max_length=64 * 1024)
+    repeats: int = Field(10, ge=2, le=20)
+
+
+class RegradeOut(BaseModel):
+    id: int
+    job_id: str
+    kind: str
+    student: str
+    message: str
+    created_at: datetime
+    state: str  # open | closed
+    outcome: str | None = None  # remeasured | adjusted | answered
+    answer: str | None = None
+    grade: str | None = None
+    reason: str | None = None
+    remeasure_job: str | None = None
+    closed_by: str | None = None
+    closed_at: datetime | None = None
+
+
+class SimilarityIn(BaseModel):
+    """Staff start a similarity report over each team's latest submission of ``kind``; ``starter``:
+    the course's starter code, left out as boilerplate."""
+
+    kind: str = Field(max_length=32)
+    starter: str = Field("", max_length=256 * 1024)
+
+
+class SimilarityPair(BaseModel):
+    a: str  # team
+    b: str
+    a_job: str
+    b_job: str
+    score: float  # the larger share
+    share_a: float  # the part of a's code found in b's
+    share_b: float
+    tokens: int
+
+
+class SimilarityOut(BaseModel):
+    id: int
+    kind: str
+    state: str  # queued | running | done | failed
+    started_by: str
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    phase: str | None = None  # reading | comparing
+    done: int = 0
+    total: int = 0
+    teams: int = 0
+    message: str | None = None
+    files: list[str] = []
+    pairs: list[SimilarityPair] = []

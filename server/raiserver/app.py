@@ -18,13 +18,15 @@ from raiserver import __version__
 from raiserver.access.auth import key_tag
 from raiserver.access.hardening import LoginLimiter, SecurityHeaders
 from raiserver.access.uploadgate import UploadGate
-from raiserver.api import pages, termpages
+from raiserver.api import pages, regradepages, similaritypages, termpages
 from raiserver.api.routes import admin as admin_routes
 from raiserver.api.routes import client as client_routes
 from raiserver.api.routes import grades as grades_routes
 from raiserver.api.routes import jobs as jobs_routes
 from raiserver.api.routes import kinds as kinds_routes
 from raiserver.api.routes import leaderboard as leaderboard_routes
+from raiserver.api.routes import regrades as regrade_routes
+from raiserver.api.routes import similarity as similarity_routes
 from raiserver.api.routes import workers as workers_routes
 from raiserver.config import Settings, load_settings
 from raiserver.errors import DomainError
@@ -81,7 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
         svc.kick = kick
         tasks = [asyncio.create_task(loops.reaper(svc)), asyncio.create_task(loops.dispatcher(svc, wake)),
-                 asyncio.create_task(metrics.flush_loop(app))]
+                 asyncio.create_task(metrics.flush_loop(app)), asyncio.create_task(loops.similarity(svc))]
         yield
         for task in tasks:
             task.cancel()
@@ -99,9 +101,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(client_routes.router)
     app.include_router(kinds_routes.router)
     app.include_router(grades_routes.router)
+    app.include_router(regrade_routes.router)
+    app.include_router(similarity_routes.router)
     app.include_router(metrics.router)
     pages.install(app, settings)
     app.include_router(termpages.router)
+    app.include_router(regradepages.router)
+    app.include_router(similaritypages.router)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(metrics.HttpCounts, counts=svc.counts)
 

@@ -57,6 +57,23 @@ def can_cancel(p: Principal, job: Job) -> bool:
     return p.is_staff or job.owner_id == p.user.id
 
 
+def can_request_regrade(p: Principal, job: Job) -> bool:
+    """A student of the run's team (its owner or a teammate) asks for a regrade; staff answer them."""
+    if p.is_staff:
+        return False
+    return job.owner_id == p.user.id or (bool(p.user.team) and job.owner.team == p.user.team)
+
+
+def can_answer_regrades(p: Principal) -> bool:
+    """Staff (TAs included: they grade) see the open requests, re-measure, adjust a grade, answer."""
+    return p.is_staff
+
+
+def can_run_similarity(p: Principal) -> bool:
+    """Staff only: the report shows every team's code side by side."""
+    return p.is_staff
+
+
 def may_change(actor: User, target: User, where: str = "") -> None:
     """Nobody changes a user of their own rank or higher (keys, role, team), except admins and
     oneself: an instructor who could rotate an admin's keys would receive a working admin secret."""

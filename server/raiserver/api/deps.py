@@ -96,10 +96,18 @@ def web_user(request: Request, db: Session = Depends(get_db)) -> Principal:
     return Principal(user)
 
 
+def web_staff(p: Principal = Depends(web_user)) -> Principal:
+    """A staff page: a student's browser is told so (403), before anything in the request is read."""
+    if not p.is_staff:
+        raise Forbidden("this page is for staff")
+    return p
+
+
 SessionDep = Annotated[Session, Depends(get_db)]
 ServicesDep = Annotated[AppServices, Depends(services)]
 CurrentUser = Annotated[Principal, Depends(current_user)]
 StaffUser = Annotated[Principal, Depends(require_staff)]
 InstructorUser = Annotated[Principal, Depends(require_instructor)]
 WebUser = Annotated[Principal, Depends(web_user)]
+WebStaff = Annotated[Principal, Depends(web_staff)]
 WORKER_ONLY = [Depends(require_worker)]  # a route's ``dependencies=``: the worker's token, nothing to pass on

@@ -23,6 +23,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
+from raiprotocol.models import REGRADE_MESSAGE_CHARS
 from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
 from raiserver.access.csrf import check_csrf, csrf_token
 from raiserver.access.people import MAX_QUERY, find_people
@@ -33,6 +34,7 @@ from raiserver.errors import Forbidden, NotFound, Unauthorized
 from raiserver.fleet.workers import is_alive
 from raiserver.grading.kinds import Deadlines
 from raiserver.grading.leaderboard import hidden, leaderboard
+from raiserver.jobs import regrades
 from raiserver.jobs.lifecycle import cancel_job
 from raiserver.jobs.lookup import cancellable_job, visible_job
 from raiserver.jobs.quotas import limits_of
@@ -161,8 +163,10 @@ def workers_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep)
 @router.get("/jobs/{job_id}")
 def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     job = visible_job(db, p, job_id)
+    asked = regrades.for_job(db, job)
     return render(request, "job.html", p, job=job_out(db, job, QueueView(db, svc.settings)), spec=job.spec_yaml,
-                  can_cancel=can_cancel(p, job))
+                  can_cancel=can_cancel(p, job), regrades=[regrades.out(r) for r in asked],
+                  may_ask=regrades.may_ask(p, job, asked), message_chars=REGRADE_MESSAGE_CHARS)
 
 
 @router.post("/jobs/{job_id}/cancel")
@@ -230,7 +234,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         return await run_in_threadpool(error_page, request, exc.status_code, str(exc.detail))
 
 
-TITLES = {403: "Not for you", 404: "Not found", 409: "Not possible now", 429: "Too many requests"}
+TITLES = {403: "Not for you", 404: "Not found", 409: "Not possible now", 422: "Not accepted", 429: "Too many requests"}
 NOT_PAGES = ("/api/", "/web/", "/static/", "/metrics", "/healthz", "/openapi.json", "/docs", "/redoc")
 
 

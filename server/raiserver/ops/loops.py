@@ -1,5 +1,5 @@
 """The loops every server process runs beside its requests: the reaper (leases, fences, lost
-deliveries, abandoned temporary files) and the fair-share release. Each pass is taken by one process
+deliveries, abandoned temporary files), the fair-share release, and staff's similarity reports. Each pass is taken by one process
 at a time, through a Redis lock, whatever the number of processes."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
+from raiserver.grading.similarityreport import make, next_report
 from raiserver.jobs.lifecycle import reap, release_again, release_jobs, restore_fences
 from raiserver.services import AppServices
 from raiserver.store.tables import Job
@@ -125,3 +126,34 @@ async def dispatcher(svc: AppServices, wake: asyncio.Event) -> None:
             await run_in_threadpool(dispatch_pass, svc)
         except Exception:  # the database or Redis may be restarting: try again next round
             log.exception("dispatch pass failed")
+
+
+SIMILARITY_LOCK_SECONDS = 60  # renewed with every progress note (at least every few seconds)
+
+
+def similarity_pass(svc: AppServices) -> int | None:
+    """Make the next similarity report, if any, in this thread; one process at a time (a Redis lock
+    renewed as it goes: a process that stops lets another take the report up again). Returns its id."""
+    with one_process_at_a_time(svc, "similarity", SIMILARITY_LOCK_SECONDS) as mine:
+        if not mine:
+            return None
+        with svc.db.session() as db:
+            report = next_report(db)
+        if report is None:
+            return None
+        def beat() -> None:
+            svc.logs.redis.expire("rai:similarity-lock", SIMILARITY_LOCK_SECONDS)
+
+        log.info("making similarity report %d", report)
+        make(svc.db, svc.storage, report, beat)
+        return report
+
+
+async def similarity(svc: AppServices) -> None:
+    """Every 2 s: a report staff asked for is made in a thread, never on a request's path."""
+    while True:
+        await asyncio.sleep(2.0)
+        try:
+            await run_in_threadpool(similarity_pass, svc)
+        except Exception:  # Redis or the database away: try again next round
+            log.exception("similarity pass failed")

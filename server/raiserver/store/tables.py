@@ -1,11 +1,11 @@
-"""The database tables: users, jobs, workers."""
+"""The database tables: users, jobs, workers, the course's build files, regrade requests."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Enum, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from raiprotocol.models import JobState
@@ -161,3 +161,54 @@ class RevokedKey(Base):
     username: Mapped[str] = mapped_column(String(64))
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     reason: Mapped[str] = mapped_column(String(32), default="revoked")
+
+
+class RegradeRequest(Base):
+    """A student asks staff to look at one run again (issue 36); staff re-measure it, adjust its
+    grade with a reason, or answer. One open request per run per student (the partial index)."""
+
+    __tablename__ = "regrade_requests"
+    __table_args__ = (Index("one_open_regrade", "job_id", "student_id", unique=True,
+                            postgresql_where=text("state = 'open'"), sqlite_where=text("state = 'open'")),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    student_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    state: Mapped[str] = mapped_column(String(8), default="open", index=True)  # open | closed
+    outcome: Mapped[str | None] = mapped_column(String(16))  # remeasured | adjusted | answered
+    answer: Mapped[str | None] = mapped_column(Text)
+    grade: Mapped[str | None] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(Text)
+    remeasure_job: Mapped[str | None] = mapped_column(String(26))
+    closed_by: Mapped[str | None] = mapped_column(String(64))
+    closed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    job: Mapped[Job] = relationship()
+    student: Mapped[User] = relationship()
+
+
+class SimilarityReport(Base):
+    """A pairwise similarity report over each team's latest submission of a kind (issue 36): staff
+    start it, the server's background loop makes it (grading/similarity.py) and notes its progress
+    here; the most similar pairs are kept with the regions that match, for the side-by-side page."""
+
+    __tablename__ = "similarity_reports"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(8), default="queued", index=True)  # queued | running | done | failed
+    started_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    phase: Mapped[str | None] = mapped_column(String(16))  # reading | comparing
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    teams: Mapped[int] = mapped_column(Integer, default=0)
+    message: Mapped[str | None] = mapped_column(Text)
+    starter: Mapped[str] = mapped_column(Text, default="")  # the course's starter code: boilerplate, never a match
+    files: Mapped[list[str] | None] = mapped_column(JSON)  # the student files compared
+    pairs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # the most similar pairs, most similar first
+    code: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # job id -> {team, code} of the teams in those pairs

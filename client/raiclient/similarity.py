@@ -1,0 +1,47 @@
+"""``raiclient admin similarity``: follow a report as the server makes it, then print its most
+similar pairs (issue 36). Ctrl-C stops following; the report goes on on the server."""
+
+from __future__ import annotations
+
+import time
+
+from rich.table import Table
+from rich.text import Text
+
+from raiprotocol.models import SimilarityOut
+
+from .api import Api
+from .console import say
+from .console import show as print_out
+from .output import cell
+
+POLL_SECONDS = 1.0
+
+
+def follow(api: Api, report_id: int, show: int) -> SimilarityOut:
+    """A line each time the phase changes or another tenth is done, until the report ends."""
+    last = ("", -1)
+    while True:
+        r = api.similarity(report_id, show)
+        if r.state in ("done", "failed"):
+            break
+        tenth = (10 * r.done // r.total) if r.total else 0
+        if r.state == "running" and r.phase and (r.phase, tenth) != last:
+            unit = "teams read" if r.phase == "reading" else "pairs compared"
+            say(f"{r.done}/{r.total} {unit}")
+            last = (r.phase, tenth)
+        time.sleep(POLL_SECONDS)
+    if r.state == "failed":
+        say(f"Similarity report #{r.id} {cell(r.message or 'failed')}")
+        return r
+    took = f" in {(r.finished_at - r.started_at).total_seconds():.1f} s" if r.finished_at and r.started_at else ""
+    say(f"Similarity report #{r.id} done{took}: {cell(r.message or '')}")
+    if show and r.pairs:
+        table = Table("#", "team", "team", "similarity", "shares", "tokens")
+        for i, p in enumerate(r.pairs, 1):
+            table.add_row(str(i), Text(cell(p.a)), Text(cell(p.b)), f"{p.score:.0%}", f"{p.share_a:.0%} / {p.share_b:.0%}", str(p.tokens))
+        print_out(table)
+        say(f"Side by side, the matching regions highlighted: {api.server}/similarity/{r.id}/pairs/1")
+    elif show:
+        say("No two teams share code beyond the starter")
+    return r
