@@ -83,6 +83,8 @@ def web_events(role):
 
 MATRIX = {
     ("GET", "/healthz"): public,
+    ("GET", "/client/"): public,  # the client, for anyone to download (issue 37)
+    ("GET", "/client/{name}"): public,
     ("GET", "/metrics"): public,  # loopback (every test client) or RAI_METRICS_TOKEN
     ("GET", "/openapi.json"): public,
     ("GET", "/docs"): public,
@@ -247,7 +249,7 @@ def test_every_route_for_every_role(world, role):
         is_web = not path.startswith("/api/") and path not in ("/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc")
         c = web if is_web else api
         url = path.replace("{job_id}", DESTRUCTIVE_JOB[0] if path.endswith("/files") else job_id).replace("{sha256}", BLOB)
-        url = url.replace("{request_id}", "1")
+        url = url.replace("{request_id}", "1").replace("{name}", "raiclient.pyz")
         url = url.replace("{username}", owner_name if path.startswith("/users/") else "mx_victim").replace("{kind}", "dev")
         kw: dict = {}
         if path == "/api/v1/admin/roster":

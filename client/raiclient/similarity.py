@@ -24,6 +24,8 @@ def follow(api: Api, report_id: int, show: int) -> SimilarityOut:
     while True:
         r = api.similarity(report_id, show)
         if r.state in ("done", "failed"):
+            if r.state == "done" and r.phase == "comparing" and r.total and last != ("comparing", 10):
+                say(f"{r.done}/{r.total} pairs compared")  # it ended between two looks: the trail stays whole
             break
         tenth = (10 * r.done // r.total) if r.total else 0
         if r.state == "running" and r.phase and (r.phase, tenth) != last:
