@@ -216,8 +216,8 @@ def job() -> None:
         from raiworker.config import WorkerSettings
 
         d = {k: WorkerSettings.model_fields[k].default for k in ("cpus", "memory_mb", "pids")}
-        limits = dict(nano_cpus=int(min(d["cpus"], os.cpu_count() or 1) * 1e9), mem_limit=f"{d['memory_mb']}m",
-                      memswap_limit=f"{d['memory_mb']}m", pids_limit=d["pids"])
+        limits = {"nano_cpus": int(min(d["cpus"], os.cpu_count() or 1) * 1e9), "mem_limit": f"{d['memory_mb']}m",
+                      "memswap_limit": f"{d['memory_mb']}m", "pids_limit": d["pids"]}
         figures["plain_limits"] = limits
         spans, plain_spans, timelines = [], [], []
         plain = ""

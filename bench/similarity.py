@@ -47,7 +47,7 @@ def kernel(rng: random.Random, team: int) -> str:
     tile = rng.choice([8, 16, 32])
     names = rng.sample(NAMES, 6)
     lines = [f"#define TILE_{team} {tile}", f"__global__ void conv_team_{team}(const float *x, const float *k, float *y, int n) {{",
-             "  __shared__ float tile[{t}][{t}];".format(t=tile) if rng.random() < 0.6 else "  // no shared memory",
+             f"  __shared__ float tile[{tile}][{tile}];" if rng.random() < 0.6 else "  // no shared memory",
              "  int i = blockIdx.x * blockDim.x + threadIdx.x;", "  int j = threadIdx.y;"]
     for name in names[:3]:
         lines.append(f"  float {name} = {expr(rng, ['0.0f', 'x[i]'])};")

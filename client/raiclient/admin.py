@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.text import Text
@@ -37,7 +36,7 @@ def _profile(issued: IssuedKeys, server: str) -> Profile:
 def roster_import(
     csv_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="CSV: username, name, email, team (and optionally role)"),
     out: Path = typer.Option(Path("profiles"), "--out", help="folder for one ready-to-use .rai_profile per new student"),
-    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Create the students of a roster and write their profiles; re-importing changes only what changed."""
     with cli.connected(server) as api:
@@ -55,10 +54,10 @@ def roster_import(
 @keys.command("rotate")
 def keys_rotate(
     username: str,
-    out: Optional[Path] = typer.Option(None, "--out", help="write the new profile here (default: where this client "
+    out: Path | None = typer.Option(None, "--out", help="write the new profile here (default: where this client "
                                                             "wrote USER's profile before, else profiles/USER.rai_profile "
                                                             "if it exists, else ./USER.rai_profile)"),
-    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Issue new keys; the old ones stop working at once."""
     dest, why = (out, "as asked") if out else issued_profiles.where(username)
@@ -70,7 +69,7 @@ def keys_rotate(
 
 
 @keys.command("revoke")
-def keys_revoke(username: str, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+def keys_revoke(username: str, server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Stop a user's key from working (rotate later to give them a new one)."""
     with cli.connected(server) as api:
         api.revoke_keys(username)
@@ -79,7 +78,7 @@ def keys_revoke(username: str, server: Optional[str] = typer.Option(None, "--ser
 
 @admin.command("remeasure")
 def remeasure(job_id: str, repeats: int = typer.Option(10, "--repeats", min=2, max=20, help="timed runs (the course file's count by default is 5)"),
-              server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+              server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Measure a ranked entry again: the same files and course build, more timed runs on an idle GPU;
     its result replaces the entry's on the board once it ends (staff; audited)."""
     with cli.connected(server) as api:
@@ -91,9 +90,9 @@ def remeasure(job_id: str, repeats: int = typer.Option(10, "--repeats", min=2, m
 def grades(
     kind: str = typer.Argument(..., help="the kind whose grades, by its rule (raiclient admin kinds set KIND --grade …)"),
     fmt: str = typer.Option("csv", "--format", help="csv: every figure behind each grade; canvas: Canvas's gradebook import"),
-    assignment: Optional[str] = typer.Option(None, "--assignment", help="canvas: the assignment's column, e.g. 'Final Project (123456)'"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write here (default: print)"),
-    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+    assignment: str | None = typer.Option(None, "--assignment", help="canvas: the assignment's column, e.g. 'Final Project (123456)'"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="write here (default: print)"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """One row per student on the roster: the run that counts, its figures, the grade, or 0 and why."""
     if fmt not in ("csv", "canvas"):
@@ -107,7 +106,7 @@ def grades(
     cli.say(f"{len(text.splitlines()) - (2 if fmt == 'canvas' else 1)} students' grades for '{kind}' written to {output}")
 @admin.command("regrades")
 def regrades(everything: bool = typer.Option(False, "--all", help="the answered requests too, newest first"),
-             server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+             server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """The open regrade requests, oldest first (staff): answer each with 'raiclient admin regrade ID'."""
     from .regrades import show
 
@@ -124,10 +123,10 @@ def regrade(
     request_id: int = typer.Argument(..., help="the request's number (#ID in 'raiclient admin regrades')"),
     measure_again: bool = typer.Option(False, "--remeasure", help="measure the run again (ranked runs)"),
     repeats: int = typer.Option(10, "--repeats", min=2, max=20, help="timed runs of the re-measure"),
-    grade: Optional[str] = typer.Option(None, "--grade", help="the adjusted grade (with --reason)"),
+    grade: str | None = typer.Option(None, "--grade", help="the adjusted grade (with --reason)"),
     reason: str = typer.Option("", "--reason", help="why the grade changes (the student reads it)"),
     answer: str = typer.Option("", "--answer", help="what the student reads; alone, it closes the request"),
-    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Answer a regrade request (staff; audited): --remeasure, --grade G --reason WHY, or --answer TEXT alone."""
     from raiprotocol.models import RegradeAction
@@ -145,11 +144,11 @@ def regrade(
 @admin.command("similarity")
 def similarity(
     kind: str = typer.Argument(..., help="the kind whose teams' latest submissions are compared, e.g. final"),
-    starter: Optional[Path] = typer.Option(None, "--starter", exists=True, dir_okay=False,
+    starter: Path | None = typer.Option(None, "--starter", exists=True, dir_okay=False,
                                            help="the course's starter code (e.g. new-forward.cu): never counts as a match"),
     show: int = typer.Option(10, "-n", min=0, max=50, help="how many of the most similar pairs to print"),
     detach: bool = typer.Option(False, "--detach", "-d", help="start it and return at once"),
-    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Compare each team's latest submission of KIND, pair by pair (staff; made in the background):
     prints the progress, then the most similar pairs and the page that shows them side by side."""
@@ -166,7 +165,7 @@ def similarity(
 
 @admin.command("audit")
 def audit(limit: int = typer.Option(50, "-n"), as_json: bool = cli.JSON_OPT,
-          server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+          server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Recent staff actions."""
     with cli.connected(server) as api:
         rows = api.audit(limit)
@@ -178,7 +177,7 @@ def audit(limit: int = typer.Option(50, "-n"), as_json: bool = cli.JSON_OPT,
 
 
 @images.command("pull")
-def images_pull(image: str, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+def images_pull(image: str, server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """Have every worker pull IMAGE from its registry (on the worker host; jobs have no network)."""
     with cli.connected(server) as api:
         req = api.pull_image(image)
@@ -188,7 +187,7 @@ def images_pull(image: str, server: Optional[str] = typer.Option(None, "--server
 @images.command("load")
 def images_load(
     tar: Path = typer.Argument(..., exists=True, dir_okay=False, help="a `docker save NAME:TAG -o FILE.tar` archive"),
-    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Upload a saved image; every worker downloads it from the server and loads it (no registry needed)."""
     with cli.connected(server) as api:
@@ -203,7 +202,7 @@ def course_install(
     build_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="the course's build file, with its 'ranked:' section"),
     labels: Path = typer.Option(..., "--labels", exists=True, dir_okay=False,
                                 help="the expected answers, one per line; they stay on the server"),
-    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Install a new version of KIND's build file: from now on KIND's submissions run it, and only
     their runs, timed and checked by the service, rank."""
@@ -215,7 +214,7 @@ def course_install(
 
 
 @course.command("show")
-def course_show(as_json: bool = cli.JSON_OPT, server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+def course_show(as_json: bool = cli.JSON_OPT, server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
     """The build file each ranked kind runs now."""
     with cli.connected(server) as api:
         rows = api.course_builds()

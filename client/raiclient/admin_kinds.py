@@ -3,8 +3,6 @@ rules and extensions (instructors; every change is audited on the server)."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 from rich.text import Text
 
@@ -19,7 +17,7 @@ SERVER = typer.Option(None, "--server", envvar="RAI_SERVER")
 
 
 @kinds.command("show")
-def show(server: Optional[str] = SERVER) -> None:
+def show(server: str | None = SERVER) -> None:
     """Every kind: opening, deadline, late policy, grade rule, extensions granted."""
     with cli.connected(server) as api:
         view = api.kinds()
@@ -37,19 +35,19 @@ def show(server: Optional[str] = SERVER) -> None:
 @kinds.command("set")
 def set_kind(
     name: str = typer.Argument(..., help="the kind, e.g. m1 or final (created if new)"),
-    opens: Optional[str] = typer.Option(None, "--opens", help="ISO 8601, e.g. 2026-03-01T09:00-06:00 (no offset: UTC); 'none' clears"),
-    due: Optional[str] = typer.Option(None, "--due", help="the deadline, ISO 8601; 'none' clears"),
-    policy: Optional[str] = typer.Option(None, "--late-policy", help="refuse | mark (accept, mark late) | days (draw late days)"),
-    late_hours: Optional[float] = typer.Option(None, "--late-hours", help="the late window after each student's deadline; 0: no end"),
-    grade: Optional[str] = typer.Option(None, "--grade", help="pass | linear | stddev: the grade rule (with the options below)"),
+    opens: str | None = typer.Option(None, "--opens", help="ISO 8601, e.g. 2026-03-01T09:00-06:00 (no offset: UTC); 'none' clears"),
+    due: str | None = typer.Option(None, "--due", help="the deadline, ISO 8601; 'none' clears"),
+    policy: str | None = typer.Option(None, "--late-policy", help="refuse | mark (accept, mark late) | days (draw late days)"),
+    late_hours: float | None = typer.Option(None, "--late-hours", help="the late window after each student's deadline; 0: no end"),
+    grade: str | None = typer.Option(None, "--grade", help="pass | linear | stddev: the grade rule (with the options below)"),
     points: float = typer.Option(100, "--points", help="grade rule: full marks"),
-    threshold: Optional[float] = typer.Option(None, "--threshold", help="grade rule: the accuracy needed (default: the server's)"),
-    slow: Optional[float] = typer.Option(None, "--slow", help="linear: op time (s) that earns 0"),
-    fast: Optional[float] = typer.Option(None, "--fast", help="linear: op time (s) that earns full points"),
+    threshold: float | None = typer.Option(None, "--threshold", help="grade rule: the accuracy needed (default: the server's)"),
+    slow: float | None = typer.Option(None, "--slow", help="linear: op time (s) that earns 0"),
+    fast: float | None = typer.Option(None, "--fast", help="linear: op time (s) that earns full points"),
     at_median: float = typer.Option(0.8, "--at-median", help="stddev: the fraction earned at the class median"),
     per_sd: float = typer.Option(0.1, "--per-sd", help="stddev: the fraction more per standard deviation faster"),
     late_penalty: float = typer.Option(0.0, "--late-penalty", help="grade rule: the fraction lost per started day late"),
-    server: Optional[str] = SERVER,
+    server: str | None = SERVER,
 ) -> None:
     """Create a kind or change it: only the options given change."""
     fields: dict[str, object] = {k: v for k, v in (("opens", opens), ("due", due), ("late_policy", policy),
@@ -80,7 +78,7 @@ def _first_error(exc: ValueError) -> str:
 
 
 @kinds.command("remove")
-def remove(name: str, server: Optional[str] = SERVER) -> None:
+def remove(name: str, server: str | None = SERVER) -> None:
     """Remove a kind that has no runs (one with runs: close it with --due instead)."""
     with cli.connected(server) as api:
         api.remove_kind(name)
@@ -90,12 +88,12 @@ def remove(name: str, server: Optional[str] = SERVER) -> None:
 @kinds.command("extend")
 def extend(
     kind: str,
-    student: Optional[str] = typer.Option(None, "--student", help="the student's username"),
-    team: Optional[str] = typer.Option(None, "--team", help="or a whole team"),
-    until: Optional[str] = typer.Option(None, "--until", help="the new deadline, ISO 8601"),
-    hours: Optional[float] = typer.Option(None, "--hours", help="or this many hours after the kind's deadline"),
+    student: str | None = typer.Option(None, "--student", help="the student's username"),
+    team: str | None = typer.Option(None, "--team", help="or a whole team"),
+    until: str | None = typer.Option(None, "--until", help="the new deadline, ISO 8601"),
+    hours: float | None = typer.Option(None, "--hours", help="or this many hours after the kind's deadline"),
     reason: str = typer.Option("", "--reason"),
-    server: Optional[str] = SERVER,
+    server: str | None = SERVER,
 ) -> None:
     """Give one student or one team a later deadline on KIND (replacing an earlier extension of theirs)."""
     try:
@@ -109,8 +107,8 @@ def extend(
 
 
 @kinds.command("unextend")
-def unextend(kind: str, student: Optional[str] = typer.Option(None, "--student"), team: Optional[str] = typer.Option(None, "--team"),
-             server: Optional[str] = SERVER) -> None:
+def unextend(kind: str, student: str | None = typer.Option(None, "--student"), team: str | None = typer.Option(None, "--team"),
+             server: str | None = SERVER) -> None:
     """End a student's or team's extension: the kind's own deadline applies again."""
     with cli.connected(server) as api:
         e = api.unextend(kind, student, team)
@@ -118,7 +116,7 @@ def unextend(kind: str, student: Optional[str] = typer.Option(None, "--student")
 
 
 @kinds.command("extensions")
-def extensions(kind: str, server: Optional[str] = SERVER) -> None:
+def extensions(kind: str, server: str | None = SERVER) -> None:
     """The extensions granted on KIND."""
     from rich.table import Table
 

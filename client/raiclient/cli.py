@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -44,10 +43,10 @@ def options(
 @app.command()
 def submit(
     path: Path = typer.Option(Path("."), "-p", "--path", help="project folder holding rai_build.yml"),
-    queue: Optional[str] = typer.Option(None, "--queue", "-q", help="queue to run on (default: the server's)"),
+    queue: str | None = typer.Option(None, "--queue", "-q", help="queue to run on (default: the server's)"),
     kind: str = typer.Option("dev", "--kind", help="submission kind, e.g. m1, m2, m3, final"),
     detach: bool = typer.Option(False, "--detach", "-d", help="queue the job and return at once"),
-    server: Optional[str] = SERVER_OPT,
+    server: str | None = SERVER_OPT,
 ) -> None:
     """Upload a project folder and run its rai_build.yml on a GPU worker."""
     from .submit import run
@@ -57,10 +56,10 @@ def submit(
 
 @app.command()
 def logs(
-    job_id: Optional[str] = typer.Argument(None, help="the job (default: your last one)"),
+    job_id: str | None = typer.Argument(None, help="the job (default: your last one)"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep following until the job ends"),
     after: int = typer.Option(0, "--after", min=0, help="start after this line (resume where a client stopped)"),
-    server: Optional[str] = SERVER_OPT,
+    server: str | None = SERVER_OPT,
 ) -> None:
     """Print a job's log (whole, or live with --follow)."""
     from .follow import show_log
@@ -69,7 +68,7 @@ def logs(
 
 
 @app.command()
-def status(job_id: str, as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
+def status(job_id: str, as_json: bool = JSON_OPT, server: str | None = SERVER_OPT) -> None:
     """Show one job's state; the exit status is the job's, as with submit."""
     if as_json:
         raise typer.Exit(listings.run(Listing("status", server, job=job_id)))
@@ -98,7 +97,7 @@ def status(job_id: str, as_json: bool = JSON_OPT, server: Optional[str] = SERVER
 
 
 @app.command()
-def queue(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
+def queue(as_json: bool = JSON_OPT, server: str | None = SERVER_OPT) -> None:
     """Jobs waiting and running per queue, the workers serving it, and where your jobs stand."""
     if as_json:
         raise typer.Exit(listings.run(Listing("queue", server)))
@@ -124,7 +123,7 @@ def queue(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
 
 
 @app.command()
-def images(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
+def images(as_json: bool = JSON_OPT, server: str | None = SERVER_OPT) -> None:
     """The images each queue can run (those its live workers hold)."""
     if as_json:
         raise typer.Exit(listings.run(Listing("images", server)))
@@ -142,7 +141,7 @@ def images(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None
 
 @app.command()
 def history(limit: int = typer.Option(20, "-n", help="how many jobs"), as_json: bool = JSON_OPT,
-            server: Optional[str] = SERVER_OPT) -> None:
+            server: str | None = SERVER_OPT) -> None:
     """Your recent jobs, newest first."""
     if as_json:
         raise typer.Exit(listings.run(Listing("history", server, limit=limit)))
@@ -164,8 +163,8 @@ def history(limit: int = typer.Option(20, "-n", help="how many jobs"), as_json: 
 @app.command()
 def download(
     job_id: str,
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="file to write (default: build-JOB.tar.gz)"),
-    server: Optional[str] = SERVER_OPT,
+    output: Path | None = typer.Option(None, "-o", "--output", help="file to write (default: build-JOB.tar.gz)"),
+    server: str | None = SERVER_OPT,
 ) -> None:
     """Download a job's build folder as a .tar.gz."""
     api = open_api(server)
@@ -181,8 +180,8 @@ def download(
 
 
 @app.command()
-def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), as_json: bool = JSON_OPT,
-            server: Optional[str] = SERVER_OPT) -> None:
+def ranking(n: int | None = typer.Option(None, "-n", help="show the top N"), as_json: bool = JSON_OPT,
+            server: str | None = SERVER_OPT) -> None:
     """The leaderboard: each team's fastest valid run (yours is marked -->)."""
     if as_json:
         raise typer.Exit(listings.run(Listing("ranking", server, limit=n)))
@@ -208,7 +207,7 @@ def ranking(n: Optional[int] = typer.Option(None, "-n", help="show the top N"), 
 
 
 @app.command()
-def kinds(server: Optional[str] = SERVER_OPT) -> None:
+def kinds(server: str | None = SERVER_OPT) -> None:
     """What you can submit: each kind's opening and your own deadline, and the limits you have left."""
     from .term import print_kinds, print_limits
 
@@ -219,7 +218,7 @@ def kinds(server: Optional[str] = SERVER_OPT) -> None:
 
 
 @app.command()
-def limits(server: Optional[str] = SERVER_OPT) -> None:
+def limits(server: str | None = SERVER_OPT) -> None:
     """Your limits now: jobs active, submissions and GPU minutes left, late days left."""
     from .term import print_limits
 
@@ -228,7 +227,7 @@ def limits(server: Optional[str] = SERVER_OPT) -> None:
 
 
 @app.command()
-def cancel(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
+def cancel(job_id: str, server: str | None = SERVER_OPT) -> None:
     """Cancel a queued or running job."""
     with connected(server) as api:
         job = api.cancel(job_id)
@@ -236,7 +235,7 @@ def cancel(job_id: str, server: Optional[str] = SERVER_OPT) -> None:
 
 
 @app.command()
-def delete(job_ids: list[str] = typer.Argument(..., help="finished jobs"), server: Optional[str] = SERVER_OPT) -> None:
+def delete(job_ids: list[str] = typer.Argument(..., help="finished jobs"), server: str | None = SERVER_OPT) -> None:
     """Free storage: delete finished jobs' archives and build folders (their logs and results stay)."""
     with connected(server) as api:
         for job_id in job_ids:
@@ -247,7 +246,7 @@ def delete(job_ids: list[str] = typer.Argument(..., help="finished jobs"), serve
 
 @app.command()
 def regrade(job_id: str, message: str = typer.Argument(..., help="what staff should look at again (up to 2000 characters)"),
-            server: Optional[str] = SERVER_OPT) -> None:
+            server: str | None = SERVER_OPT) -> None:
     """Ask staff for a regrade of a run that has ended, saying why (one open request per run)."""
     with connected(server) as api:
         r = api.ask_regrade(job_id, message)
@@ -255,7 +254,7 @@ def regrade(job_id: str, message: str = typer.Argument(..., help="what staff sho
 
 
 @app.command()
-def regrades(server: Optional[str] = SERVER_OPT) -> None:
+def regrades(server: str | None = SERVER_OPT) -> None:
     """Your regrade requests and what became of them, newest first."""
     from .regrades import show
 
@@ -269,9 +268,9 @@ def regrades(server: Optional[str] = SERVER_OPT) -> None:
 
 @app.command()
 def login(
-    server: Optional[str] = typer.Option(None, "--server", envvar="RAI_SERVER", help="the rai server's URL"),
-    access_key: Optional[str] = typer.Option(None, "--access-key", help="from your instructor"),
-    secret_key: Optional[str] = typer.Option(None, "--secret-key", help="from your instructor"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER", help="the rai server's URL"),
+    access_key: str | None = typer.Option(None, "--access-key", help="from your instructor"),
+    secret_key: str | None = typer.Option(None, "--secret-key", help="from your instructor"),
 ) -> None:
     """Check credentials with the server and write them to ~/.rai_profile."""
     import sys
@@ -317,7 +316,7 @@ def _known_server() -> str | None:
 
 
 @app.command()
-def version(as_json: bool = JSON_OPT, server: Optional[str] = SERVER_OPT) -> None:
+def version(as_json: bool = JSON_OPT, server: str | None = SERVER_OPT) -> None:
     """Print the client's version (and the server's, when a profile names one that answers)."""
     if as_json:
         asked, server_ver = server_info(server)

@@ -140,7 +140,7 @@ def _closed_by_server(s: socket.socket, within: float) -> bool:
         while s.recv(4096):
             pass
         return True
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return False
     except OSError:
         return True

@@ -76,7 +76,7 @@ def _closed_within(s: socket.socket, seconds: float) -> bool:
         while s.recv(4096):
             pass
         return True
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         return False
     except OSError:
         return True

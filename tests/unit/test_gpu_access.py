@@ -22,7 +22,7 @@ def fake_driver(tmp_path):
 
 def test_the_driver_files_named_by_folder_go_under_usr_local_nvidia(tmp_path):
     lib, bin_ = fake_driver(tmp_path)
-    files = dict((inside, host) for host, inside in driver_files([str(lib), str(bin_)]))
+    files = {inside: host for host, inside in driver_files([str(lib), str(bin_)])}
     assert files == {f"{LIB_DIR}/libcuda.so.1": str(lib / "libcuda.so.580.65.06"),
                      f"{LIB_DIR}/libcuda.so.580.65.06": str(lib / "libcuda.so.580.65.06"),
                      f"{LIB_DIR}/libnvidia-ml.so.1": str(lib / "libnvidia-ml.so.1"),

@@ -28,14 +28,13 @@ def test_four_jobs_share_each_gpu_and_a_ninth_waits(tmp_path):
 
 
 def test_a_job_that_may_not_share_waits_for_a_gpu_with_no_job(tmp_path):
-    with hold_gpus(tmp_path, GPUS, 1, per_gpu=4, share=4) as first:
-        with hold_gpus(tmp_path, GPUS, 1, per_gpu=4, share=1) as alone:
-            assert alone != first  # the idle GPU, all of it
-            assert occupancy(tmp_path, GPUS, 4)[int(alone[0])] == 4
-            with pytest.raises(NoGpu), hold_gpus(tmp_path, GPUS, 1, wait=0.3, per_gpu=4, share=1):
-                pass  # no GPU is free of jobs now
-            with pytest.raises(NoGpu), hold_gpus(tmp_path, [GPUS[int(alone[0])]], 1, wait=0.3, per_gpu=4, share=4):
-                pass  # nor does anything join the one it holds
+    with hold_gpus(tmp_path, GPUS, 1, per_gpu=4, share=4) as first, hold_gpus(tmp_path, GPUS, 1, per_gpu=4, share=1) as alone:
+        assert alone != first  # the idle GPU, all of it
+        assert occupancy(tmp_path, GPUS, 4)[int(alone[0])] == 4
+        with pytest.raises(NoGpu), hold_gpus(tmp_path, GPUS, 1, wait=0.3, per_gpu=4, share=1):
+            pass  # no GPU is free of jobs now
+        with pytest.raises(NoGpu), hold_gpus(tmp_path, [GPUS[int(alone[0])]], 1, wait=0.3, per_gpu=4, share=4):
+            pass  # nor does anything join the one it holds
 
 
 def test_one_job_per_gpu_is_what_it_always_was(tmp_path):
@@ -47,12 +46,11 @@ def test_one_job_per_gpu_is_what_it_always_was(tmp_path):
 
 
 def test_the_watch_counts_the_jobs_beside_a_run(tmp_path):
-    with hold_gpus(tmp_path, GPUS[:1], 1, per_gpu=4, share=4) as mine:
-        with ShareWatch(tmp_path, GPUS, mine, 4, 1) as watch:
-            assert watch.most == 0
-            with hold_gpus(tmp_path, GPUS[:1], 1, per_gpu=4, share=4), hold_gpus(tmp_path, GPUS[:1], 1, per_gpu=4, share=4):
-                assert watch.others() == 2
-                time.sleep(1.5)  # a sample while they run
+    with hold_gpus(tmp_path, GPUS[:1], 1, per_gpu=4, share=4) as mine, ShareWatch(tmp_path, GPUS, mine, 4, 1) as watch:
+        assert watch.most == 0
+        with hold_gpus(tmp_path, GPUS[:1], 1, per_gpu=4, share=4), hold_gpus(tmp_path, GPUS[:1], 1, per_gpu=4, share=4):
+            assert watch.others() == 2
+            time.sleep(1.5)  # a sample while they run
     assert watch.most == 2 and watch.others() == 0  # they left; the most stays
 
 

@@ -69,7 +69,7 @@ def settings(tmp_path: Path, named: str = "") -> WorkerSettings:
     return WorkerSettings(work_dir=tmp_path / "work", worker_images=named, worker_name="w1")
 
 
-BUSYBOX = dict(layers=1, labels={"rai.course": "true"}, cmd=["/bin/sh"])
+BUSYBOX = {"layers": 1, "labels": {"rai.course": "true"}, "cmd": ["/bin/sh"]}
 
 
 def test_labels_grant_nothing(tmp_path):

@@ -27,7 +27,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -166,10 +166,8 @@ def withdraw(client: docker.DockerClient | None, work_dir: Path, ref: str) -> li
     host resolves it now. Returns the ids withdrawn."""
     want = {ref} if ref.startswith("sha256:") else {normalize_image(ref)}
     if client is not None and not ref.startswith("sha256:"):
-        try:
+        with suppress(docker.errors.ImageNotFound):
             want.add(client.images.get(ref).id)
-        except docker.errors.ImageNotFound:
-            pass
     with _record(work_dir) as entries:
         gone = [i for i, e in entries.items()
                 if i in want or any(i.startswith(w) for w in want if w.startswith("sha256:")) or set(e.get("names") or []) & want]
@@ -202,10 +200,8 @@ def prepare_images(client: docker.DockerClient, settings: WorkerSettings) -> lis
     old = work_dir / OLD_PULLED_FILE
     if old.exists():  # by name then; their ids now, once
         for name in sorted(set(old.read_text().split())):
-            try:
+            with suppress(docker.errors.ImageNotFound):
                 publish(client, work_dir, name, "pulled or loaded through rai (an earlier release's record, by name)")
-            except docker.errors.ImageNotFound:
-                pass
         old.rename(work_dir / f"{OLD_PULLED_FILE}.migrated")
     return lines
 

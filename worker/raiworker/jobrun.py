@@ -12,6 +12,7 @@ superseded runs too, the container and temporary folders are removed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tarfile
@@ -129,10 +130,8 @@ class JobRun:
             log.exception("job %s: worker error", self.job_id)
         message = f"worker {self.settings.worker_name} error: {exc}"
         self.outcome = Outcome(JobState.error, message=message)
-        try:
+        with contextlib.suppress(redis.RedisError):
             self.sink.system(message)
-        except redis.RedisError:
-            pass
 
     def _conclude(self) -> str:
         """The run's end as the server hears it: nothing for a superseded run, a requeue for one

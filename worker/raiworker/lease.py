@@ -11,6 +11,7 @@ process is paused (no renewal, no reading of its output) has its container stopp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -77,10 +78,8 @@ class Lease(threading.Thread):
                 return
             if renewed:
                 self.last_ok = sent
-                try:
+                with contextlib.suppress(OSError):
                     self.marker.touch()
-                except OSError:
-                    pass
             elif time.monotonic() - self.last_ok > s.worker_dead_after:
                 self._end(LOST)  # keeps trying: a late renewal changes nothing, the run is stopped
         return

@@ -4,6 +4,7 @@ logins."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import os
@@ -81,10 +82,8 @@ class TrustedProxies:
             return
         real = [value for name, value in headers if name == b"x-real-ip"]
         if len(real) == 1:  # the proxy sets exactly one; anything else is not its word
-            try:
+            with contextlib.suppress(ValueError):
                 scope["client"] = (str(ipaddress.ip_address(real[0].decode("latin-1").strip())), 0)
-            except ValueError:
-                pass
         proto = [value.decode("latin-1").strip().lower() for name, value in headers if name == b"x-forwarded-proto"]
         if len(proto) == 1 and proto[0] in ("http", "https"):
             scope["scheme"] = proto[0]

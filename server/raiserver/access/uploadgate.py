@@ -10,6 +10,7 @@ If Redis is out of reach the gate stays open rather than refusing everyone.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -56,10 +57,8 @@ class UploadGate:
     def release(self, user_id: int, token: str | None) -> None:
         if token is None:
             return
-        try:
+        with contextlib.suppress(redis.RedisError):
             self.redis.zrem(f"rai:uploads:flight:{user_id}", token)
-        except redis.RedisError:
-            pass
 
     async def renewing(self, body: AsyncIterator[bytes], user_id: int, token: str | None) -> AsyncIterator[bytes]:
         """The body, renewing the upload's place while its bytes arrive."""
@@ -71,7 +70,5 @@ class UploadGate:
             yield chunk
 
     def _renew(self, user_id: int, token: str) -> None:
-        try:
+        with contextlib.suppress(redis.RedisError):
             self.redis.zadd(f"rai:uploads:flight:{user_id}", {token: time.time() + LAPSE_SECONDS}, xx=True)
-        except redis.RedisError:
-            pass

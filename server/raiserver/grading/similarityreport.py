@@ -21,8 +21,7 @@ from sqlalchemy.orm import Session
 
 from raiprotocol.models import SimilarityOut, SimilarityPair
 from raiserver.access.audit import audit
-from raiserver.access.permissions import Principal
-from raiserver.access.permissions import can_run_similarity, is_staff
+from raiserver.access.permissions import Principal, can_run_similarity, is_staff
 from raiserver.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge
 from raiserver.grading import course
 from raiserver.grading.similarity import Doc, compare

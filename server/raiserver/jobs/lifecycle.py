@@ -416,7 +416,7 @@ def restore_fences(db: Session, svc: Services) -> int:
     raised from the database, never lowered. Returns how many jobs were checked."""
     rows = db.execute(select(Job.id, Job.attempt).where(
         (Job.state == JobState.running) | ((Job.state == JobState.queued) & Job.released_at.is_not(None)))).all()
-    svc.logs.restore_fences({job_id: attempt for job_id, attempt in rows}, svc.settings.visibility_timeout)
+    svc.logs.restore_fences(dict(rows), svc.settings.visibility_timeout)
     return len(rows)
 
 

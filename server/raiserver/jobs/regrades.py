@@ -13,8 +13,7 @@ from sqlalchemy.orm import Session
 
 from raiprotocol.models import REGRADE_GRADE_CHARS, REGRADE_MESSAGE_CHARS, RegradeAction, RegradeOut
 from raiserver.access.audit import audit
-from raiserver.access.permissions import Principal
-from raiserver.access.permissions import can_answer_regrades, can_request_regrade
+from raiserver.access.permissions import Principal, can_answer_regrades, can_request_regrade
 from raiserver.errors import Conflict, Forbidden, Invalid, NotFound
 from raiserver.jobs.lifecycle import remeasure
 from raiserver.services import Services

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 import uvicorn
@@ -39,8 +38,8 @@ def checked_settings() -> Settings:
 
 @app.command()
 def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
-          ssl_certfile: Optional[Path] = typer.Option(None, "--ssl-certfile", help="serve HTTPS with this certificate (PEM)"),
-          ssl_keyfile: Optional[Path] = typer.Option(None, "--ssl-keyfile", help="and this key (PEM)")) -> None:
+          ssl_certfile: Path | None = typer.Option(None, "--ssl-certfile", help="serve HTTPS with this certificate (PEM)"),
+          ssl_keyfile: Path | None = typer.Option(None, "--ssl-keyfile", help="and this key (PEM)")) -> None:
     """Run the API (migrates the database first). Off loopback, refuses default or short secrets.
     Behind a TLS-terminating proxy (the usual way) it serves plain HTTP; without one, give it a
     certificate and key."""
@@ -65,7 +64,7 @@ def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
 @app.command("secrets")
 def secrets_cmd(
     file: Path = typer.Option(..., "--file", help="where to write them (kept if it exists)"),
-    redis_host: Optional[str] = typer.Option(None, help="also write RAI_REDIS_URL for Redis at this host:port"),
+    redis_host: str | None = typer.Option(None, help="also write RAI_REDIS_URL for Redis at this host:port"),
 ) -> None:
     """Generate the deployment's secrets (worker token, session and pseudonym secrets, Redis
     password) once; server and workers read them with RAI_SECRETS_FILE."""
@@ -85,10 +84,10 @@ def migrate_cmd() -> None:
 def add_user(
     username: str,
     role: str = typer.Option("student", help=f"one of {', '.join(ROLES)}"),
-    team: Optional[str] = None,
-    email: Optional[str] = None,
+    team: str | None = None,
+    email: str | None = None,
     server_url: str = typer.Option("http://127.0.0.1:8000", "--server-url", help="URL written into the profile"),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="write a ready-to-use ~/.rai_profile here"),
+    profile: Path | None = typer.Option(None, "--profile", help="write a ready-to-use ~/.rai_profile here"),
 ) -> None:
     """Create a user (or give an existing one new keys) and print/write their profile."""
     settings = checked_settings()

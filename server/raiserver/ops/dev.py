@@ -18,7 +18,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -79,9 +78,9 @@ def dev(
     port: int = typer.Option(8000, help="port for the server (web view and API)"),
     host: str = typer.Option("127.0.0.1"),
     workers: int = typer.Option(1, help="server processes (each fans live logs out to its own watchers)"),
-    executor: Optional[str] = typer.Option(None, help="docker or process (default: docker when an engine answers)"),
+    executor: str | None = typer.Option(None, help="docker or process (default: docker when an engine answers)"),
     gpus: str = typer.Option("auto", help="GPUs for the worker: auto, none, or ids like 0,1"),
-    submit: Optional[Path] = typer.Option(None, help="submit this project once everything is up"),
+    submit: Path | None = typer.Option(None, help="submit this project once everything is up"),
     exit_after_submit: bool = typer.Option(False, help="stop the service after --submit's job ends"),
     stop_grace: float = typer.Option(60.0, help="on Ctrl-C or SIGTERM, seconds running jobs get to finish"),
 ) -> None:

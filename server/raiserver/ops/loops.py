@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 
 from fastapi.concurrency import run_in_threadpool
@@ -117,10 +117,8 @@ async def dispatcher(svc: AppServices, wake: asyncio.Event) -> None:
     """A release pass when woken (a submission, a heartbeat with free slots), at least every ``dispatch_interval``."""
     interval = svc.settings.dispatch_interval
     while True:
-        try:
+        with suppress(asyncio.TimeoutError):
             await asyncio.wait_for(wake.wait(), timeout=interval)
-        except asyncio.TimeoutError:
-            pass
         wake.clear()
         try:
             await run_in_threadpool(dispatch_pass, svc)

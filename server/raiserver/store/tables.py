@@ -28,7 +28,7 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     sessions_after: Mapped[datetime | None] = mapped_column(UTCDateTime)  # browser sessions begun before are over
 
-    jobs: Mapped[list["Job"]] = relationship(back_populates="owner")
+    jobs: Mapped[list[Job]] = relationship(back_populates="owner")
 
 
 class Job(Base):

@@ -8,6 +8,7 @@ point at the job's folders, so the same rai_build.yml runs here and in a contain
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import selectors
@@ -101,10 +102,8 @@ class ProcessExecutor(Executor):
 
     def _kill_group(self) -> None:
         if self.proc is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         if code == 137 and not self.killed:

@@ -19,6 +19,7 @@ model of the cluster's own accounts (see README, "Running on a Slurm cluster").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import subprocess
@@ -275,10 +276,8 @@ class SlurmExecutor(Executor):
     def kill(self) -> None:
         self.killed = True
         if self.slurm_id:
-            try:
+            with contextlib.suppress(SlurmError):
                 _run(["scancel", self.slurm_id], timeout=30)
-            except SlurmError:
-                pass
 
     def cleanup(self) -> None:
         """Let the agent leave (ctl/end); cancel whatever still runs."""

@@ -3,6 +3,7 @@ container is named, and small helpers for execs and containers."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -89,10 +90,8 @@ def _close(conn: Any) -> None:
 
 def _remove_later(container: Any) -> None:
     def remove() -> None:
-        try:
+        with contextlib.suppress(DockerException):
             container.remove(force=True)
-        except DockerException:
-            pass
 
     threading.Thread(target=remove, name=f"remove-{container.short_id}", daemon=True).start()
 

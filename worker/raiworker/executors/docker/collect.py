@@ -5,6 +5,7 @@ RAI_BUILD_MB and RAI_BUILD_FILES."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
 import threading
@@ -73,10 +74,8 @@ class _Guard:
         while not self.stop.wait(0.1):
             if self.cancel.is_set() or time.monotonic() > self.deadline:
                 self.why = "cancel" if self.cancel.is_set() else "wall" if time.monotonic() > self.ctx.wall_deadline else "time"
-                try:
+                with contextlib.suppress(DockerException):
                     self.container.kill()
-                except DockerException:
-                    pass
                 return
 
 

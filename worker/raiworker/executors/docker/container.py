@@ -9,7 +9,6 @@ labelled with the job id so a restarted worker can remove anything a crash left 
 from __future__ import annotations
 
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -58,32 +57,32 @@ class ContainerJob(Executor):
         mem = f"{ctx.memory_mb}m"
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
-        kwargs: dict = dict(
-            command=KEEPALIVE,
-            detach=True,
-            init=True,
-            network_mode="none",
-            user="0:0",
-            working_dir="/build",
-            cap_drop=["ALL"],
-            cap_add=TIMED_CAPS if timed is not None else None,
-            security_opt=["no-new-privileges"],
-            mem_limit=mem,
-            memswap_limit=mem,
-            pids_limit=s.pids,
-            nano_cpus=int(min(s.cpus, os.cpu_count() or 1) * 1e9),
-            ulimits=[Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=s.nofile, hard=s.nofile)],
-            mounts=mounts,
-            tmpfs={
+        kwargs: dict = {
+            "command": KEEPALIVE,
+            "detach": True,
+            "init": True,
+            "network_mode": "none",
+            "user": "0:0",
+            "working_dir": "/build",
+            "cap_drop": ["ALL"],
+            "cap_add": TIMED_CAPS if timed is not None else None,
+            "security_opt": ["no-new-privileges"],
+            "mem_limit": mem,
+            "memswap_limit": mem,
+            "pids_limit": s.pids,
+            "nano_cpus": int(min(s.cpus, os.cpu_count() or 1) * 1e9),
+            "ulimits": [Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=s.nofile, hard=s.nofile)],
+            "mounts": mounts,
+            "tmpfs": {
                 "/tmp": f"rw,exec,nosuid,nodev,size={s.tmp_mb}m,mode=1777",
                 "/build": f"rw,exec,nosuid,nodev,size={s.build_mb}m,uid={uid},gid={gid},mode=0755",
                 **({MEASURE_DIR: "rw,noexec,nosuid,nodev,size=512m,mode=0700"} if timed is not None else {}),
             },
-            read_only=s.read_only_root,
-            labels={LABEL: job, "rai.worker": s.worker_name},
-            environment={**s.job_env, **terminal_env(s.columns), "HOME": "/build"},  # RAI_JOB_ID: with each exec
-            name=(container_name(job, s.worker_name) + (f"-t{timed[2]}" if timed else "")) if job != SPARE else None,
-        )
+            "read_only": s.read_only_root,
+            "labels": {LABEL: job, "rai.worker": s.worker_name},
+            "environment": {**s.job_env, **terminal_env(s.columns), "HOME": "/build"},  # RAI_JOB_ID: with each exec
+            "name": (container_name(job, s.worker_name) + (f"-t{timed[2]}" if timed else "")) if job != SPARE else None,
+        }
         if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu_access)
             gpu = gpu_access.current(s, [int(i) for i in ctx.gpu_ids], lambda: _runtimes(self.client)).container_options(
                 ctx.gpu_ids, self.client.images.get(ctx.image).attrs.get("Config", {}).get("Env") or [])
@@ -107,7 +106,7 @@ class ContainerJob(Executor):
             while True:
                 try:
                     data = raw.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     if not self._running(exec_id):
                         frames.drain(raw)
                         break

@@ -7,6 +7,7 @@ container of its own, and the spare one is removed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -165,10 +166,8 @@ class DockerExecutor(TimedRuns):
                 return
         except DockerException:
             pass
-        try:
+        with contextlib.suppress(DockerException):
             self.container.kill()
-        except DockerException:
-            pass
 
     def collect_build(self, ctx: JobContext, cancel: threading.Event | None = None) -> Outcome | None:
         """Stop the job's processes and copy /build out (``collect.collect_build``), within the
@@ -187,10 +186,8 @@ class DockerExecutor(TimedRuns):
         if container is None:
             return
         if not self.contained:
-            try:
+            with contextlib.suppress(DockerException):
                 container.kill()
-            except DockerException:
-                pass
         self.leftover = container
         if self.slot_src is not None:  # the job's files leave the slot's folder at once
             _empty(self.slot_src)

@@ -6,6 +6,7 @@ the job has ended.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -80,10 +81,8 @@ class TimedRuns(ContainerJob):
         finally:
             timed_container, self.container = self.container, build_container
             if timed_container is not build_container and timed_container is not None:
-                try:
+                with contextlib.suppress(DockerException):
                     timed_container.remove(force=True)
-                except DockerException:
-                    pass
 
     def _keep_build(self, ctx: JobContext, timed: TimedRun) -> str | None:
         """Once, before the first timed run: end every process of the build, and copy out of its
