@@ -69,8 +69,16 @@ async def follow(url: str, auth: tuple[str, str], job_id: str) -> str | None:
     return problem or "gave up"
 
 
-def run_rush(url: str, admin_auth: tuple[str, str], light: int, heavy: int, per_heavy: int, timeout: float = 600,
-             start_workers=None, follow_logs: bool = False) -> list[dict]:
+def run_rush(
+    url: str,
+    admin_auth: tuple[str, str],
+    light: int,
+    heavy: int,
+    per_heavy: int,
+    timeout: float = 600,
+    start_workers=None,
+    follow_logs: bool = False,
+) -> list[dict]:
     """Create the students, submit (heavy students first, the worst case), start the workers
     (``start_workers``: the moment of the deadline, when everything is in), wait for every job."""
     with httpx.Client(base_url=url, auth=admin_auth, timeout=60) as admin:
@@ -97,6 +105,7 @@ def run_rush(url: str, admin_auth: tuple[str, str], light: int, heavy: int, per_
         start_workers()
     followers = None
     if follow_logs:
+
         async def follow_every() -> list:
             return await asyncio.gather(*(follow(url, keys[n], i) for n, i in submitted))
 
@@ -162,8 +171,10 @@ def main() -> None:
         jobs = run_rush(args.url, (p.access_key, p.secret_key), args.light, args.heavy, args.per_heavy, follow_logs=True)
         report(jobs, args, time.monotonic() - t0, "the deployment's workers")
         broken = [j["stream_problem"] for j in jobs if j["stream_problem"]]
-        print(f"  live log streams: {len(jobs) - len(broken)} of {len(jobs)} ran to the job's end unbroken"
-              + (f"; e.g. {broken[0]}" if broken else ""))
+        print(
+            f"  live log streams: {len(jobs) - len(broken)} of {len(jobs)} ran to the job's end unbroken"
+            + (f"; e.g. {broken[0]}" if broken else "")
+        )
         print(f"  5xx answers: {len(FIVE_XX)}" + (f" ({FIVE_XX[:3]})" if FIVE_XX else ""))
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -179,17 +190,23 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="rai-rush-"))
     port = __import__("conftest").free_port()
-    rproc = subprocess.Popen([_sh.which("redis-server"), "--port", str(port), "--save", "", "--dir", str(tmp)],
-                             stdout=subprocess.DEVNULL)
+    rproc = subprocess.Popen([_sh.which("redis-server"), "--port", str(port), "--save", "", "--dir", str(tmp)], stdout=subprocess.DEVNULL)
     time.sleep(0.5)
-    svc = start_service(tmp, f"redis://127.0.0.1:{port}/0", None, "process", slots=2, worker=False,
-                        extra_env={"RAI_MAX_ACTIVE_JOBS": str(args.per_heavy), "RAI_SUBMISSIONS_PER_MINUTE": "1000",
-                                   "RAI_STAFF_PRIORITY": "false"})
+    svc = start_service(
+        tmp,
+        f"redis://127.0.0.1:{port}/0",
+        None,
+        "process",
+        slots=2,
+        worker=False,
+        extra_env={"RAI_MAX_ACTIVE_JOBS": str(args.per_heavy), "RAI_SUBMISSIONS_PER_MINUTE": "1000", "RAI_STAFF_PRIORITY": "false"},
+    )
     try:
         p = read_profile_file(svc.profile)
         t0 = time.monotonic()
-        jobs = run_rush(svc.url, (p.access_key, p.secret_key), args.light, args.heavy, args.per_heavy,
-                        start_workers=lambda: svc.start_worker("w1"))
+        jobs = run_rush(
+            svc.url, (p.access_key, p.secret_key), args.light, args.heavy, args.per_heavy, start_workers=lambda: svc.start_worker("w1")
+        )
         took = time.monotonic() - t0
     finally:
         svc.shutdown()
@@ -199,12 +216,11 @@ def main() -> None:
 
 def report(jobs: list[dict], args, took: float, where: str) -> None:
     states = {s: sum(j["state"] == s for j in jobs) for s in {j["state"] for j in jobs}}
-    print(f"{len(jobs)} jobs ({args.light} students × 1, {args.heavy} students × {args.per_heavy}), {where}, "
-          f"{took:.1f} s; states {states}")
+    print(f"{len(jobs)} jobs ({args.light} students × 1, {args.heavy} students × {args.per_heavy}), {where}, {took:.1f} s; states {states}")
     for cls in ("light", "heavy"):
         w = waits(jobs, cls)
         if w:
-            print(f"  {cls:5s} students: wait p50 {pct(w, .5):6.2f} s   p95 {pct(w, .95):6.2f} s   max {w[-1]:6.2f} s   (n={len(w)})")
+            print(f"  {cls:5s} students: wait p50 {pct(w, 0.5):6.2f} s   p95 {pct(w, 0.95):6.2f} s   max {w[-1]:6.2f} s   (n={len(w)})")
     print(f"  jobs of one other student released during a wait, beyond one per own job ahead: {max_behind_one_user(jobs)} (0 = fair)")
 
 

@@ -70,17 +70,26 @@ class MemoryWatch(threading.Thread):
 def students(env: dict[str, str], w: Path) -> list[Path]:
     """STUDENTS students from one roster import (their profiles in w/profiles)."""
     roster = w / "roster.csv"
-    roster.write_text("username,name,email,team\n" + "".join(f"s{i:02d},Student {i},s{i}@example.edu,t{i:02d}\n"
-                                                              for i in range(STUDENTS)))
+    roster.write_text("username,name,email,team\n" + "".join(f"s{i:02d},Student {i},s{i}@example.edu,t{i:02d}\n" for i in range(STUDENTS)))
     admin = {**env, "RAI_PROFILE": f"{w}/alice.profile"}
-    subprocess.run([sys.executable, "-m", "raiclient", "admin", "roster", "import", str(roster), "--out", f"{w}/profiles"],
-                   env=admin, check=True, capture_output=True, text=True, cwd=w)
+    subprocess.run(
+        [sys.executable, "-m", "raiclient", "admin", "roster", "import", str(roster), "--out", f"{w}/profiles"],
+        env=admin,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=w,
+    )
     return sorted((w / "profiles").glob("*.rai_profile"))
 
 
 def submit(env: dict[str, str], profile: Path, proj: Path) -> str:
-    res = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(proj), "--detach"],
-                         env={**env, "RAI_PROFILE": str(profile)}, capture_output=True, text=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "raiclient", "submit", "-p", str(proj), "--detach"],
+        env={**env, "RAI_PROFILE": str(profile)},
+        capture_output=True,
+        text=True,
+    )
     found = re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr)
     if not found:
         raise SystemExit(f"submit failed: {res.stdout}{res.stderr}")
@@ -104,9 +113,17 @@ def drain(k: int, with_exclusive: bool) -> None:
 
     k_name = f"k{k}" + ("" if os.environ.get("NCU", "1") == "1" else "-no-ncu")
     w = Path(f"/tmp/rai-share-k{k}")
-    env, procs = gc.service(w, f"share-bench-{k}", extra={
-        "RAI_JOBS_PER_GPU": str(k), "RAI_MAX_ACTIVE_JOBS": "10", "RAI_SUBMISSIONS_PER_MINUTE": "1000",
-        "RAI_STAFF_PRIORITY": "false", "RAI_WORKER_DEAD_AFTER": "60"})
+    env, procs = gc.service(
+        w,
+        f"share-bench-{k}",
+        extra={
+            "RAI_JOBS_PER_GPU": str(k),
+            "RAI_MAX_ACTIVE_JOBS": "10",
+            "RAI_SUBMISSIONS_PER_MINUTE": "1000",
+            "RAI_STAFF_PRIORITY": "false",
+            "RAI_WORKER_DEAD_AFTER": "60",
+        },
+    )
     auth = gc._auth(w)
     base = env["RAI_SERVER_URL"]
     try:
@@ -134,8 +151,7 @@ def drain(k: int, with_exclusive: bool) -> None:
 
         with httpx.Client(base_url=base, auth=auth, timeout=30) as h:
             if with_exclusive:  # a third of the way into the drain, judged by ended jobs
-                while time.time() < limit and sum(j["state"] not in ("queued", "running")
-                                                  for j in states(h, ids).values()) < len(ids) // 3:
+                while time.time() < limit and sum(j["state"] not in ("queued", "running") for j in states(h, ids).values()) < len(ids) // 3:
                     time.sleep(2)
                 ranked.append(submit(env, Path(f"{w}/alice.profile"), alone))
             while True:
@@ -147,13 +163,21 @@ def drain(k: int, with_exclusive: bool) -> None:
             metrics = h.get("/metrics").text
         mem.stop.set()
         ends = [datetime.fromisoformat(j["finished_at"]).timestamp() for j in jobs.values() if j.get("finished_at")] or [time.time()]
-        waits = sorted(started.timestamp() - datetime.fromisoformat(jobs[i]["created_at"]).timestamp()
-                       for i in ids if (started := first_command(jobs[i])) is not None) or [0.0]
+        waits = sorted(
+            started.timestamp() - datetime.fromisoformat(jobs[i]["created_at"]).timestamp()
+            for i in ids
+            if (started := first_command(jobs[i])) is not None
+        ) or [0.0]
         acc = [max((jobs[i]["results"] or {}).get("correctness", {}).values() or [0.0]) for i in ids]
         out: dict[str, object] = {
-            "jobs": len(ids), "unfinished": sum(j["state"] in ("queued", "running") for j in jobs.values()), "submitted_in_s": round(submitted, 1), "drain_s": round(max(ends) - t0, 1),
-            "wait_p50_s": round(statistics.median(waits), 1), "wait_p95_s": round(waits[int(0.95 * (len(waits) - 1))], 1),
-            "states": sorted({j["state"] for j in jobs.values()}), "accuracy": sorted(set(acc)),
+            "jobs": len(ids),
+            "unfinished": sum(j["state"] in ("queued", "running") for j in jobs.values()),
+            "submitted_in_s": round(submitted, 1),
+            "drain_s": round(max(ends) - t0, 1),
+            "wait_p50_s": round(statistics.median(waits), 1),
+            "wait_p95_s": round(waits[int(0.95 * (len(waits) - 1))], 1),
+            "states": sorted({j["state"] for j in jobs.values()}),
+            "accuracy": sorted(set(acc)),
             "all_correct": all(jobs[i]["state"] == "succeeded" and a >= 0.8 for i, a in zip(ids, acc)),
             "ncu_errors": sum("==ERROR==" in logs[i] for i in ids),
             "gpu_memory_most_mib": mem.most,
@@ -165,11 +189,13 @@ def drain(k: int, with_exclusive: bool) -> None:
         if ranked:
             r = jobs[ranked[0]]
             started = first_command(r)
-            out["exclusive"] = {"state": r["state"], "op_time_ms": round(1000 * (op_time(logs[ranked[0]]) or 0), 4),
-                                "waited_s": round(started.timestamp() - datetime.fromisoformat(r["created_at"]).timestamp(), 1)
-                                if started else None,
-                                "shared_with": (r["results"] or {}).get("gpu_shared_with"),
-                                "log_says": [line for line in logs[ranked[0]].splitlines() if "exclusive" in line or "shared" in line]}
+            out["exclusive"] = {
+                "state": r["state"],
+                "op_time_ms": round(1000 * (op_time(logs[ranked[0]]) or 0), 4),
+                "waited_s": round(started.timestamp() - datetime.fromisoformat(r["created_at"]).timestamp(), 1) if started else None,
+                "shared_with": (r["results"] or {}).get("gpu_shared_with"),
+                "log_says": [line for line in logs[ranked[0]].splitlines() if "exclusive" in line or "shared" in line],
+            }
             (OUT / f"share-k{k}-exclusive.txt").write_text(logs[ranked[0]])
         (OUT / f"share-k{k}-job.txt").write_text(logs[ids[-1]])
         failed = [i for i in ids if jobs[i]["state"] != "succeeded"]
@@ -197,8 +223,7 @@ def idle() -> None:
         cenv = {**env, "RAI_PROFILE": f"{w}/alice.profile"}
         times = []
         for _ in range(3):
-            res = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(alone)], env=cenv,
-                                 capture_output=True, text=True)
+            res = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(alone)], env=cenv, capture_output=True, text=True)
             t = op_time(res.stdout)
             if t is not None:
                 times.append(round(1000 * t, 4))

@@ -51,10 +51,8 @@ def main() -> None:
             text = h.get(f"/api/v1/jobs/{jid}/log.txt").text
         stored = sum(1 for line in text.split("\n") if line and not line.startswith("✱"))
         print(f"(a) {' '.join(direct[:6])} … > /dev/null: {a:.2f} s")
-        print(f"(b) raiclient submit of `seq 1 {n}` ({args.executor} executor), end to end: {b:.2f} s "
-              f"({n / b:,.0f} lines/s)")
-        print(f"delivered to the client: {len(printed):,} lines ({'all, in order' if delivered else 'MISSING LINES'}); "
-              f"stored: {stored:,}")
+        print(f"(b) raiclient submit of `seq 1 {n}` ({args.executor} executor), end to end: {b:.2f} s ({n / b:,.0f} lines/s)")
+        print(f"delivered to the client: {len(printed):,} lines ({'all, in order' if delivered else 'MISSING LINES'}); stored: {stored:,}")
         print(f"ratio b/a: {b / a:.2f}")
         if not delivered or stored != n:
             raise SystemExit(1)

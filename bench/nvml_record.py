@@ -57,13 +57,22 @@ def main() -> None:
     pid = int(proc.stdout.readline().split()[1])  # type: ignore[union-attr]
     time.sleep(1.0)
     raw = nv.raw_processes(fn, nv._device(0)) or b""
-    busy = {"pid": pid, "raw_processes": raw.hex(), "parsed": parse_processes(raw), "state": nv.state(0),
-            "throttle_mask": throttle_mask(nv)}
+    busy = {
+        "pid": pid,
+        "raw_processes": raw.hex(),
+        "parsed": parse_processes(raw),
+        "state": nv.state(0),
+        "throttle_mask": throttle_mask(nv),
+    }
     proc.wait(120)
-    record = {"gpu": subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip(),
-              "driver": subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                       capture_output=True, text=True).stdout.strip(),
-              "idle": idle, "busy": busy}
+    record = {
+        "gpu": subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip(),
+        "driver": subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip(),
+        "idle": idle,
+        "busy": busy,
+    }
     (OUT / "nvml-h100.json").write_text(json.dumps(record, indent=2))
     print(json.dumps(record, indent=2))
 

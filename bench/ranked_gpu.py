@@ -40,9 +40,12 @@ figures: dict[str, object] = {}
 def save() -> None:  # after every submission: a run cut by its time limit still leaves its figures
     (OUT / "ranked-figures.json").write_text(json.dumps(figures, indent=2, default=str))
 
-LIAR = ('__global__ void harness_reference_kernel(', 'printf("Op Time: 0.000001\\nCorrectness: 1.0 Model: ece408\\n");\n  '
-        'harness_reference_kernel<<<')
-TAMPER = r'''
+
+LIAR = (
+    "__global__ void harness_reference_kernel(",
+    'printf("Op Time: 0.000001\\nCorrectness: 1.0 Model: ece408\\n");\n  harness_reference_kernel<<<',
+)
+TAMPER = r"""
 #include <unistd.h>
 static int tamper_once = [] {
   if (fork() == 0) {  // left behind: rewrite the answers and the profiler's reports for 20 s
@@ -56,11 +59,11 @@ static int tamper_once = [] {
   }
   return 0;
 }();
-'''
+"""
 
 
 # issue 32: the convolution on the host's cores; one trivial kernel, so the run "used the GPU"
-CPU = r'''
+CPU = r"""
 #include <thread>
 #include <vector>
 #include <cmath>
@@ -95,12 +98,12 @@ double conv_forward(const float *x, const float *k, float *y, int B, int M, int 
   cudaFree(d);
   return 5.7e-6;
 }
-'''
+"""
 
 # issue 32: the real kernel in a helper the profiler never sees: the same binary started again by a
 # raw execve syscall with ncu's injection variables removed from its environment, plainly or after
 # a double fork and setsid; the helper's first conv_forward computes from files in /tmp and exits
-HIDDEN = r'''
+HIDDEN = r"""
 #include <fcntl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -162,10 +165,10 @@ double hidden_forward(const float *x, const float *k, float *y, int B, int M, in
   cudaFree(d);
   return 6.0e-6;
 }
-'''
+"""
 
 # issue 32: the build's own ./m2 10000 (student code) leaves the network's outputs; timed runs use them
-CACHE = r'''
+CACHE = r"""
 #include <fcntl.h>
 #include <unistd.h>
 static int cache_calls = 0;
@@ -189,14 +192,14 @@ double cached_forward(const float *x, const float *k, float *y, int B, int M, in
   if (fd >= 0) { write(fd, y, ny); close(fd); }
   return t;
 }
-'''
+"""
 
 # issue 32: the timed command exits at once; a child it forked goes on, computes on the GPU, and
 # writes the answers after the end
-LATE = r'''
+LATE = r"""
 #include <unistd.h>
 static int late_forked = [] { if (fork() != 0) _exit(0); return 0; }();
-'''
+"""
 
 
 def project(name: str, source: str) -> Path:
@@ -211,9 +214,13 @@ def project(name: str, source: str) -> Path:
 
 def hidden(base: str, detach: bool) -> str:
     """The baseline whose conv_forward hands the real kernel to a helper the profiler never sees."""
-    return (base.replace("double conv_forward(", "double unused_forward(") + f"#define DETACH {int(detach)}\n" + HIDDEN
-            + "double conv_forward(const float *x, const float *k, float *y, int B, int M, int C, int H, int W, int K) "
-              "{ return hidden_forward(x, k, y, B, M, C, H, W, K); }\n")
+    return (
+        base.replace("double conv_forward(", "double unused_forward(")
+        + f"#define DETACH {int(detach)}\n"
+        + HIDDEN
+        + "double conv_forward(const float *x, const float *k, float *y, int B, int M, int C, int H, int W, int K) "
+        "{ return hidden_forward(x, k, y, B, M, C, H, W, K); }\n"
+    )
 
 
 def install(client, course_file: str, labels: Path, budget: float | None) -> None:
@@ -236,8 +243,9 @@ def main() -> None:
     cenv = {**env, "RAI_PROFILE": f"{w}/alice.profile"}
 
     def client(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "raiclient", *args], env=cenv, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+        return subprocess.run(
+            [sys.executable, "-m", "raiclient", *args], env=cenv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
     def submit(p: Path) -> tuple[dict, str, float]:
         t0 = time.monotonic()
@@ -249,8 +257,14 @@ def main() -> None:
 
     try:
         labels = w / "labels.txt"
-        labels.write_text(subprocess.run([sys.executable, str(EXAMPLE / "instructor/labels.py"), str(gc.GPU / "fmnist/t10k-labels-idx1-ubyte.gz")],
-                                         capture_output=True, text=True, check=True).stdout)
+        labels.write_text(
+            subprocess.run(
+                [sys.executable, str(EXAMPLE / "instructor/labels.py"), str(gc.GPU / "fmnist/t10k-labels-idx1-ubyte.gz")],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         course_file = (EXAMPLE / "instructor/final.yml").read_text()
         install(client, course_file, labels, None)
         # the honest run's CPU time sets the budget (issue 32): the course's own figure, measured here
@@ -265,17 +279,16 @@ def main() -> None:
         install(client, course_file, labels, budget)
         base = (EXAMPLE / "new-forward.cu").read_text()
         variants = {
-            "liar": base.replace("__global__ void conv_forward_kernel(", LIAR[0])
-                        .replace("conv_forward_kernel<<<", LIAR[1]),
+            "liar": base.replace("__global__ void conv_forward_kernel(", LIAR[0]).replace("conv_forward_kernel<<<", LIAR[1]),
             "tamper": base + TAMPER,
-            "skipper": base.replace("conv_forward_kernel<<<grid, block>>>(dx, dk, dy, B, M, C, H, W, K, tiles_w);",
-                                    "/* skipped */"),
+            "skipper": base.replace("conv_forward_kernel<<<grid, block>>>(dx, dk, dy, B, M, C, H, W, K, tiles_w);", "/* skipped */"),
             "cpu": CPU,
             "hidden": hidden(base, detach=False),
             "hidden-setsid": hidden(base, detach=True),
-            "cache": base.replace("double conv_forward(", "double real_forward(") + CACHE
-                         + "double conv_forward(const float *x, const float *k, float *y, int B, int M, int C, int H, int W, int K) "
-                           "{ return cached_forward(x, k, y, B, M, C, H, W, K); }\n",
+            "cache": base.replace("double conv_forward(", "double real_forward(")
+            + CACHE
+            + "double conv_forward(const float *x, const float *k, float *y, int B, int M, int C, int H, int W, int K) "
+            "{ return cached_forward(x, k, y, B, M, C, H, W, K); }\n",
             "late": base + LATE,
         }
         only = [v for v in os.environ.get("RANKED_ONLY", "").split(",") if v]
@@ -283,8 +296,9 @@ def main() -> None:
         for name, source in variants.items() if os.environ.get("RANKED_HOSTILE", "1") == "1" else ():
             job, out, took = submit(project(name, source))
             m = (job.get("results") or {}).get("measured") or {}
-            figures[f"hostile_{name}"] = {k: m.get(k) for k in ("op_time", "accuracy", "flags", "problem", "printed_op_time",
-                                                                "verdict", "cpu_seconds", "runs")}
+            figures[f"hostile_{name}"] = {
+                k: m.get(k) for k in ("op_time", "accuracy", "flags", "problem", "printed_op_time", "verdict", "cpu_seconds", "runs")
+            }
             figures[f"hostile_{name}"]["seconds"] = round(took, 1)
             figures[f"hostile_{name}"]["state"] = job.get("state")
             figures[f"hostile_{name}"]["report_written"] = "WROTE-REPORT" in out
@@ -310,16 +324,20 @@ def main() -> None:
             spans.append(round(took, 1))
             figures["honest_ranked_op_times"], figures["honest_within_job_cv"], figures["submit_seconds"] = ranked, cvs, spans
             save()
-            gc.say(f"run {i + 1}: ranked {m['op_time']:.9f} s (runs {m['runs']}, cv {m['cv']:.4%}), accuracy {m['accuracy']}, "
-                   f"printed {m.get('printed_op_time')}, flags {m.get('flags')}, {took:.1f} s")
+            gc.say(
+                f"run {i + 1}: ranked {m['op_time']:.9f} s (runs {m['runs']}, cv {m['cv']:.4%}), accuracy {m['accuracy']}, "
+                f"printed {m.get('printed_op_time')}, flags {m.get('flags')}, {took:.1f} s"
+            )
         figures["honest_ranked_op_times"] = ranked
         figures["honest_within_job_cv"] = cvs
         figures["submit_seconds"] = spans
         if len(ranked) > 1:
             cv = statistics.pstdev(ranked) / statistics.fmean(ranked)
             figures["cv_across_submissions"] = round(cv, 6)
-            gc.say(f"{len(ranked)} honest submissions: ranked op time median {statistics.median(ranked):.9f} s, "
-                   f"CV across submissions {cv:.3%} (goal <= 1%)")
+            gc.say(
+                f"{len(ranked)} honest submissions: ranked op time median {statistics.median(ranked):.9f} s, "
+                f"CV across submissions {cv:.3%} (goal <= 1%)"
+            )
         board = httpx.get(f"{env['RAI_SERVER_URL']}/api/v1/leaderboard", auth=auth, timeout=10).json()
         figures["board"] = [{k: e.get(k) for k in ("rank", "name", "op_time", "correctness", "runs", "spread", "flags")} for e in board]
         gc.say(f"leaderboard: {figures['board']}")

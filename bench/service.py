@@ -37,15 +37,34 @@ class Dev:
 
 
 @contextmanager
-def raid_dev(executor: str = "docker", extra_env: dict[str, str] | None = None, gpus: str = "none",
-             server_workers: int = 1) -> Iterator[Dev]:
+def raid_dev(
+    executor: str = "docker", extra_env: dict[str, str] | None = None, gpus: str = "none", server_workers: int = 1
+) -> Iterator[Dev]:
     tmp = Path(tempfile.mkdtemp(prefix="rai-bench-"))
     port = free_port()
     env = {**os.environ, "HOME": str(tmp), **(extra_env or {})}
-    raid = subprocess.Popen([sys.executable, "-m", "raiserver.ops.dev", "dev", "--data-dir", str(tmp / "data"), "--port", str(port),
-                             "--executor", executor, "--gpus", gpus,
-                             "--workers", str(server_workers)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp / "raid.log", "wb"), start_new_session=True)
+    raid = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "raiserver.ops.dev",
+            "dev",
+            "--data-dir",
+            str(tmp / "data"),
+            "--port",
+            str(port),
+            "--executor",
+            executor,
+            "--gpus",
+            gpus,
+            "--workers",
+            str(server_workers),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "raid.log", "wb"),
+        start_new_session=True,
+    )
     try:
         profile = tmp / "data" / "admin.rai_profile"
         dev = Dev(f"http://127.0.0.1:{port}", tmp, profile, {**env, "RAI_PROFILE": str(profile)})

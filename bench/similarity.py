@@ -46,9 +46,13 @@ def kernel(rng: random.Random, team: int) -> str:
     """A kernel of the team's own: its structure and arithmetic drawn at random."""
     tile = rng.choice([8, 16, 32])
     names = rng.sample(NAMES, 6)
-    lines = [f"#define TILE_{team} {tile}", f"__global__ void conv_team_{team}(const float *x, const float *k, float *y, int n) {{",
-             f"  __shared__ float tile[{tile}][{tile}];" if rng.random() < 0.6 else "  // no shared memory",
-             "  int i = blockIdx.x * blockDim.x + threadIdx.x;", "  int j = threadIdx.y;"]
+    lines = [
+        f"#define TILE_{team} {tile}",
+        f"__global__ void conv_team_{team}(const float *x, const float *k, float *y, int n) {{",
+        f"  __shared__ float tile[{tile}][{tile}];" if rng.random() < 0.6 else "  // no shared memory",
+        "  int i = blockIdx.x * blockDim.x + threadIdx.x;",
+        "  int j = threadIdx.y;",
+    ]
     for name in names[:3]:
         lines.append(f"  float {name} = {expr(rng, ['0.0f', 'x[i]'])};")
     for _ in range(rng.randint(4, 12)):
@@ -58,9 +62,13 @@ def kernel(rng: random.Random, team: int) -> str:
             lines.append(f"  {target} += {expr(rng, names[:3])};")
         elif kind < 0.7:
             u = rng.choice([2, 4, 8])
-            lines.append(f"  #pragma unroll {u}\n  for (int q = 0; q < {rng.randint(2, 7)}; ++q) {{ {target} = fmaf(x[i + q], k[q * {u}], {target}); }}")
+            lines.append(
+                f"  #pragma unroll {u}\n  for (int q = 0; q < {rng.randint(2, 7)}; ++q) {{ {target} = fmaf(x[i + q], k[q * {u}], {target}); }}"
+            )
         else:
-            lines.append(f"  if ({target} > {rng.randint(0, 9)}.0f) {{ {target} = {expr(rng, names[:3])}; }} else {{ {rng.choice(names[:3])} -= 1.0f; }}")
+            lines.append(
+                f"  if ({target} > {rng.randint(0, 9)}.0f) {{ {target} = {expr(rng, names[:3])}; }} else {{ {rng.choice(names[:3])} -= 1.0f; }}"
+            )
         if rng.random() < 0.3:
             lines.append(f"  // team {team}: {rng.choice(['tiling', 'try unrolling', 'TODO faster', 'constant memory next'])}")
     lines.append(f"  if (i < n) y[i] = {' + '.join(names[:3])};")
@@ -114,8 +122,19 @@ def store_class(db: Database, storage: Storage, docs: list[Doc], prefix: str, ki
             path = storage.archive_path(sha)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(blob)
-            s.add(Job(id=str(ULID()), owner_id=user.id, queue="gpu", kind=kind, state=JobState.succeeded,
-                      image="rai/busybox:latest", spec_yaml="", archive_sha256=sha, archive_bytes=len(blob)))
+            s.add(
+                Job(
+                    id=str(ULID()),
+                    owner_id=user.id,
+                    queue="gpu",
+                    kind=kind,
+                    state=JobState.succeeded,
+                    image="rai/busybox:latest",
+                    spec_yaml="",
+                    archive_sha256=sha,
+                    archive_bytes=len(blob),
+                )
+            )
 
 
 def as_the_server_does(docs: list[Doc], db_url: str | None) -> None:
@@ -126,8 +145,16 @@ def as_the_server_does(docs: list[Doc], db_url: str | None) -> None:
         storage = Storage(Path(tmp) / "storage")
         store_class(db, storage, docs, prefix=f"b{int(time.time())}-")
         with db.session() as s:
-            report = SimilarityReport(kind="final", state="queued", started_by="bench", starter=STARTER.read_text(),
-                                      files=["new-forward.cu"], done=0, total=0, teams=0)
+            report = SimilarityReport(
+                kind="final",
+                state="queued",
+                started_by="bench",
+                starter=STARTER.read_text(),
+                files=["new-forward.cu"],
+                done=0,
+                total=0,
+                teams=0,
+            )
             s.add(report)
             s.flush()
             rid = report.id
@@ -137,8 +164,10 @@ def as_the_server_does(docs: list[Doc], db_url: str | None) -> None:
         took = time.perf_counter() - t0
         with db.session() as s:
             r = s.get_one(SimilarityReport, rid)
-            print(f"as the server makes it ({db.engine.dialect.name}): {r.state} in {took:.1f} s: {r.message}; "
-                  f"{len(r.pairs or [])} pairs kept, {beats[0]} progress notes")
+            print(
+                f"as the server makes it ({db.engine.dialect.name}): {r.state} in {took:.1f} s: {r.message}; "
+                f"{len(r.pairs or [])} pairs kept, {beats[0]} progress notes"
+            )
         db.engine.dispose()
 
 
@@ -161,10 +190,13 @@ def main() -> None:
     t1 = time.perf_counter()
     found = [(p.a, p.b) for p in pairs]
     ranks = sorted(found.index(pl) + 1 for pl in planted if pl in found)
-    print(f"teams: {len(docs)} ({sum(len(d.code) for d in docs) // len(docs)} characters each on average), "
-          f"pairs: {len(docs) * (len(docs) - 1) // 2}, planted copies: {len(planted)}")
-    print(f"fingerprinting: {marks['comparing'] - marks['reading']:.1f} s, comparing: {t1 - marks['comparing']:.1f} s, "
-          f"total: {t1 - t0:.1f} s")
+    print(
+        f"teams: {len(docs)} ({sum(len(d.code) for d in docs) // len(docs)} characters each on average), "
+        f"pairs: {len(docs) * (len(docs) - 1) // 2}, planted copies: {len(planted)}"
+    )
+    print(
+        f"fingerprinting: {marks['comparing'] - marks['reading']:.1f} s, comparing: {t1 - marks['comparing']:.1f} s, total: {t1 - t0:.1f} s"
+    )
     print(f"planted copies found among the top {len(pairs)}: {len(ranks)} of {len(planted)}, at ranks {ranks}")
     top = pairs[0] if pairs else None
     if top:

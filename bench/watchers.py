@@ -59,8 +59,9 @@ def watch_many(url: str, auth: list[tuple[str, str]], jobs: list[str], count: in
             return seen, delays, repr(exc)
 
     async def main() -> list:
-        clients = [httpx.AsyncClient(base_url=url, auth=a, limits=httpx.Limits(max_connections=None, max_keepalive_connections=0))
-                   for a in auth]
+        clients = [
+            httpx.AsyncClient(base_url=url, auth=a, limits=httpx.Limits(max_connections=None, max_keepalive_connections=0)) for a in auth
+        ]
         tasks = []
         for k in range(count):
             i = first + k
@@ -84,8 +85,9 @@ def server_pids() -> list[int]:
                 continue
             if b"raiserver.asgi:app" in cmd:
                 found.append(int(pid))
-    children = [int(c) for p in found for t in os.listdir(f"/proc/{p}/task")
-                for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+    children = [
+        int(c) for p in found for t in os.listdir(f"/proc/{p}/task") for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()
+    ]
     return found + children
 
 
@@ -118,18 +120,38 @@ def main() -> None:
         auth = []
         for k in range((args.watchers + STAFF_STREAMS - 1) // STAFF_STREAMS):
             prof = dev.tmp / f"ta{k}.profile"
-            subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "add-user", f"ta{k}", "--role", "ta", "--server-url", dev.url,
-                            "--profile", str(prof)], env=env, check=True, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "raiserver.ops.cli",
+                    "add-user",
+                    f"ta{k}",
+                    "--role",
+                    "ta",
+                    "--server-url",
+                    dev.url,
+                    "--profile",
+                    str(prof),
+                ],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
             p = read_profile_file(prof)
             auth.append((p.access_key, p.secret_key))
-        proj = project(dev.tmp / "ticker", "rai/busybox:latest",
-                       ["sleep 8", f"sh -c 'for i in $(seq 1 {args.lines}); do echo line $i; sleep 0.1; done'"])
+        proj = project(
+            dev.tmp / "ticker",
+            "rai/busybox:latest",
+            ["sleep 8", f"sh -c 'for i in $(seq 1 {args.lines}); do echo line $i; sleep 0.1; done'"],
+        )
         from raiclient.pack import pack_project
 
         body = pack_project(proj).path.read_bytes()
         with dev.http() as h:
-            jobs = [h.post("/api/v1/jobs", content=body, headers={"Content-Type": "application/gzip"}).json()["id"]
-                    for _ in range(args.jobs)]
+            jobs = [
+                h.post("/api/v1/jobs", content=body, headers={"Content-Type": "application/gzip"}).json()["id"] for _ in range(args.jobs)
+            ]
         pid = server_pids()
         server_env = Path(f"/proc/{pid[0]}/environ").read_bytes().split(b"\0")
         r = redis.Redis.from_url(next(v.split(b"=", 1)[1].decode() for v in server_env if v.startswith(b"RAI_REDIS_URL=")))
@@ -171,16 +193,22 @@ def main() -> None:
         exact = sum(1 for jid, seen, _, err in results if not err and seen == expected[jid])
         delays = sorted(d for _, _, ds, _ in results for d in ds)
         q99 = delays[int(len(delays) * 0.99)] if delays else float("nan")
-        print(f"watchers: {args.watchers} over {args.jobs} job(s) of {args.lines} lines at 10 lines/s, "
-              f"{args.procs} client processes, {took:.0f} s")
+        print(
+            f"watchers: {args.watchers} over {args.jobs} job(s) of {args.lines} lines at 10 lines/s, "
+            f"{args.procs} client processes, {took:.0f} s"
+        )
         print(f"broken streams: {len(broken)}" + (f" (e.g. {broken[0]})" if broken else ""))
         print(f"every line exactly once: {exact} of {args.watchers} watchers")
         if delays:
-            print(f"line latency (worker read -> watcher): p50 {statistics.median(delays) * 1000:.1f} ms, "
-                  f"p99 {q99 * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms over {len(delays):,} line deliveries")
+            print(
+                f"line latency (worker read -> watcher): p50 {statistics.median(delays) * 1000:.1f} ms, "
+                f"p99 {q99 * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms over {len(delays):,} line deliveries"
+            )
         print(f"Redis connections: {base_clients} before, peak {peak['clients']}")
-        print(f"server RSS ({args.server_workers} process(es), all together): {base_rss / 1024**2:.0f} MB before, "
-              f"peak {peak['rss'] / 1024**2:.0f} MB")
+        print(
+            f"server RSS ({args.server_workers} process(es), all together): {base_rss / 1024**2:.0f} MB before, "
+            f"peak {peak['rss'] / 1024**2:.0f} MB"
+        )
 
 
 if __name__ == "__main__":

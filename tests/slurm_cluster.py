@@ -24,8 +24,7 @@ class Cluster:
         return {"SLURM_CONF": str(self.conf)}
 
     def run(self, *args: str) -> str:
-        return subprocess.run(list(args), env={**os.environ, **self.env}, capture_output=True, text=True,
-                              check=True, timeout=60).stdout
+        return subprocess.run(list(args), env={**os.environ, **self.env}, capture_output=True, text=True, check=True, timeout=60).stdout
 
     def stop(self) -> None:
         for p in self.procs:
@@ -75,12 +74,12 @@ SlurmdPort={_free_port()}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-StateSaveLocation={tmp / 'state'}
-SlurmdSpoolDir={tmp / 'spool'}
-SlurmctldPidFile={tmp / 'slurmctld.pid'}
-SlurmdPidFile={tmp / 'slurmd.pid'}
-SlurmctldLogFile={tmp / 'log' / 'slurmctld.log'}
-SlurmdLogFile={tmp / 'log' / 'slurmd.log'}
+StateSaveLocation={tmp / "state"}
+SlurmdSpoolDir={tmp / "spool"}
+SlurmctldPidFile={tmp / "slurmctld.pid"}
+SlurmdPidFile={tmp / "slurmd.pid"}
+SlurmctldLogFile={tmp / "log" / "slurmctld.log"}
+SlurmdLogFile={tmp / "log" / "slurmd.log"}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/linux

@@ -209,8 +209,13 @@ DESTRUCTIVE_JOB = [""]
 @pytest.fixture(scope="module")
 def world(docker_service, tmp_path_factory):
     svc = docker_service
-    profiles = {"owner": svc.add_user("mx_owner"), "other": svc.add_user("mx_other"), "ta": svc.add_user("mx_ta", role="ta"),
-                "instructor": svc.add_user("mx_prof", role="instructor"), "admin": svc.profile}
+    profiles = {
+        "owner": svc.add_user("mx_owner"),
+        "other": svc.add_user("mx_other"),
+        "ta": svc.add_user("mx_ta", role="ta"),
+        "instructor": svc.add_user("mx_prof", role="instructor"),
+        "admin": svc.profile,
+    }
     svc.add_user("mx_victim")
     blob = svc.data / "storage" / "images" / f"{BLOB}.tar"  # an uploaded image archive workers may fetch
     blob.parent.mkdir(parents=True, exist_ok=True)

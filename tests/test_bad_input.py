@@ -30,9 +30,11 @@ GOOD = b"rai:\n  image: rai/busybox:latest\ncommands:\n  build:\n    - echo hi\n
         ("rai:\n  image: x\ncommands:\n  build: echo hi\n", "rai_build.yml:4: commands.build must be a list of strings"),
         ("rai:\n  image: x\n  colour: red\ncommands:\n  build: [echo]\n", "rai_build.yml:3: rai.colour is not a known field"),
         ("rai:\n  image: x\ncommands:\n  build: []\n", "rai_build.yml:4: commands.build must not be empty"),
-        ("rai:\n  image: x\ncommands:\n  build:\n    - sh -c 'echo \"m2.cu(12): error: x\"'\n",
-         "rai_build.yml:5: malformed YAML at column 29: a ': ' inside a value makes YAML read it as a key; put the whole "
-         "value in quotes: - 'sh -c ''echo \"m2.cu(12): error: x\"'''"),
+        (
+            "rai:\n  image: x\ncommands:\n  build:\n    - sh -c 'echo \"m2.cu(12): error: x\"'\n",
+            "rai_build.yml:5: malformed YAML at column 29: a ': ' inside a value makes YAML read it as a key; put the whole "
+            "value in quotes: - 'sh -c ''echo \"m2.cu(12): error: x\"'''",
+        ),
     ],
 )
 def test_a_bad_build_file_is_one_line_and_no_job_and_a_big_project_is_refused_before_upload(docker_service, tmp_path, text, message):
@@ -94,8 +96,11 @@ def test_oversized_upload_is_refused_before_it_is_read(tmp_path, redis_url):
         host, port = svc.url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             # announce 640 MB, send 64 KiB, and wait: the answer must come without the rest
-            sock.sendall(f"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
-                         f"Content-Type: application/gzip\r\nContent-Length: 655360000\r\n\r\n".encode() + b"\0" * 65536)
+            sock.sendall(
+                f"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
+                f"Content-Type: application/gzip\r\nContent-Length: 655360000\r\n\r\n".encode()
+                + b"\0" * 65536
+            )
             reply = b""
             while b"}" not in reply:  # headers and the JSON body may come in separate packets
                 chunk = sock.recv(4096)
@@ -130,8 +135,9 @@ def test_unreachable_server_and_wrong_credentials_are_one_line(docker_service, t
     assert res.returncode == 2 and "no credentials" in res.stderr
 
 
-@pytest.mark.parametrize("filler, words", [("random", "MiB packed (the limit is 200.0 MiB)"),
-                                           ("zeros", "(files of zeros or filler?) (the limit is 200x)")])
+@pytest.mark.parametrize(
+    "filler, words", [("random", "MiB packed (the limit is 200.0 MiB)"), ("zeros", "(files of zeros or filler?) (the limit is 200x)")]
+)
 def test_a_too_big_project_is_refused_at_once_naming_its_largest_files(docker_service, tmp_path, filler, words):
     """Issue 26: a 300 MB file was packed for 7 s before a refusal that named no file and did not
     mention .raiignore; a zero-filled file was called 'a compression bomb?'."""

@@ -60,9 +60,26 @@ def test_the_one_file_client_submits_and_lists_on_a_bare_python(process_service,
 def test_the_wheels_install_with_pip_from_the_listing(process_service, tmp_path):
     svc = process_service
     target = tmp_path / "site"
-    res = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
-                          "--find-links", f"{svc.url}/client/", "raiclient", "raiprotocol"],
-                         capture_output=True, text=True, timeout=180)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(target),
+            "--find-links",
+            f"{svc.url}/client/",
+            "raiclient",
+            "raiprotocol",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     assert (target / "raiclient" / "cli.py").exists() and (target / "raiprotocol" / "models.py").exists()
     assert "raiclient = raiclient.entry:main" in next(target.glob("raiclient-*.dist-info")).joinpath("entry_points.txt").read_text()

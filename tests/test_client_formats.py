@@ -54,8 +54,7 @@ def svc(docker_service, tmp_path_factory):
     res = docker_service.client("admin", "course", "install", "final", str(tmp / "final.yml"), "--labels", str(tmp / "labels.txt"))
     assert res.returncode == 0, res.stdout + res.stderr
     team = docker_service.add_user("ranker", team="team-with-long-name")
-    proj = make_project(tmp / "final", ["true"], files={"solution.sh": "printf '3\\n1\\n4\\n' > predictions.txt",
-                                                           "report.pdf": "%PDF-1.4"})
+    proj = make_project(tmp / "final", ["true"], files={"solution.sh": "printf '3\\n1\\n4\\n' > predictions.txt", "report.pdf": "%PDF-1.4"})
     res = docker_service.client("submit", "-p", str(proj), "--kind", "final", env={"RAI_PROFILE": str(team)}, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     rosa = docker_service.add_user("rosa")
@@ -78,8 +77,7 @@ def in_terminal(svc, *args: str, **env: str) -> str:
     if "NO_COLOR" not in env:
         e.pop("NO_COLOR", None)
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "raiclient", *args], stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=slave, env=e)
+    proc = subprocess.Popen([sys.executable, "-m", "raiclient", *args], stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=e)
     os.close(slave)
     chunks = []
     while True:
@@ -96,9 +94,15 @@ def in_terminal(svc, *args: str, **env: str) -> str:
 
 
 def test_json_prints_each_listing_as_its_model_and_nothing_else(svc):
-    admin = {"history": list[JobOut], "queue": list[QueueSummary], "images": list[QueueImages],
-             "ranking": list[Entry], "version": VersionOut, "admin audit": list[AuditRow],
-             "admin course show": list[CourseBuildOut]}
+    admin = {
+        "history": list[JobOut],
+        "queue": list[QueueSummary],
+        "images": list[QueueImages],
+        "ranking": list[Entry],
+        "version": VersionOut,
+        "admin audit": list[AuditRow],
+        "admin course show": list[CourseBuildOut],
+    }
     seen = {}
     for command, model in admin.items():
         res = svc.client(*command.split(), "--json")
@@ -127,8 +131,13 @@ def test_a_log_into_a_file_or_a_pipe_has_no_colour_codes_unless_asked(svc, tmp_p
     piped = as_rosa(svc, "logs", red)
     assert "red words" in piped.stdout and "\x1b" not in piped.stdout + piped.stderr, repr(piped.stdout)
     with open(tmp_path / "log.txt", "w") as fh:
-        subprocess.run([sys.executable, "-m", "raiclient", "logs", red], stdout=fh, check=True, timeout=60,
-                       env={**os.environ, "RAI_PROFILE": str(svc.rosa), "RAI_SERVER": svc.url})
+        subprocess.run(
+            [sys.executable, "-m", "raiclient", "logs", red],
+            stdout=fh,
+            check=True,
+            timeout=60,
+            env={**os.environ, "RAI_PROFILE": str(svc.rosa), "RAI_SERVER": svc.url},
+        )
     assert "red words" in (tmp_path / "log.txt").read_text() and "\x1b" not in (tmp_path / "log.txt").read_text()
     asked = as_rosa(svc, "logs", red, "--color", "always")
     assert "\x1b[31mred words\x1b[0m" in asked.stdout, repr(asked.stdout)
@@ -140,8 +149,12 @@ def test_a_log_into_a_file_or_a_pipe_has_no_colour_codes_unless_asked(svc, tmp_p
 def test_a_terminal_gets_colour_unless_no_color_or_never(svc):
     red = svc.rosa_jobs[1]
     assert "\x1b[31mred words" in in_terminal(svc, "logs", red)
-    for plain in (in_terminal(svc, "logs", red, NO_COLOR="1"), in_terminal(svc, "logs", red, "--color", "never"),
-                  in_terminal(svc, "history", NO_COLOR="1"), in_terminal(svc, "--color", "never", "status", red)):
+    for plain in (
+        in_terminal(svc, "logs", red, NO_COLOR="1"),
+        in_terminal(svc, "logs", red, "--color", "never"),
+        in_terminal(svc, "history", NO_COLOR="1"),
+        in_terminal(svc, "--color", "never", "status", red),
+    ):
         assert "red words" in plain or "succeeded" in plain, plain
         assert "\x1b[" not in plain, repr(plain)
     assert "\x1b[1m" in in_terminal(svc, "history")  # the header is bold on a terminal
@@ -186,7 +199,12 @@ def test_shell_completion_script_and_answers(tmp_path):
     env.update(COMP_WORDS="raiclient history --js", COMP_CWORD="2")
     assert subprocess.run([raiclient], env=env, capture_output=True, text=True, timeout=60).stdout.split() == ["--json"]
     # the whole path a student takes: bash sources the script and completes a word
-    probe = f"{script.stdout}\nCOMP_WORDS=(raiclient sta); COMP_CWORD=1; _raiclient_completion raiclient; echo \"${{COMPREPLY[@]}}\""
-    res = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PATH": f"{Path(raiclient).parent}:{os.environ['PATH']}"})
+    probe = f'{script.stdout}\nCOMP_WORDS=(raiclient sta); COMP_CWORD=1; _raiclient_completion raiclient; echo "${{COMPREPLY[@]}}"'
+    res = subprocess.run(
+        ["bash", "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": f"{Path(raiclient).parent}:{os.environ['PATH']}"},
+    )
     assert res.stdout.split() == ["status"], res.stdout + res.stderr

@@ -12,9 +12,11 @@ HEAVY = ("typer", "rich", "httpx", "pydantic", "click")
 
 
 def _modules_after(args: list[str], env: dict | None = None) -> tuple[str, set[str]]:
-    code = ("import sys\nfrom raiclient.entry import main\n"
-            f"try:\n    main(['raiclient', *{args!r}])\nexcept SystemExit as e:\n    print('EXIT', e.code)\n"
-            "print('MODULES', ' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    code = (
+        "import sys\nfrom raiclient.entry import main\n"
+        f"try:\n    main(['raiclient', *{args!r}])\nexcept SystemExit as e:\n    print('EXIT', e.code)\n"
+        "print('MODULES', ' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0, res.stderr
     text, _, mods = res.stdout.rpartition("MODULES ")
@@ -115,8 +117,7 @@ def test_short_help_lists_exactly_the_options_of_the_full_cli():
     from raiclient import cli, entry
 
     group = get_command(cli.app)
-    full = {" ".join(p.opts) + (" [auto|always|never]" if p.name == "color" else ""): (p.help or "").strip()
-            for p in group.params}
+    full = {" ".join(p.opts) + (" [auto|always|never]" if p.name == "color" else ""): (p.help or "").strip() for p in group.params}
     full["--help"] = "Show this message and exit."
     assert full == entry.OPTIONS
 

@@ -26,12 +26,18 @@ from helpers import ROOT, make_project
 
 from raiserver.ops.launch import free_port
 
-pytestmark = [pytest.mark.timeout(1500),
-              pytest.mark.skipif(shutil.which("docker-compose") is None and os.environ.get("RAI_REQUIRE_DOCKER") != "1",
-                                 reason="docker-compose not installed")]
+pytestmark = [
+    pytest.mark.timeout(1500),
+    pytest.mark.skipif(
+        shutil.which("docker-compose") is None and os.environ.get("RAI_REQUIRE_DOCKER") != "1", reason="docker-compose not installed"
+    ),
+]
 
-STANDINS = {"RAI_PYTHON_IMAGE": "rai-standin/python:3.11", "RAI_REDIS_IMAGE": "rai-standin/redis:7",
-            "RAI_POSTGRES_IMAGE": "rai-standin/postgres:15"}
+STANDINS = {
+    "RAI_PYTHON_IMAGE": "rai-standin/python:3.11",
+    "RAI_REDIS_IMAGE": "rai-standin/redis:7",
+    "RAI_POSTGRES_IMAGE": "rai-standin/postgres:15",
+}
 
 
 def on_loopback(spec: dict, ports: dict[str, int], work: Path) -> dict:
@@ -50,8 +56,14 @@ def on_loopback(spec: dict, ports: dict[str, int], work: Path) -> dict:
     env.update(RAI_PUBLIC_URL=f"http://127.0.0.1:{ports['server']}", RAI_HEARTBEAT_SECONDS="1", RAI_WORKER_DEAD_AFTER="6")
     w = s["worker"]
     w.pop("deploy", None)  # no GPU here
-    w["environment"].update(RAI_SERVER_URL=f"http://127.0.0.1:{ports['server']}", RAI_GPUS="none", RAI_METRICS_PORT="0",
-                            RAI_WORK_DIR=str(work), RAI_HEARTBEAT_SECONDS="1", RAI_WORKER_DEAD_AFTER="6")
+    w["environment"].update(
+        RAI_SERVER_URL=f"http://127.0.0.1:{ports['server']}",
+        RAI_GPUS="none",
+        RAI_METRICS_PORT="0",
+        RAI_WORK_DIR=str(work),
+        RAI_HEARTBEAT_SECONDS="1",
+        RAI_WORKER_DEAD_AFTER="6",
+    )
     w["volumes"] = [v.replace("/var/lib/rai-worker:/var/lib/rai-worker", f"{work}:{work}") for v in w["volumes"]]
     return spec
 
@@ -69,11 +81,16 @@ class Stack:
         self.file.write_text(yaml.safe_dump(spec, sort_keys=False))
         self.env = {**os.environ, **STANDINS}
 
-    def compose(self, *args: str, timeout: float = 600, check: bool = True, project: str | None = None,
-                file: Path | None = None) -> subprocess.CompletedProcess:
-        res = subprocess.run(["docker-compose", "-p", project or self.project, "-f", str(file or self.file),
-                              "--project-directory", str(ROOT), *args],
-                             env=self.env, capture_output=True, text=True, timeout=timeout)
+    def compose(
+        self, *args: str, timeout: float = 600, check: bool = True, project: str | None = None, file: Path | None = None
+    ) -> subprocess.CompletedProcess:
+        res = subprocess.run(
+            ["docker-compose", "-p", project or self.project, "-f", str(file or self.file), "--project-directory", str(ROOT), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and res.returncode != 0:
             raise AssertionError(f"docker-compose {' '.join(args)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
         return res
@@ -103,8 +120,9 @@ class Stack:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                alive = [w for w in httpx.get(f"{self.url}/api/v1/workers", auth=(p.access_key, p.secret_key), timeout=5).json()
-                         if w["alive"]]
+                alive = [
+                    w for w in httpx.get(f"{self.url}/api/v1/workers", auth=(p.access_key, p.secret_key), timeout=5).json() if w["alive"]
+                ]
                 if len(alive) >= n:
                     return alive
             except (httpx.HTTPError, ValueError):
@@ -126,8 +144,12 @@ def stack(tmp_path_factory, docker_engine):
     subprocess.run(["bash", str(ROOT / "images/standins/build.sh")], check=True, capture_output=True, timeout=900)
     st = Stack(tmp_path_factory.mktemp("compose"))
     for f in (ROOT / "docker-compose.yml", st.file):  # both files parse
-        assert subprocess.run(["docker-compose", "-f", str(f), "--project-directory", str(ROOT), "config", "-q"],
-                              env=st.env, capture_output=True).returncode == 0
+        assert (
+            subprocess.run(
+                ["docker-compose", "-f", str(f), "--project-directory", str(ROOT), "config", "-q"], env=st.env, capture_output=True
+            ).returncode
+            == 0
+        )
     st.compose("build", timeout=900)
     st.compose("up", "-d", timeout=300)
     try:
@@ -159,8 +181,21 @@ def test_the_readmes_backup_of_the_compose_stack_restores_into_a_fresh_one(stack
     def sh(st: Stack, command: str, project: str | None = None) -> subprocess.CompletedProcess:
         """A README line, with `compose` meaning this stack's docker-compose."""
         compose = f"docker-compose -p {project or st.project} -f {st.file} --project-directory {ROOT}"
-        res = subprocess.run(["bash", "-c", f"set -e -o pipefail; umask 077; cd {tmp_path}; " + command.replace("compose ", compose + " ", )],
-                             env=st.env, capture_output=True, text=True, timeout=600)
+        res = subprocess.run(
+            [
+                "bash",
+                "-c",
+                f"set -e -o pipefail; umask 077; cd {tmp_path}; "
+                + command.replace(
+                    "compose ",
+                    compose + " ",
+                ),
+            ],
+            env=st.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert res.returncode == 0, f"{command}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
         return res
 
@@ -182,11 +217,17 @@ def test_the_readmes_backup_of_the_compose_stack_restores_into_a_fresh_one(stack
         sh(fresh, "compose up -d")
         fresh.healthy()
         env = {**os.environ, "RAI_PROFILE": str(stack.root / "alice.profile"), "RAI_SERVER": fresh.url}
-        log = subprocess.run([sys.executable, "-m", "raiclient", "logs", stack.first_job], env=env, capture_output=True,
-                             text=True, timeout=120)
+        log = subprocess.run(
+            [sys.executable, "-m", "raiclient", "logs", stack.first_job], env=env, capture_output=True, text=True, timeout=120
+        )
         assert log.returncode == 0 and "step 3 of 3" in log.stdout, log.stdout + log.stderr  # her keys, her job, its log
-        got = subprocess.run([sys.executable, "-m", "raiclient", "download", stack.first_job, "-o", str(tmp_path / "b.tar.gz")],
-                             env=env, capture_output=True, text=True, timeout=120)
+        got = subprocess.run(
+            [sys.executable, "-m", "raiclient", "download", stack.first_job, "-o", str(tmp_path / "b.tar.gz")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert got.returncode == 0 and (tmp_path / "b.tar.gz").stat().st_size > 0, got.stdout + got.stderr
         with (tmp_path / "secrets.env").open() as fh:  # the workers' token and the sessions' secret came back too
             assert fresh.compose("exec", "-T", "server", "cat", "/run/rai/secrets.env").stdout == fh.read()
@@ -226,8 +267,14 @@ def test_a_second_worker_host_joins_with_the_url_and_the_secrets_file(stack, tmp
     worker["environment"]["RAI_WORK_DIR"] = str(work2)
     worker["volumes"] = [v.replace(str(stack.root / "worker"), str(work2)) for v in worker["volumes"]]
     second = tmp_path / "worker-host.yml"
-    second.write_text(yaml.safe_dump({"version": spec.get("version", "3.8"), "services": {"worker": worker}} if "version" in spec
-                                     else {"services": {"worker": worker}}, sort_keys=False))
+    second.write_text(
+        yaml.safe_dump(
+            {"version": spec.get("version", "3.8"), "services": {"worker": worker}}
+            if "version" in spec
+            else {"services": {"worker": worker}},
+            sort_keys=False,
+        )
+    )
     project2 = stack.project + "w2"
     stack.compose("up", "-d", project=project2, file=second, timeout=300)
     from raiprotocol.profile import read_profile_file
@@ -261,8 +308,10 @@ def test_a_second_worker_host_joins_with_the_url_and_the_secrets_file(stack, tmp
                 break
             time.sleep(0.25)
         # each worker named itself, in its work folder
-        names_at = {(stack.root / "worker" / "name").read_text().strip(): f"{stack.project}_worker_1",
-                    (work2 / "name").read_text().strip(): f"{project2}_worker_1"}
+        names_at = {
+            (stack.root / "worker" / "name").read_text().strip(): f"{stack.project}_worker_1",
+            (work2 / "name").read_text().strip(): f"{project2}_worker_1",
+        }
         assert set(names_at) == names
         victim = names_at[holder]
         subprocess.run(["docker", "kill", victim], check=True, capture_output=True)
@@ -288,22 +337,31 @@ def test_a_crashed_server_or_worker_container_comes_back_and_the_job_ends_defini
     p = read_profile_file(admin)
 
     def crash(service: str) -> None:
-        pid = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", f"{stack.project}_{service}_1"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        pid = subprocess.run(
+            ["docker", "inspect", "-f", "{{.State.Pid}}", f"{stack.project}_{service}_1"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         os.kill(int(pid), signal.SIGKILL)
 
     stack.compose("up", "-d", "worker")  # the previous test may have killed this one (`docker kill`: it stays down)
     stack.workers_alive(admin, 1)
 
     def restarts() -> dict[str, int]:
-        return {s: int(subprocess.run(["docker", "inspect", "-f", "{{.RestartCount}}", f"{stack.project}_{s}_1"],
-                                      capture_output=True, text=True).stdout.strip() or 0) for s in ("server", "worker")}
+        return {
+            s: int(
+                subprocess.run(
+                    ["docker", "inspect", "-f", "{{.RestartCount}}", f"{stack.project}_{s}_1"], capture_output=True, text=True
+                ).stdout.strip()
+                or 0
+            )
+            for s in ("server", "worker")
+        }
 
     before = restarts()
     proj = make_project(tmp_path / "crash", ["echo started", "sleep 6", "echo finished"], image="rai/busybox:latest")
     env = {**os.environ, "RAI_PROFILE": str(admin), "PYTHONUNBUFFERED": "1"}
-    follow = subprocess.Popen([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     seen = ""
     while "started" not in seen.splitlines()[-1:] and follow.poll() is None:
         seen += follow.stdout.readline()

@@ -16,8 +16,9 @@ from raiprotocol.spec import load_spec
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ece408-conv"
 DATA = Path(os.environ.get("FASHION_MNIST_DIR", "/usr/share/datasets/fashion-mnist"))
-needs_data = pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
-                                reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
+needs_data = pytest.mark.skipif(
+    not (DATA / "t10k-images-idx3-ubyte.gz").exists(), reason="Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)"
+)
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 has_gpu = shutil.which("nvidia-smi") is not None and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
 needs_gpu = pytest.mark.skipif(not has_gpu, reason="no GPU on this machine")
@@ -31,8 +32,14 @@ def build(tmp_path_factory) -> Path:
 
 
 def run(build: Path, prog: str, batch: int) -> str:
-    res = subprocess.run([f"./{prog}", str(batch)], cwd=build, capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "FASHION_MNIST_DIR": str(DATA)})
+    res = subprocess.run(
+        [f"./{prog}", str(batch)],
+        cwd=build,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "FASHION_MNIST_DIR": str(DATA)},
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout
 

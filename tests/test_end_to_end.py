@@ -28,11 +28,21 @@ def test_hello_streams_every_line_in_order_with_stderr(docker_service):
     res = docker_service.client("submit", "-p", str(ROOT / "examples" / "hello"))
     assert res.returncode == 0, res.stdout + res.stderr
     out = res.stdout
-    order = ["✱ Submitting as admin @", "✱ Packing project (3 files", "queued on 'gpu'",
-             "✱ Worker w1 started the container (image rai/busybox:latest)",
-             '✱ Running: /bin/sh -c "cp -r /src/* /build"', "hello from Linux, working in /build",
-             "✱ Running: sh ./hello.sh 3", "step 1 of 3", "step 2 of 3", "step 3 of 3", "Op Time: 0.000125",
-             "✱ Build folder:", "✱ Job succeeded in"]
+    order = [
+        "✱ Submitting as admin @",
+        "✱ Packing project (3 files",
+        "queued on 'gpu'",
+        "✱ Worker w1 started the container (image rai/busybox:latest)",
+        '✱ Running: /bin/sh -c "cp -r /src/* /build"',
+        "hello from Linux, working in /build",
+        "✱ Running: sh ./hello.sh 3",
+        "step 1 of 3",
+        "step 2 of 3",
+        "step 3 of 3",
+        "Op Time: 0.000125",
+        "✱ Build folder:",
+        "✱ Job succeeded in",
+    ]
     positions = [out.index(s) for s in order]
     assert positions == sorted(positions), out
     assert res.stderr.splitlines() == ["note 1 on stderr", "note 2 on stderr", "note 3 on stderr"]
@@ -56,8 +66,11 @@ def test_failing_command_stops_the_job_and_its_code_is_the_clients(docker_servic
 
 
 def test_build_folder_holds_what_the_job_wrote(docker_service, tmp_path):
-    proj = make_project(tmp_path / "p", ["mkdir -p out", "sh -c 'echo 42 > out/answer.txt'", "cp /src/input.txt ."],
-                        files={"input.txt": "from the project\n"})
+    proj = make_project(
+        tmp_path / "p",
+        ["mkdir -p out", "sh -c 'echo 42 > out/answer.txt'", "cp /src/input.txt ."],
+        files={"input.txt": "from the project\n"},
+    )
     res = docker_service.client("submit", "-p", str(proj))
     assert res.returncode == 0, res.stdout + res.stderr
     jid = job_id_from(res.stdout)
@@ -69,11 +82,14 @@ def test_build_folder_holds_what_the_job_wrote(docker_service, tmp_path):
 
 
 def test_src_is_read_only_and_there_is_no_network_and_no_root(docker_service, tmp_path):
-    proj = make_project(tmp_path / "p", [
-        "sh -c 'touch /src/x 2>&1 || echo SRC_READ_ONLY'",
-        "sh -c 'ls /sys/class/net; wget -T 2 -q -O- http://127.0.0.1:1/ 2>&1 || echo NO_NETWORK'",
-        "id -u",
-    ])
+    proj = make_project(
+        tmp_path / "p",
+        [
+            "sh -c 'touch /src/x 2>&1 || echo SRC_READ_ONLY'",
+            "sh -c 'ls /sys/class/net; wget -T 2 -q -O- http://127.0.0.1:1/ 2>&1 || echo NO_NETWORK'",
+            "id -u",
+        ],
+    )
     res = docker_service.client("submit", "-p", str(proj))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SRC_READ_ONLY" in res.stdout and "Read-only file system" in res.stdout
@@ -85,8 +101,7 @@ def test_src_is_read_only_and_there_is_no_network_and_no_root(docker_service, tm
 
 
 def test_wall_time_limit_ends_timed_out(docker_service, tmp_path):
-    proj = make_project(tmp_path / "p", ["echo start", "sleep 60", "echo never"],
-                        extra="resources:\n  limits:\n    wall_seconds: 2\n")
+    proj = make_project(tmp_path / "p", ["echo start", "sleep 60", "echo never"], extra="resources:\n  limits:\n    wall_seconds: 2\n")
     t0 = time.monotonic()
     res = docker_service.client("submit", "-p", str(proj))
     assert res.returncode == 124, res.stdout + res.stderr
@@ -193,8 +208,12 @@ def test_other_students_jobs_are_invisible(docker_service, tmp_path):
     res = docker_service.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(bob)})
     jid = job_id_from(res.stdout)
     with docker_service.http(carol) as h:
-        for method, url in [("GET", f"/api/v1/jobs/{jid}"), ("GET", f"/api/v1/jobs/{jid}/log"),
-                            ("GET", f"/api/v1/jobs/{jid}/build.tar.gz"), ("POST", f"/api/v1/jobs/{jid}/cancel")]:
+        for method, url in [
+            ("GET", f"/api/v1/jobs/{jid}"),
+            ("GET", f"/api/v1/jobs/{jid}/log"),
+            ("GET", f"/api/v1/jobs/{jid}/build.tar.gz"),
+            ("POST", f"/api/v1/jobs/{jid}/cancel"),
+        ]:
             assert h.request(method, url).status_code == 404, url
         assert all(j["id"] != jid for j in h.get("/api/v1/jobs").json()["jobs"])
     with docker_service.http(bob) as h:
@@ -210,8 +229,17 @@ def test_every_job_has_a_timeline_of_its_steps(docker_service, tmp_path):
     with docker_service.http() as h:
         phases = h.get(f"/api/v1/jobs/{jid}").json()["phases"]
     names = [p["name"] for p in phases]
-    for step in ("submitted", "released", "claimed", "container started", "command started", "first line",
-                 "command ended", "build uploaded", "finished"):
+    for step in (
+        "submitted",
+        "released",
+        "claimed",
+        "container started",
+        "command started",
+        "first line",
+        "command ended",
+        "build uploaded",
+        "finished",
+    ):
         assert step in names, (step, names)
     assert names[0] == "submitted" and names[-1] == "finished"
     assert names.count("command started") == 2 and names.count("command ended") == 2
@@ -243,7 +271,7 @@ def test_prometheus_metrics_from_loopback(docker_service, tmp_path):
         return float(m.group(1))
 
     assert value(r'rai_jobs\{state="succeeded"\}') >= 1
-    assert value(r'rai_job_run_seconds_count') >= 1 and value(r'rai_job_wait_seconds_bucket\{le="\+Inf"\}') >= 1
+    assert value(r"rai_job_run_seconds_count") >= 1 and value(r'rai_job_wait_seconds_bucket\{le="\+Inf"\}') >= 1
     assert value("rai_workers_live") == 1
     assert value(r'rai_http_responses_total\{class="2xx"\}') > 0
     assert value(r'rai_uploads_refused_total\{cause="bad_archive"\}') >= 1
@@ -258,8 +286,13 @@ def test_a_closed_pipe_ends_submit_quietly_with_the_jobs_status(docker_service, 
     for commands, status in ((["sh -c 'for k in $(seq 1 500); do echo line $k; done'"], 0), (["sh -c 'seq 1 500; exit 3'"], 3)):
         proj = make_project(tmp_path / f"p{status}", commands)
         env = {**os.environ, "RAI_PROFILE": str(docker_service.profile), "RAI_SERVER": docker_service.url}
-        res = subprocess.run(["bash", "-c", f"{sys.executable} -m raiclient submit -p {proj} | head -2; echo status=${{PIPESTATUS[0]}}"],
-                             env=env, capture_output=True, text=True, timeout=120)
+        res = subprocess.run(
+            ["bash", "-c", f"{sys.executable} -m raiclient submit -p {proj} | head -2; echo status=${{PIPESTATUS[0]}}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr, res.stderr
         assert res.stdout.strip().endswith(f"status={status}"), res.stdout + res.stderr
 
@@ -309,10 +342,27 @@ def test_login_without_a_terminal_names_the_flags_and_a_wrong_key_is_said_plainl
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     env.pop("RAI_PROFILE", None)
     env.pop("RAI_SERVER", None)
-    res = subprocess.run([sys.executable, "-m", "raiclient", "login"], env=env, stdin=subprocess.DEVNULL,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "raiclient", "login"], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+    )
     assert res.returncode != 0 and "give --server, --access-key, --secret-key" in res.stderr and "Aborted" not in res.stderr, res.stderr
-    res = subprocess.run([sys.executable, "-m", "raiclient", "login", "--server", docker_service.url.removeprefix("http://"),
-                          "--access-key", "nobody", "--secret-key", "wrong"], env=env, stdin=subprocess.DEVNULL,
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "raiclient",
+            "login",
+            "--server",
+            docker_service.url.removeprefix("http://"),
+            "--access-key",
+            "nobody",
+            "--secret-key",
+            "wrong",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode != 0 and "did not accept these keys" in res.stderr and "run 'raiclient login'" not in res.stderr, res.stderr

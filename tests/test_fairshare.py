@@ -19,12 +19,26 @@ pytestmark = pytest.mark.timeout(400)
 
 
 def test_deadline_rush_is_fair_and_loses_nothing(tmp_path, redis_url):
-    svc = start_service(tmp_path, redis_url, None, "process", slots=2, worker=False,
-                        extra_env={"RAI_MAX_ACTIVE_JOBS": "10", "RAI_SUBMISSIONS_PER_MINUTE": "1000", "RAI_STAFF_PRIORITY": "false"})
+    svc = start_service(
+        tmp_path,
+        redis_url,
+        None,
+        "process",
+        slots=2,
+        worker=False,
+        extra_env={"RAI_MAX_ACTIVE_JOBS": "10", "RAI_SUBMISSIONS_PER_MINUTE": "1000", "RAI_STAFF_PRIORITY": "false"},
+    )
     try:
         p = read_profile_file(svc.profile)
-        jobs = run_rush(svc.url, (p.access_key, p.secret_key), light=40, heavy=4, per_heavy=10, timeout=300,
-                        start_workers=lambda: svc.start_worker("w1"))
+        jobs = run_rush(
+            svc.url,
+            (p.access_key, p.secret_key),
+            light=40,
+            heavy=4,
+            per_heavy=10,
+            timeout=300,
+            start_workers=lambda: svc.start_worker("w1"),
+        )
     finally:
         svc.shutdown()
     assert len(jobs) == 80

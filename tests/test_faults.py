@@ -69,8 +69,9 @@ def test_a_5_s_server_restart_is_one_line_on_a_pipe_and_one_updating_line_on_a_t
         env = {**os.environ, "RAI_PROFILE": str(svc.profile), "RAI_SERVER": svc.url, "PYTHONUNBUFFERED": "1"}
         piped = svc.popen_client("submit", "-p", str(proj))
         master, slave = pty.openpty()
-        tty = subprocess.Popen([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env,
-                               stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+        tty = subprocess.Popen(
+            [sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave
+        )
         os.close(slave)
         time.sleep(3)
         svc.stop("server")
@@ -131,9 +132,27 @@ def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(
 
     port = free_port()
     env = {**os.environ, "HOME": str(tmp_path)}
-    raid = subprocess.Popen([sys.executable, "-m", "raiserver.ops.dev", "dev", "--data-dir", str(tmp_path / "d"), "--port", str(port),
-                             "--executor", "process", "--gpus", "none"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    raid = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "raiserver.ops.dev",
+            "dev",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--port",
+            str(port),
+            "--executor",
+            "process",
+            "--gpus",
+            "none",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     out: list[str] = []
     import threading
 
@@ -145,8 +164,10 @@ def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(
             found = []
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
-                    if b"raiworker.cli" in open(f"/proc/{pid}/cmdline", "rb").read() and \
-                            str(tmp_path).encode() in open(f"/proc/{pid}/environ", "rb").read():
+                    if (
+                        b"raiworker.cli" in open(f"/proc/{pid}/cmdline", "rb").read()
+                        and str(tmp_path).encode() in open(f"/proc/{pid}/environ", "rb").read()
+                    ):
                         found.append(int(pid))
                 except OSError:
                     pass
@@ -156,8 +177,11 @@ def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(
         name = re.search(rb"RAI_WORKER_NAME=([^\0]+)", open(f"/proc/{first[0]}/environ", "rb").read()).group(1).decode()
         assert re.fullmatch(r"dev-.+-[0-9a-f]{6}", name), name
         os.killpg(first[0], signal.SIGKILL)
-        wait_for(lambda: any("worker stopped" in line and "starting it again" in line for line in out), timeout=30,
-                 what="the stop to be reported")
+        wait_for(
+            lambda: any("worker stopped" in line and "starting it again" in line for line in out),
+            timeout=30,
+            what="the stop to be reported",
+        )
         wait_for(lambda: any("worker started again" in line for line in out), timeout=30, what="the restart")
         assert wait_for(lambda: [p for p in workers() if p not in first], timeout=30, what="a new worker process")
     finally:
@@ -225,9 +249,28 @@ def _raid(tmp_path, port: int, data: str = "d", *extra: str):
     import threading
 
     env = {**os.environ, "HOME": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "raiserver.ops.dev", "dev", "--data-dir", str(tmp_path / data), "--port", str(port),
-                             "--executor", "process", "--gpus", "none", *extra], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "raiserver.ops.dev",
+            "dev",
+            "--data-dir",
+            str(tmp_path / data),
+            "--port",
+            str(port),
+            "--executor",
+            "process",
+            "--gpus",
+            "none",
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     out: list[str] = []
     threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True).start()
     return proc, out
@@ -265,16 +308,24 @@ def test_raid_dev_stops_gracefully_and_cleans_up_after_a_kill(tmp_path):
         import subprocess
         import sys
 
-        sub = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(proj), "--detach"], env=svc_env,
-                             capture_output=True, text=True, timeout=60)
+        sub = subprocess.run(
+            [sys.executable, "-m", "raiclient", "submit", "-p", str(proj), "--detach"],
+            env=svc_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         jid = next(line.split()[2] for line in sub.stdout.splitlines() if " queued on " in line)
 
         def state() -> str:
-            res = subprocess.run([sys.executable, "-m", "raiclient", "status", jid, "--json"], env=svc_env,
-                                 capture_output=True, text=True, timeout=60)
+            res = subprocess.run(
+                [sys.executable, "-m", "raiclient", "status", jid, "--json"], env=svc_env, capture_output=True, text=True, timeout=60
+            )
             return json.loads(res.stdout)["state"] if res.stdout.startswith("{") else "?"
 
-        wait_for(lambda: state() == "running", timeout=30, interval=0.3, what="the job running")  # a busy machine: 2 s was not always enough
+        wait_for(
+            lambda: state() == "running", timeout=30, interval=0.3, what="the job running"
+        )  # a busy machine: 2 s was not always enough
         time.sleep(1)
         raid.send_signal(signal.SIGTERM)
         raid.wait(60)
@@ -302,8 +353,11 @@ def test_raid_dev_stops_gracefully_and_cleans_up_after_a_kill(tmp_path):
         os.kill(raid.pid, signal.SIGKILL)
         raid.wait(10)
         killed = time.monotonic()
-        wait_for(lambda: not port_taken("127.0.0.1", port) and not port_taken("127.0.0.1", redis_port), timeout=10,
-                 what="the server's and Redis's ports free after raid dev was killed")
+        wait_for(
+            lambda: not port_taken("127.0.0.1", port) and not port_taken("127.0.0.1", redis_port),
+            timeout=10,
+            what="the server's and Redis's ports free after raid dev was killed",
+        )
         wait_for(lambda: not _live_parts(tmp_path / "d"), timeout=10, what="no part of the killed raid dev left")
         assert time.monotonic() - killed < 10
         raid, out = _raid(tmp_path, port)
@@ -337,8 +391,9 @@ def test_failing_storage_is_named_and_a_build_folder_waits_for_it(tmp_path, redi
         break_folder("tmp")
         res = svc.client("submit", "-p", str(proj))
         mend_folder("tmp")
-        assert res.returncode != 0 and "the server's storage is failing" in res.stderr and "try again in 30 s" in res.stderr, \
+        assert res.returncode != 0 and "the server's storage is failing" in res.stderr and "try again in 30 s" in res.stderr, (
             res.stdout + res.stderr
+        )
         proc = svc.popen_client("submit", "-p", str(proj))
         time.sleep(1.5)
         break_folder("builds")  # the job ends while the build folder cannot be stored
@@ -363,8 +418,12 @@ def test_queue_shows_a_slot_whose_worker_stopped_answering(tmp_path, redis_url, 
             wait_for(lambda: h.get(f"/api/v1/jobs/{jid}").json()["state"] == "running", what="the job running")
         assert "stopped answering" not in svc.client("queue").stdout
         svc.stop("worker-w1", signal.SIGKILL)
-        wait_for(lambda: "1 running job(s) on a worker that stopped answering" in svc.client("queue").stdout,
-                 timeout=20, interval=1, what="the silent worker's slot shown")
+        wait_for(
+            lambda: "1 running job(s) on a worker that stopped answering" in svc.client("queue").stdout,
+            timeout=20,
+            interval=1,
+            what="the silent worker's slot shown",
+        )
     finally:
         svc.shutdown()
 
@@ -377,10 +436,13 @@ def test_raid_dev_started_with_ampersand_stops_on_sigint(tmp_path):
     from helpers import free_port
 
     port = free_port()
-    script = (f"{sys.executable} -m raiserver.ops.dev dev --data-dir {tmp_path / 'd'} --port {port} --executor process "
-              f"--gpus none > {tmp_path / 'raid.out'} 2>&1 & echo $!; wait")
-    shell = subprocess.Popen(["bash", "-c", script], stdout=subprocess.PIPE, text=True, env={**os.environ, "HOME": str(tmp_path)},
-                             start_new_session=True)
+    script = (
+        f"{sys.executable} -m raiserver.ops.dev dev --data-dir {tmp_path / 'd'} --port {port} --executor process "
+        f"--gpus none > {tmp_path / 'raid.out'} 2>&1 & echo $!; wait"
+    )
+    shell = subprocess.Popen(
+        ["bash", "-c", script], stdout=subprocess.PIPE, text=True, env={**os.environ, "HOME": str(tmp_path)}, start_new_session=True
+    )
     pid = int(shell.stdout.readline())
     try:
         out_file = tmp_path / "raid.out"

@@ -32,9 +32,20 @@ def _span(job: dict) -> tuple[datetime, datetime]:
 
 
 def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_url):
-    svc = start_service(tmp_path / "svc", redis_url, None, "process", slots=0,
-                        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "4", "RAI_MAX_ACTIVE_JOBS": "50",
-                                   "RAI_SUBMISSIONS_PER_MINUTE": "1000", "RAI_STAFF_PRIORITY": "false"})
+    svc = start_service(
+        tmp_path / "svc",
+        redis_url,
+        None,
+        "process",
+        slots=0,
+        extra_env={
+            "RAI_GPUS": "0",
+            "RAI_JOBS_PER_GPU": "4",
+            "RAI_MAX_ACTIVE_JOBS": "50",
+            "RAI_SUBMISSIONS_PER_MINUTE": "1000",
+            "RAI_STAFF_PRIORITY": "false",
+        },
+    )
     try:
         shared = make_project(tmp_path / "shared", SHARED, extra=GPU)
         alone = make_project(tmp_path / "alone", SHARED, extra=ALONE)

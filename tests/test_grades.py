@@ -31,7 +31,7 @@ def course(tmp_path_factory, redis_url) -> Iterator[tuple[Service, Path]]:
         lines = ["username,firstname,lastname,email,team"]
         for i in range(1, 301):
             first = '=HYPERLINK("http://evil")' if i == 299 else f"First{i}"
-            lines.append(f"s{i:03d},\"{first.replace(chr(34), chr(34) * 2)}\",Last{i},s{i:03d}@illinois.edu,t{(i - 1) // 3 + 1:03d}")
+            lines.append(f's{i:03d},"{first.replace(chr(34), chr(34) * 2)}",Last{i},s{i:03d}@illinois.edu,t{(i - 1) // 3 + 1:03d}')
         roster.write_text("\n".join(lines) + "\n")
         res = svc.client("admin", "roster", "import", str(roster), "--out", str(svc.data / "profiles"))
         assert res.returncode == 0 and "300 created" in res.stdout, res.stderr
@@ -64,8 +64,24 @@ def sheet(svc: Service, *args: str) -> list[dict[str, str]]:
 def test_grades_for_a_300_student_roster(course, tmp_path):
     svc, profiles = course
     due = datetime.now(timezone.utc) + timedelta(seconds=45)
-    res = svc.client("admin", "kinds", "set", "perf", "--due", iso(due), "--late-policy", "mark", "--grade", "linear",
-                     "--slow", "0.2", "--fast", "0.08", "--late-penalty", "0.1")
+    res = svc.client(
+        "admin",
+        "kinds",
+        "set",
+        "perf",
+        "--due",
+        iso(due),
+        "--late-policy",
+        "mark",
+        "--grade",
+        "linear",
+        "--slow",
+        "0.2",
+        "--fast",
+        "0.08",
+        "--late-penalty",
+        "0.1",
+    )
     assert res.returncode == 0, res.stderr
     assert svc.client("admin", "kinds", "set", "m1", "--grade", "pass", "--threshold", "0.8").returncode == 0
     assert svc.client("admin", "kinds", "extend", "perf", "--team", "t007", "--hours", "2").returncode == 0
@@ -80,8 +96,23 @@ def test_grades_for_a_300_student_roster(course, tmp_path):
     jobs["s010"], _ = submit(svc, profiles, "s010", "perf", p("wrong", 0.05, accuracy=0.5))
     jobs["s013"], _ = submit(svc, profiles, "s013", "perf", p("broken", 0.05, fail=True))
     jobs["m1"], _ = submit(svc, profiles, "s001", "m1", p("m1", 0.3))
-    assert svc.client("admin", "kinds", "set", "m3", "--due", iso(datetime.now(timezone.utc) - timedelta(hours=1)),
-                      "--late-policy", "days", "--grade", "pass", "--late-penalty", "0.5").returncode == 0
+    assert (
+        svc.client(
+            "admin",
+            "kinds",
+            "set",
+            "m3",
+            "--due",
+            iso(datetime.now(timezone.utc) - timedelta(hours=1)),
+            "--late-policy",
+            "days",
+            "--grade",
+            "pass",
+            "--late-penalty",
+            "0.5",
+        ).returncode
+        == 0
+    )
     jobs["m3"], _ = submit(svc, profiles, "s004", "m3", p("m3", 0.3))
     assert datetime.now(timezone.utc) < due, "the on-time submissions took too long"
     time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()) + 1)
@@ -138,8 +169,11 @@ def test_grades_for_a_300_student_roster(course, tmp_path):
 
 def test_a_grade_that_cannot_be_computed_is_one_line(course):
     svc, profiles = course
-    cases = [(["dev"], "'dev' has no grade rule; set one"), (["m9"], "this course has no submission kind 'm9'"),
-             (["perf", "--format", "xlsx"], "--format: 'xlsx' is not csv or canvas")]
+    cases = [
+        (["dev"], "'dev' has no grade rule; set one"),
+        (["m9"], "this course has no submission kind 'm9'"),
+        (["perf", "--format", "xlsx"], "--format: 'xlsx' is not csv or canvas"),
+    ]
     assert svc.client("admin", "kinds", "set", "m2", "--grade", "stddev").returncode == 0
     cases.append((["m2"], "the stddev rule needs valid runs from at least 2 teams; 'm2' has 0"))
     for args, message in cases:

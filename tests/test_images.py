@@ -56,8 +56,11 @@ def test_staff_load_an_image_onto_every_worker_and_jobs_can_use_it(docker_servic
     res = docker_service.client("admin", "images", "load", str(tar))
     assert res.returncode == 0, res.stdout + res.stderr
     assert tag in res.stdout
-    wait_for(lambda: tag in images_of(docker_service) and "pulling" not in images_of(docker_service),
-             timeout=60, what="the image loaded on the worker")
+    wait_for(
+        lambda: tag in images_of(docker_service) and "pulling" not in images_of(docker_service),
+        timeout=60,
+        what="the image loaded on the worker",
+    )
     res = docker_service.client("submit", "-p", str(proj))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "from the loaded image" in res.stdout

@@ -26,8 +26,18 @@ def started(docker_engine, redis_url, tmp_path) -> Iterator:
     build.mkdir()
     os.chmod(src, 0o755)
     settings = WorkerSettings(work_dir=tmp_path / "work", worker_name=f"end-{os.getpid()}", redis_url=redis_url)
-    ctx = JobContext(job_id=f"end{os.getpid()}", image=BUSYBOX, commands=[], src_dir=src, build_dir=build,
-                     wall_seconds=60, command_seconds=None, memory_mb=256, gpu_ids=[], settings=settings)
+    ctx = JobContext(
+        job_id=f"end{os.getpid()}",
+        image=BUSYBOX,
+        commands=[],
+        src_dir=src,
+        build_dir=build,
+        wall_seconds=60,
+        command_seconds=None,
+        memory_mb=256,
+        gpu_ids=[],
+        settings=settings,
+    )
     r = redis.Redis.from_url(redis_url)
     sink = LogSink(r, ctx.job_id, output_bytes=1 << 20, line_bytes=1024)
     from raiworker.images import ensure_busybox_image
@@ -90,6 +100,7 @@ def test_a_process_the_job_cannot_kill_gets_the_container_killed_before_the_end(
 
 
 # -- the copy of /build is bounded like the commands (issue 22: it held a slot for hours) ------------
+
 
 @pytest.fixture
 def tight(started, tmp_path):

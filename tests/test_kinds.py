@@ -12,8 +12,10 @@ from helpers import make_project, start_service
 
 pytestmark = pytest.mark.timeout(240)
 
-TIMED = ["sh -c 'echo Op Time: 0.0$((RANDOM % 9 + 1))1; echo Op Time: 0.002; echo Correctness: 0.9 Model: ece408'",
-         "sh -c 'echo profiling skipped'"]
+TIMED = [
+    "sh -c 'echo Op Time: 0.0$((RANDOM % 9 + 1))1; echo Op Time: 0.002; echo Correctness: 0.9 Model: ece408'",
+    "sh -c 'echo profiling skipped'",
+]
 
 
 def test_final_needs_a_report_and_is_timed_three_times(tmp_path, redis_url):

@@ -13,8 +13,13 @@ from test_web import login
 
 pytestmark = pytest.mark.timeout(300)
 SHOTS = Path("/tmp/shots36a")
-ENV = {"RAI_MAX_ACTIVE_JOBS": "3", "RAI_SUBMISSIONS_PER_MINUTE": "10", "RAI_SUBMISSIONS_PER_DAY": "3",
-       "RAI_GPU_MINUTES_PER_DAY": "30", "RAI_LATE_DAYS": "3"}
+ENV = {
+    "RAI_MAX_ACTIVE_JOBS": "3",
+    "RAI_SUBMISSIONS_PER_MINUTE": "10",
+    "RAI_SUBMISSIONS_PER_DAY": "3",
+    "RAI_GPU_MINUTES_PER_DAY": "30",
+    "RAI_LATE_DAYS": "3",
+}
 
 
 def test_students_see_what_they_have_left(tmp_path, redis_url, browser):
@@ -26,8 +31,12 @@ def test_students_see_what_they_have_left(tmp_path, redis_url, browser):
         res = svc.client("limits", env=dana)
         assert res.returncode == 0, res.stderr
         assert res.stdout.splitlines() == [
-            "Jobs waiting or running: 3 left of 3 (0 now)", "Submissions this minute: 10 left of 10",
-            "Submissions in 24 h: 3 left of 3", "GPU minutes in 24 h: 30 left of 30", "Late days: 3 left of 3"]
+            "Jobs waiting or running: 3 left of 3 (0 now)",
+            "Submissions this minute: 10 left of 10",
+            "Submissions in 24 h: 3 left of 3",
+            "GPU minutes in 24 h: 30 left of 30",
+            "Late days: 3 left of 3",
+        ]
         ids = []
         for _ in range(2):
             out = svc.client("submit", "-d", "-p", str(proj), env=dana)
@@ -42,7 +51,10 @@ def test_students_see_what_they_have_left(tmp_path, redis_url, browser):
         assert res.returncode != 0
         assert re.search(r"You submitted 3 jobs in the last 24 hours \(the limit is 3\); try again in 23 h 59 min", res.stderr), res.stderr
         assert svc.client("limits", env=dana).stdout.splitlines()[:3] == [
-            "Jobs waiting or running: 1 left of 3 (2 now)", "Submissions this minute: 7 left of 10", "Submissions in 24 h: 0 left of 3"]
+            "Jobs waiting or running: 1 left of 3 (2 now)",
+            "Submissions this minute: 7 left of 10",
+            "Submissions in 24 h: 0 left of 3",
+        ]
         assert svc.client("limits").stdout.strip() == "Staff: no submission limit applies to you"
 
         SHOTS.mkdir(parents=True, exist_ok=True)

@@ -61,8 +61,12 @@ def _project(tmp_path: Path, ticker: Path) -> Path:
 def _follow_with_arrival_times(svc, proj: Path, merged: bool = False):
     """Run `raiclient submit`, stamping each line of its stdout and stderr as it arrives."""
     env = {**os.environ, "RAI_PROFILE": str(svc.profile), "RAI_SERVER": svc.url}
-    proc = subprocess.Popen([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merged else subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raiclient", "submit", "-p", str(proj)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+    )
     got: dict[str, list[tuple[float, str]]] = {"out": [], "err": []}
 
     def read(stream, name):
@@ -141,8 +145,9 @@ def test_client_gives_up_on_a_lost_server_with_a_resume_command(tmp_path, redis_
         res = svc.client("submit", "-p", str(proj), "--detach")
         jid = res.stdout.split("Job ", 1)[1].split()[0]
         env = {**svc.env, "RAI_PROFILE": str(svc.profile), "RAI_SERVER": svc.url, "RAI_RECONNECT_SECONDS": "3"}
-        proc = subprocess.Popen([sys.executable, "-m", "raiclient", "logs", jid, "--follow"], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "raiclient", "logs", jid, "--follow"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         time.sleep(2.0)  # following the queued job
         svc.stop("server")
         started = time.monotonic()
@@ -154,7 +159,6 @@ def test_client_gives_up_on_a_lost_server_with_a_resume_command(tmp_path, redis_
     assert took < 15
     assert f"raiclient logs {jid} --follow" in err
     assert err.count("reconnecting") >= 2, "it retried with back-off before giving up"
-
 
 
 def test_markup_in_commands_and_output_is_printed_as_is(process_service, tmp_path):

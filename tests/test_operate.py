@@ -59,13 +59,22 @@ def test_a_database_of_the_previous_release_upgrades_in_place(tmp_path, redis_ur
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, PREVIOUS_RELEASE_HEAD)
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == PREVIOUS_RELEASE_HEAD
-        conn.execute(text("INSERT INTO users (id, username, role, access_key, secret_hash, active, created_at) VALUES "
-                          "(100, 'old_student', 'student', 'oldkey', :h, true, now())"), {"h": hash_secret("oldsecret")})
-        conn.execute(text(
-            "INSERT INTO jobs (id, owner_id, queue, kind, state, image, spec_yaml, archive_sha256, archive_bytes, gpu_count, "
-            "created_at, dispatched_at, finished_at, attempt, cancel_requested, has_build, results) VALUES "
-            "('01JOLDJOBOLDJOBOLDJOBOLDJO', 100, 'gpu', 'final', 'succeeded', 'rai/busybox:latest', 'x', 'abc', 10, 0, "
-            "now(), '2026-01-02T03:04:05+00:00', now(), 1, false, false, :r)"), {"r": '{"op_times": [0.5], "op_time_total": 0.5, "correctness": {"m": 0.9}}'})
+        conn.execute(
+            text(
+                "INSERT INTO users (id, username, role, access_key, secret_hash, active, created_at) VALUES "
+                "(100, 'old_student', 'student', 'oldkey', :h, true, now())"
+            ),
+            {"h": hash_secret("oldsecret")},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO jobs (id, owner_id, queue, kind, state, image, spec_yaml, archive_sha256, archive_bytes, gpu_count, "
+                "created_at, dispatched_at, finished_at, attempt, cancel_requested, has_build, results) VALUES "
+                "('01JOLDJOBOLDJOBOLDJOBOLDJO', 100, 'gpu', 'final', 'succeeded', 'rai/busybox:latest', 'x', 'abc', 10, 0, "
+                "now(), '2026-01-02T03:04:05+00:00', now(), 1, false, false, :r)"
+            ),
+            {"r": '{"op_times": [0.5], "op_time_total": 0.5, "correctness": {"m": 0.9}}'},
+        )
     engine.dispose()
     svc = start_service(tmp_path / "svc", redis_url, pg_url, "process", worker=False)  # migrates at start
     try:
@@ -129,9 +138,11 @@ def test_four_server_processes_starting_together_migrate_a_fresh_database_once(o
     alembic_version says the schema was made once."""
     import sys
 
-    script = ("import sys; from raiserver.store.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')")
-    procs = [subprocess.Popen([sys.executable, "-c", script, own_pg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]
+    script = "import sys; from raiserver.store.db import Database, migrate; migrate(Database(sys.argv[1]).engine); print('ok')"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, own_pg], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err[-2000:] for _, err in results]
     with psycopg.connect(libpq(own_pg)) as conn:
@@ -187,8 +198,12 @@ def test_compose_script_runs_whichever_compose_there_is(tmp_path):
 
     from helpers import ROOT
 
-    res = subprocess.run(["bash", str(ROOT / "scripts/compose.sh"), "-f", str(ROOT / "docker-compose.yml"), "config", "--services"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        ["bash", str(ROOT / "scripts/compose.sh"), "-f", str(ROOT / "docker-compose.yml"), "config", "--services"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if shutil.which("docker-compose") or subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         assert res.returncode == 0 and {"server", "worker", "postgres", "redis"} <= set(res.stdout.split()), res.stdout + res.stderr
     env = {**os.environ, "PATH": _path_without(tmp_path, "docker-compose", "docker")}
@@ -206,8 +221,14 @@ def test_the_build_context_is_the_sources_not_the_checkout(tmp_path, docker_engi
     probe.parent.mkdir(exist_ok=True)
     probe.write_bytes(os.urandom(20 * 1024 * 1024))
     try:
-        res = subprocess.run(["docker", "build", "-f", "-", str(ROOT)], input="FROM scratch\n", capture_output=True, text=True,
-                             env={**os.environ, "DOCKER_BUILDKIT": "0"}, timeout=300)
+        res = subprocess.run(
+            ["docker", "build", "-f", "-", str(ROOT)],
+            input="FROM scratch\n",
+            capture_output=True,
+            text=True,
+            env={**os.environ, "DOCKER_BUILDKIT": "0"},
+            timeout=300,
+        )
     finally:
         probe.unlink()
     sent = re.search(r"Sending build context to Docker daemon\s+([\d.]+)([kKMG]?B)", res.stdout + res.stderr)

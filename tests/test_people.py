@@ -17,8 +17,7 @@ ROSTER = "username,name,email,team\nana,Ana Lima,ana@x.edu,alpha\nben,Ben Ode,be
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory, redis_url):
     # a worker that never frees its slot quickly keeps jobs queued, so quotas can be observed
-    s = start_service(tmp_path_factory.mktemp("people"), redis_url, None, "process", slots=1,
-                      extra_env={"RAI_SUBMISSIONS_PER_MINUTE": "4"})
+    s = start_service(tmp_path_factory.mktemp("people"), redis_url, None, "process", slots=1, extra_env={"RAI_SUBMISSIONS_PER_MINUTE": "4"})
     instructor = s.add_user("prof", role="instructor")
     s.prof = instructor
     yield s
@@ -27,8 +26,9 @@ def svc(tmp_path_factory, redis_url):
 
 def test_roster_import_writes_profiles_and_is_idempotent(svc, tmp_path):
     (tmp_path / "roster.csv").write_text(ROSTER)
-    res = svc.client("admin", "roster", "import", str(tmp_path / "roster.csv"), "--out", str(tmp_path / "profiles"),
-                     env={"RAI_PROFILE": str(svc.prof)})
+    res = svc.client(
+        "admin", "roster", "import", str(tmp_path / "roster.csv"), "--out", str(tmp_path / "profiles"), env={"RAI_PROFILE": str(svc.prof)}
+    )
     assert res.returncode == 0, res.stderr
     assert "3 created" in res.stdout
     ana = read_profile_file(tmp_path / "profiles" / "ana.rai_profile")
@@ -37,13 +37,16 @@ def test_roster_import_writes_profiles_and_is_idempotent(svc, tmp_path):
         assert h.get("/api/v1/me").json()["team"] == "alpha"
     # again, with ben gone and cy moved to a team: nothing recreated, ben deactivated, history kept
     (tmp_path / "roster2.csv").write_text("username,name,email,team\nana,Ana Lima,ana@x.edu,alpha\ncy,Cy Park,cy@x.edu,beta\n")
-    res = svc.client("admin", "roster", "import", str(tmp_path / "roster2.csv"), "--out", str(tmp_path / "p2"),
-                     env={"RAI_PROFILE": str(svc.prof)})
+    res = svc.client(
+        "admin", "roster", "import", str(tmp_path / "roster2.csv"), "--out", str(tmp_path / "p2"), env={"RAI_PROFILE": str(svc.prof)}
+    )
     assert "0 created" in res.stdout and "1 updated" in res.stdout and "1 unchanged" in res.stdout and "1 deactivated" in res.stdout
     res = svc.client("history", env={"RAI_PROFILE": str(tmp_path / "profiles" / "ben.rai_profile")})
     assert res.returncode == 2 and "account ben is deactivated" in res.stderr
     # a student cannot import rosters
-    res = svc.client("admin", "roster", "import", str(tmp_path / "roster.csv"), env={"RAI_PROFILE": str(tmp_path / "profiles" / "ana.rai_profile")})
+    res = svc.client(
+        "admin", "roster", "import", str(tmp_path / "roster.csv"), env={"RAI_PROFILE": str(tmp_path / "profiles" / "ana.rai_profile")}
+    )
     assert res.returncode == 2 and "staff only" in res.stderr
 
 
@@ -80,7 +83,9 @@ def test_rotating_keys_replaces_the_profile_where_it_was_handed_out(svc, tmp_pat
     (elsewhere / "profiles").mkdir()
     (elsewhere / "profiles" / "fay.rai_profile").write_text("stale")
     res = svc.client("admin", "keys", "rotate", "fay", env=other, cwd=elsewhere)
-    assert f"profile written to {elsewhere / 'profiles' / 'fay.rai_profile'} (replacing the one roster import wrote)" in res.stdout, res.stdout
+    assert f"profile written to {elsewhere / 'profiles' / 'fay.rai_profile'} (replacing the one roster import wrote)" in res.stdout, (
+        res.stdout
+    )
     svc.add_user("gil")
     res = svc.client("admin", "keys", "rotate", "gil", env=other, cwd=elsewhere)
     assert f"profile written to {elsewhere / 'gil.rai_profile'} (no earlier profile known)" in res.stdout, res.stdout
@@ -134,8 +139,9 @@ def test_every_unmet_requirement_is_named_at_once(svc, tmp_path):
     proj = make_project(tmp_path / "p", ["true"], extra="resources:\n  cpu:\n    architecture: ppc64le\n  gpu:\n    count: 1\n")
     res = svc.client("submit", "-p", str(proj))
     assert res.returncode == 2
-    assert ("rai_build.yml asks for what no worker of queue 'gpu' offers: 1 GPU (w1 has no GPU); and CPU architecture "
-            "ppc64le (w1 is amd64)") in res.stderr, res.stderr  # (a process worker runs any image: tests/test_images.py)
+    assert (
+        "rai_build.yml asks for what no worker of queue 'gpu' offers: 1 GPU (w1 has no GPU); and CPU architecture ppc64le (w1 is amd64)"
+    ) in res.stderr, res.stderr  # (a process worker runs any image: tests/test_images.py)
 
 
 def test_staff_cancel_of_a_students_job_is_audited(svc, tmp_path):

@@ -55,8 +55,7 @@ def course(docker_service, tmp_path_factory):
 def submit(svc, tmp_path, solution: str, commands: list[str] | None = None, name: str = "student"):
     """A student's final: their own build file (ignored) and solution.sh; the job's JSON and output."""
     profile = svc.add_user(name)
-    proj = make_project(tmp_path / name, commands or ["echo my own build file"],
-                        files={"solution.sh": solution, "report.pdf": "%PDF-1.4"})
+    proj = make_project(tmp_path / name, commands or ["echo my own build file"], files={"solution.sh": solution, "report.pdf": "%PDF-1.4"})
     res = svc.client("submit", "-p", str(proj), "--kind", "final", env={"RAI_PROFILE": str(profile)}, timeout=180)
     job_id = re.search(r"Job (\S+) queued", res.stdout)
     assert job_id, res.stdout + res.stderr
@@ -91,8 +90,7 @@ def test_an_honest_run_ranks_with_the_measured_time_and_the_checked_answers(cour
 
 
 def test_printed_op_time_and_correctness_are_shown_never_ranked(course, tmp_path):
-    job, _ = submit(course, tmp_path, f"{RIGHT}; sleep 0.3; echo Op Time: 0.000001; echo Correctness: 1.0 Model: x",
-                    name="printer")
+    job, _ = submit(course, tmp_path, f"{RIGHT}; sleep 0.3; echo Op Time: 0.000001; echo Correctness: 1.0 Model: x", name="printer")
     m = job["results"]["measured"]
     assert job["results"]["op_time_total"] == 0.000001  # what it printed, kept and shown
     assert m["op_time"] >= 0.3 and m["printed_op_time"] == 0.000001
@@ -103,16 +101,16 @@ def test_printed_op_time_and_correctness_are_shown_never_ranked(course, tmp_path
         line = next(x for x in h.get("/api/v1/leaderboard.csv").text.splitlines() if x.split(",")[1] == "printer")
     assert f"{m['op_time']:.9f}" in line and "the program printed an op time of 1e-06 s" in line
     # wrong answers with a printed perfect correctness: measured accuracy decides, and it is off the board
-    job, _ = submit(course, tmp_path, "printf '0\\n0\\n0\\n0\\n0\\n0\\n0\\n0\\n' > predictions.txt; echo Correctness: 1.0 Model: x",
-                    name="guesser")
+    job, _ = submit(
+        course, tmp_path, "printf '0\\n0\\n0\\n0\\n0\\n0\\n0\\n0\\n' > predictions.txt; echo Correctness: 1.0 Model: x", name="guesser"
+    )
     assert job["results"]["correctness"] == {"x": 1.0} and job["results"]["measured"]["accuracy"] == 0.0
     assert all(e["name"] != "guesser" for e in ranked(course))
 
 
 def test_a_background_process_cannot_change_the_answers_after_the_timed_run(course, tmp_path):
     """Fast wrong answers in the timed run, the right ones written by a process it left behind."""
-    job, _ = submit(course, tmp_path,
-                    f"printf 'x\\n' > predictions.txt; (sleep 1; {RIGHT}) > /dev/null 2>&1 & echo fast", name="swapper")
+    job, _ = submit(course, tmp_path, f"printf 'x\\n' > predictions.txt; (sleep 1; {RIGHT}) > /dev/null 2>&1 & echo fast", name="swapper")
     m = job["results"]["measured"]
     assert m["accuracy"] == 0.0 and m["problem"] is None, m
     assert all(e["name"] != "swapper" for e in ranked(course))
@@ -186,9 +184,11 @@ def test_answers_computed_on_the_cpu_do_not_rank_and_say_why(course, tmp_path):
 def test_a_cache_filled_by_the_build_or_an_earlier_timed_run_is_gone(course, tmp_path):
     """Every timed run starts from the course's kept files in a fresh container: what the build
     (which runs the student's code) or timed run 1 left in /build or /tmp is not there."""
-    cache = ("if [ -f /build/cache ] || [ -f /tmp/cache ]; then cat /build/cache > predictions.txt 2>/dev/null || "
-             f"cat /tmp/cache > predictions.txt; echo took-the-cache; else sleep 1.2; {RIGHT}; "
-             "cp predictions.txt /build/cache; cp predictions.txt /tmp/cache; fi")
+    cache = (
+        "if [ -f /build/cache ] || [ -f /tmp/cache ]; then cat /build/cache > predictions.txt 2>/dev/null || "
+        f"cat /tmp/cache > predictions.txt; echo took-the-cache; else sleep 1.2; {RIGHT}; "
+        "cp predictions.txt /build/cache; cp predictions.txt /tmp/cache; fi"
+    )
     job, out = submit(course, tmp_path, cache, name="cacher")
     m = job["results"]["measured"]
     assert m["problem"] is None and m["accuracy"] == 1.0, m
@@ -204,8 +204,9 @@ def test_a_process_that_writes_after_the_timed_command_exits_is_frozen_first(cou
     solution = f"cat > late.sh <<'EOF'\nsleep 0.05\n{RIGHT}\nEOF\n{leave}\necho done\n"
     job, out = submit(course, tmp_path, solution, name=f"late-{how}")
     m = job["results"]["measured"]
-    assert re.fullmatch(r"timed run 1 of \d left no predictions.txt in /build \(the file the course's program writes its answers to\)",
-                        m["problem"] or ""), m
+    assert re.fullmatch(
+        r"timed run 1 of \d left no predictions.txt in /build \(the file the course's program writes its answers to\)", m["problem"] or ""
+    ), m
     assert verdict_line(out) == f"✱ Not ranked: {m['problem']}", out
     assert all(e["name"] != f"late-{how}" for e in ranked(course))
 
@@ -230,8 +231,10 @@ def test_the_student_learns_why_a_wrong_run_does_not_rank(course, tmp_path):
 def test_no_job_process_can_signal_the_container_init_or_keepalive(docker_service, tmp_path):
     """The keepalive is root's: a job cannot stop it, kill it or attach to it (as the job's own
     user it once became a loop that rewrote the answers after every kill pass)."""
-    probe = ("keep=$(cut -d' ' -f1 /proc/1/task/1/children); for p in 1 $keep; do "
-             "kill -STOP $p 2>/dev/null && echo signalled $p || echo refused $p; done")
+    probe = (
+        "keep=$(cut -d' ' -f1 /proc/1/task/1/children); for p in 1 $keep; do "
+        "kill -STOP $p 2>/dev/null && echo signalled $p || echo refused $p; done"
+    )
     proj = make_project(tmp_path / "keepalive", ["sh /src/probe.sh"], files={"probe.sh": probe})
     res = docker_service.client("submit", "-p", str(proj))
     assert res.returncode == 0, res.stdout + res.stderr

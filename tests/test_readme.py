@@ -24,7 +24,14 @@ def normalized(text: str) -> list[str]:
 def test_the_readme_transcript_is_the_real_one(docker_service):
     block = ROOT.joinpath("README.md").read_text().split("```\n$ raiclient submit -p examples/hello\n", 1)[1].split("```", 1)[0]
     env = {**os.environ, "RAI_PROFILE": str(docker_service.profile), "RAI_SERVER": docker_service.url, "PYTHONUNBUFFERED": "1"}
-    res = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", "examples/hello"], cwd=ROOT, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "raiclient", "submit", "-p", "examples/hello"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout
     assert normalized(res.stdout) == normalized(block)

@@ -99,8 +99,12 @@ def test_a_student_asks_once_staff_remeasure_and_the_student_reads_the_outcome(c
     assert res.returncode != 0 and "staff only" in res.stderr
 
     # the TA measures the run again; the request closes and says with which job
-    res = svc.client("admin", "regrade", str(rid), "--remeasure", "--repeats", "3", "--answer", "Measured again on an idle GPU.", env=as_(ta))
-    assert res.returncode == 0 and f"Regrade request #{rid} (rg_ann, job {job}) closed: re-measured by rg_ta as job" in res.stdout, res.stdout + res.stderr
+    res = svc.client(
+        "admin", "regrade", str(rid), "--remeasure", "--repeats", "3", "--answer", "Measured again on an idle GPU.", env=as_(ta)
+    )
+    assert res.returncode == 0 and f"Regrade request #{rid} (rg_ann, job {job}) closed: re-measured by rg_ta as job" in res.stdout, (
+        res.stdout + res.stderr
+    )
     again = re.search(r"as job (\S+)", res.stdout).group(1)
     follow = svc.client("logs", again, "--follow", timeout=120)
     assert follow.returncode == 0 and f"A re-measure of job {job}, asked for by rg_ta" in follow.stdout, follow.stdout
@@ -108,8 +112,10 @@ def test_a_student_asks_once_staff_remeasure_and_the_student_reads_the_outcome(c
         redo = h.get(f"/api/v1/jobs/{again}").json()
         audit = h.get("/api/v1/admin/audit").json()
     assert redo["state"] == "succeeded" and len(redo["results"]["measured"]["runs"]) == 3, redo
-    assert any(a["action"] == "regrade.remeasure" and a["target"] == f"#{rid}" and a["actor"] == "rg_ta"
-               and a["detail"]["new_job"] == again for a in audit)
+    assert any(
+        a["action"] == "regrade.remeasure" and a["target"] == f"#{rid}" and a["actor"] == "rg_ta" and a["detail"]["new_job"] == again
+        for a in audit
+    )
     assert any(a["action"] == "job.remeasure" and a["target"] == job for a in audit)
 
     # answered once: a second answer changes nothing
@@ -147,7 +153,9 @@ def test_staff_adjust_a_grade_with_a_reason_or_answer_and_bad_answers_change_not
     assert still["state"] == "open" and still["outcome"] is None and still["grade"] is None
 
     res = svc.client("admin", "regrade", str(rid), "--grade", "95", "--reason", "The report counts: it was on time.", env=as_(ta))
-    assert res.returncode == 0 and "grade adjusted to 95 by rg_ta2: The report counts: it was on time." in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 0 and "grade adjusted to 95 by rg_ta2: The report counts: it was on time." in res.stdout, (
+        res.stdout + res.stderr
+    )
     res = svc.client("regrades", env=as_(bo))
     assert f"#{rid} job {job} ('dev')" in res.stdout and "grade adjusted to 95 by rg_ta2" in res.stdout, res.stdout
 
@@ -157,8 +165,9 @@ def test_staff_adjust_a_grade_with_a_reason_or_answer_and_bad_answers_change_not
     assert res.returncode == 0 and "answered by rg_ta2" in res.stdout
     with svc.http() as h:
         audit = h.get("/api/v1/admin/audit").json()
-    assert any(a["action"] == "regrade.adjust" and a["detail"]["grade"] == "95" and a["detail"]["reason"].startswith("The report")
-               for a in audit)
+    assert any(
+        a["action"] == "regrade.adjust" and a["detail"]["grade"] == "95" and a["detail"]["reason"].startswith("The report") for a in audit
+    )
     assert any(a["action"] == "regrade.close" and a["target"] == f"#{rid2}" for a in audit)
     assert not [r for r in open_requests(svc) if r["job_id"] == job]
     mine = svc.client("regrades", env=as_(bo)).stdout

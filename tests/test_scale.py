@@ -176,8 +176,9 @@ def test_a_three_million_line_log_replays_in_bounded_memory_while_the_server_ans
 
     # /healthz is timed from a process of its own: this one is busy decoding 3 million lines, and
     # its GIL would add that work to every measured request
-    prober = subprocess.Popen([sys.executable, "-c", HEALTH_PROBE, f"{svc.url}/healthz"], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    prober = subprocess.Popen(
+        [sys.executable, "-c", HEALTH_PROBE, f"{svc.url}/healthz"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     watcher = threading.Thread(target=watch)
     watcher.start()
     total, started = 0, time.perf_counter()
@@ -197,8 +198,10 @@ def test_a_three_million_line_log_replays_in_bounded_memory_while_the_server_ans
     assert peak[0] - base < 100 * 1024**2, f"server RSS grew by {(peak[0] - base) / 1024**2:.0f} MB"
     health.sort()
     assert health[len(health) // 2] < 0.1 and len(health) > 3, f"healthz median {health[len(health) // 2]:.3f} s"
-    print(f"replayed 3,000,000 lines in {took:.1f} s; RSS +{(peak[0] - base) / 1024**2:.0f} MB; "
-          f"healthz median {health[len(health) // 2] * 1000:.0f} ms, max {health[-1] * 1000:.0f} ms")
+    print(
+        f"replayed 3,000,000 lines in {took:.1f} s; RSS +{(peak[0] - base) / 1024**2:.0f} MB; "
+        f"healthz median {health[len(health) // 2] * 1000:.0f} ms, max {health[-1] * 1000:.0f} ms"
+    )
 
 
 def test_redis_restart_mid_job_loses_no_job_and_says_what_was_lost(tmp_path):

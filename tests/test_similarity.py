@@ -69,8 +69,14 @@ def klass(pg_service, tmp_path_factory):
     assert res.returncode == 0, res.stdout + res.stderr
     starter = STARTER.read_text()
     copy = TILED.replace("acc", "mySum").replace("tile", "buffer").replace("row", "r").replace("    ", "  ")
-    subs = [("sim-b", starter + OWN.replace("total", "t")), ("sim-a", starter + TILED), ("sim-b", starter + "// mine\n" + copy),
-            ("sim-c", starter + OWN), ("sim-d", starter), ("sim-e", starter)]
+    subs = [
+        ("sim-b", starter + OWN.replace("total", "t")),
+        ("sim-a", starter + TILED),
+        ("sim-b", starter + "// mine\n" + copy),
+        ("sim-c", starter + OWN),
+        ("sim-d", starter),
+        ("sim-e", starter),
+    ]
     for i, (team, code) in enumerate(subs):
         who = f"{team}-{i}"
         profile = svc.add_user(who, team=team)
@@ -98,8 +104,10 @@ def test_staff_start_a_report_follow_it_and_the_copy_comes_first(klass):
     pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
     assert pairs[("sim-a", "sim-b")]["score"] > 0.8 and ("sim-d", "sim-e") not in pairs, pairs  # the starter is no match
     with svc.http() as h:
-        assert any(a["action"] == "similarity.start" and a["actor"] == "sim_ta" and a["detail"]["report"] == rid
-                   for a in h.get("/api/v1/admin/audit").json())
+        assert any(
+            a["action"] == "similarity.start" and a["actor"] == "sim_ta" and a["detail"]["report"] == rid
+            for a in h.get("/api/v1/admin/audit").json()
+        )
 
     # without the starter, the two untouched copies of it are the same code
     res = svc.client("admin", "similarity", "final", env={"RAI_PROFILE": str(ta)}, timeout=120)
@@ -110,8 +118,7 @@ def test_staff_start_a_report_follow_it_and_the_copy_comes_first(klass):
     assert {(p["a"], p["b"]): p["score"] for p in report["pairs"]}[("sim-d", "sim-e")] == 1.0
 
     # bad input: one line each, nothing started
-    for who, args, line in [(ta, ["dev"], "'dev' has no course build file installed"),
-                            (student, ["final"], "staff only")]:
+    for who, args, line in [(ta, ["dev"], "'dev' has no course build file installed"), (student, ["final"], "staff only")]:
         res = svc.client("admin", "similarity", *args, env={"RAI_PROFILE": str(who)})
         assert res.returncode != 0 and line in res.stderr and len(res.stderr.strip().splitlines()) == 1, (res.stdout, res.stderr)
     # one report at a time: a second start while the first is queued is refused, naming it
@@ -178,7 +185,6 @@ def wait_idle(svc, profile, timeout: float = 60) -> None:
                 return
             time.sleep(0.5)
     raise AssertionError("a similarity report did not end")
-
 
 
 def seed_class(svc, teams: int) -> None:

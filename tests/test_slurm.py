@@ -30,9 +30,20 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory, redis_url, cluster):
-    s = start_service(tmp_path_factory.mktemp("svc-slurm"), redis_url, None, "slurm", slots=2,
-                      extra_env={**cluster.env, "RAI_SLURM_POLL_SECONDS": "0.3", "RAI_SLURM_GRACE_SECONDS": "30",
-                                 "RAI_CPUS": "1", "RAI_MEMORY_MB": "1024"})
+    s = start_service(
+        tmp_path_factory.mktemp("svc-slurm"),
+        redis_url,
+        None,
+        "slurm",
+        slots=2,
+        extra_env={
+            **cluster.env,
+            "RAI_SLURM_POLL_SECONDS": "0.3",
+            "RAI_SLURM_GRACE_SECONDS": "30",
+            "RAI_CPUS": "1",
+            "RAI_MEMORY_MB": "1024",
+        },
+    )
     yield s
     s.shutdown()
 
@@ -47,8 +58,13 @@ def job(svc, jid: str) -> dict:
 
 
 def test_success_streams_lines_live_in_order(svc, tmp_path):
-    proj = make_project(tmp_path / "p", ["x=first; echo mark-$x; echo to-stderr >&2; sleep 3; x=last; echo mark-$x",
-                                         "echo /src has $(ls /src | wc -l) entries; pwd; echo built > /build/out.txt"])
+    proj = make_project(
+        tmp_path / "p",
+        [
+            "x=first; echo mark-$x; echo to-stderr >&2; sleep 3; x=last; echo mark-$x",
+            "echo /src has $(ls /src | wc -l) entries; pwd; echo built > /build/out.txt",
+        ],
+    )
     proc = svc.popen_client("submit", "-p", str(proj))
     seen: dict[str, float] = {}
     for line in proc.stdout:
@@ -96,8 +112,7 @@ def test_cancel_runs_scancel(svc, cluster, tmp_path):
 
 def test_memory_kill_is_explained(svc, tmp_path):
     hog = "python3 -c 'import time; x = bytearray(400 * 1024 * 1024); time.sleep(10)'"
-    proj = make_project(tmp_path / "p", ["echo before", hog, "echo never"],
-                        extra="resources:\n  limits:\n    memory_mb: 100\n")
+    proj = make_project(tmp_path / "p", ["echo before", hog, "echo never"], extra="resources:\n  limits:\n    memory_mb: 100\n")
     res = svc.client("submit", "-p", str(proj))
     info = job(svc, job_id_of(res.stdout))
     assert info["state"] == "failed", info
@@ -138,13 +153,24 @@ def test_node_failure_requeues_the_job(svc, cluster, tmp_path):
     wait_for(lambda: "started" in svc.client("logs", jid).stdout.replace("echo started", ""), timeout=60, what="job running")
     try:
         cluster.run("scontrol", "update", f"nodename={node}", "state=down", "reason=rai-test")
-        wait_for(lambda: "goes back in the queue (attempt 2" in svc.client("logs", jid).stdout, timeout=60,
-                 what="job requeued after the node failed")
+        wait_for(
+            lambda: "goes back in the queue (attempt 2" in svc.client("logs", jid).stdout,
+            timeout=60,
+            what="job requeued after the node failed",
+        )
     finally:  # "resume" is refused when slurmd already brought the node back (ReturnToService=2)
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], env={**os.environ, **cluster.env},
-                       capture_output=True, check=False)
-    wait_for(lambda: "idle" in cluster.run("sinfo", "-h", "-o", "%T") or "mix" in cluster.run("sinfo", "-h", "-o", "%T")
-             or "alloc" in cluster.run("sinfo", "-h", "-o", "%T"), timeout=60, what="node back in service")
+        subprocess.run(
+            ["scontrol", "update", f"nodename={node}", "state=resume"], env={**os.environ, **cluster.env}, capture_output=True, check=False
+        )
+    wait_for(
+        lambda: (
+            "idle" in cluster.run("sinfo", "-h", "-o", "%T")
+            or "mix" in cluster.run("sinfo", "-h", "-o", "%T")
+            or "alloc" in cluster.run("sinfo", "-h", "-o", "%T")
+        ),
+        timeout=60,
+        what="node back in service",
+    )
     wait_for(lambda: job(svc, jid)["state"] == "succeeded", timeout=120, what="job ran again once the node was back")
     log = svc.client("logs", jid).stdout
     assert "NODE_FAIL" in log, log

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.timeout(300)
 
 
 LATE_JOB: list[str] = []  # bob's late 'dev' run, for the web test
-LIMITS = {"RAI_MAX_ACTIVE_JOBS": "50", "RAI_SUBMISSIONS_PER_MINUTE": "100", "RAI_LATE_DAYS": "2",
-          "RAI_KINDS": "dev,m1,m2,m3,final", "RAI_DEADLINE": "2020-01-01T00:00:00Z"}
+LIMITS = {
+    "RAI_MAX_ACTIVE_JOBS": "50",
+    "RAI_SUBMISSIONS_PER_MINUTE": "100",
+    "RAI_LATE_DAYS": "2",
+    "RAI_KINDS": "dev,m1,m2,m3,final",
+    "RAI_DEADLINE": "2020-01-01T00:00:00Z",
+}
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +73,25 @@ def test_a_database_of_release_0012_upgrades_keeping_rai_deadline(tmp_path, redi
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0012")
-        conn.execute(text("INSERT INTO users (id, username, role, access_key, secret_hash, active, created_at) VALUES "
-                          "(100, 'old_student', 'student', 'oldkey', :h, true, now())"), {"h": hash_secret("oldsecret")})
-        for job_id, created, op in (("01JOLDJOBOLDJOBOLDJOBONTIME", "2025-12-01T00:00:00Z", 0.5),
-                                    ("01JOLDJOBOLDJOBOLDJOBOBLATE", "2026-01-02T00:00:00Z", 0.1)):
-            conn.execute(text(
-                "INSERT INTO jobs (id, owner_id, queue, kind, state, image, spec_yaml, archive_sha256, archive_bytes, gpu_count, "
-                "created_at, finished_at, attempt, cancel_requested, has_build, results) VALUES "
-                "(:id, 100, 'gpu', 'final', 'succeeded', 'rai/busybox:latest', 'x', 'abc', 10, 0, :c, :c, 1, false, false, :r)"),
-                {"id": job_id[:26], "c": created,
-                 "r": f'{{"op_times": [{op}], "op_time_total": {op}, "correctness": {{"m": 0.9}}}}'})
+        conn.execute(
+            text(
+                "INSERT INTO users (id, username, role, access_key, secret_hash, active, created_at) VALUES "
+                "(100, 'old_student', 'student', 'oldkey', :h, true, now())"
+            ),
+            {"h": hash_secret("oldsecret")},
+        )
+        for job_id, created, op in (
+            ("01JOLDJOBOLDJOBOLDJOBONTIME", "2025-12-01T00:00:00Z", 0.5),
+            ("01JOLDJOBOLDJOBOLDJOBOBLATE", "2026-01-02T00:00:00Z", 0.1),
+        ):
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, owner_id, queue, kind, state, image, spec_yaml, archive_sha256, archive_bytes, gpu_count, "
+                    "created_at, finished_at, attempt, cancel_requested, has_build, results) VALUES "
+                    "(:id, 100, 'gpu', 'final', 'succeeded', 'rai/busybox:latest', 'x', 'abc', 10, 0, :c, :c, 1, false, false, :r)"
+                ),
+                {"id": job_id[:26], "c": created, "r": f'{{"op_times": [{op}], "op_time_total": {op}, "correctness": {{"m": 0.9}}}}'},
+            )
     engine.dispose()
     env = {"RAI_KINDS": "dev,lab1,final", "RAI_DEADLINE": "2026-01-01T00:00:00Z"}
     svc = start_service(tmp_path / "svc", redis_url, url, "process", worker=False, extra_env=env)
@@ -111,8 +125,19 @@ def test_openings_deadlines_policies_and_what_students_see(term, tmp_path):
     alice = student(term, "alice")
 
     # not open yet: refused, naming when it opens
-    assert term.client("admin", "kinds", "set", "m1", "--opens", iso(now + timedelta(days=2, hours=3, minutes=30)),
-                       "--due", iso(now + timedelta(days=9))).returncode == 0
+    assert (
+        term.client(
+            "admin",
+            "kinds",
+            "set",
+            "m1",
+            "--opens",
+            iso(now + timedelta(days=2, hours=3, minutes=30)),
+            "--due",
+            iso(now + timedelta(days=9)),
+        ).returncode
+        == 0
+    )
     res = term.client("submit", "-p", str(proj), "--kind", "m1", env=alice)
     assert res.returncode != 0 and "'m1' opens at " in res.stderr and "(in 2 d 3 h)" in res.stderr, res.stderr
 
@@ -134,8 +159,12 @@ def test_openings_deadlines_policies_and_what_students_see(term, tmp_path):
     assert term.client("submit", "-d", "-p", str(proj), "--kind", "m3", env=bob).returncode != 0
 
     # late days: an hour late draws one of alice's two; `raiclient kinds` shows what is left
-    assert term.client("admin", "kinds", "set", "final", "--due", iso(now - timedelta(hours=1)), "--late-policy", "days",
-                       "--late-hours", "72").returncode == 0
+    assert (
+        term.client(
+            "admin", "kinds", "set", "final", "--due", iso(now - timedelta(hours=1)), "--late-policy", "days", "--late-hours", "72"
+        ).returncode
+        == 0
+    )
     res = term.client("submit", "-d", "-p", str(proj), "--kind", "final", env=alice)
     assert res.returncode != 0 and "report.pdf" in res.stderr  # the kind's files are still required
     final = make_project(tmp_path / "f", ["true"], files={"report.pdf": "%PDF"})
@@ -153,8 +182,12 @@ def test_openings_deadlines_policies_and_what_students_see(term, tmp_path):
     assert res.returncode == 0 and "within the 1 late day(s) already drawn" in res.stdout, res.stdout
 
     # the late window's end
-    assert term.client("admin", "kinds", "set", "dev", "--due", iso(now - timedelta(hours=3)), "--late-policy", "mark",
-                       "--late-hours", "1").returncode == 0
+    assert (
+        term.client(
+            "admin", "kinds", "set", "dev", "--due", iso(now - timedelta(hours=3)), "--late-policy", "mark", "--late-hours", "1"
+        ).returncode
+        == 0
+    )
     res = term.client("submit", "-d", "-p", str(proj), "--kind", "dev", env=bob)
     assert res.returncode != 0 and "its late window closed 2 h ago" in res.stderr, res.stderr
     assert term.client("admin", "kinds", "set", "dev", "--late-hours", "0").returncode == 0  # no end: marked late
@@ -181,8 +214,10 @@ def kinds_now(svc: Service) -> list[dict]:
 def test_bad_input_gets_one_line_and_changes_nothing(term):
     before = kinds_now(term)
     cases = [
-        (["set", "m1", "--opens", "2026-05-02T00:00Z", "--due", "2026-05-01T00:00Z"],
-         "'m1' would be due (2026-05-01 00:00 UTC) before it opens (2026-05-02 00:00 UTC)"),
+        (
+            ["set", "m1", "--opens", "2026-05-02T00:00Z", "--due", "2026-05-01T00:00Z"],
+            "'m1' would be due (2026-05-01 00:00 UTC) before it opens (2026-05-02 00:00 UTC)",
+        ),
         (["set", "m1", "--due", "next friday"], "--due: 'next friday' is not a date"),
         (["set", "m1", "--due", "9999-12-31T23:59Z"], "--due: '9999-12-31T23:59Z' is not a date of a term"),
         (["set", "m1", "--late-policy", "sometimes"], "--late-policy"),

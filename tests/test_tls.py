@@ -21,15 +21,44 @@ pytestmark = pytest.mark.timeout(180)
 
 def make_ca(d: Path) -> tuple[Path, Path, Path]:
     """A certificate authority and a certificate for 127.0.0.1 signed by it."""
+
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
 
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-            "-subj", "/CN=rai course test CA")
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=rai course test CA",
+    )
     openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
     (d / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem",
-            "-days", "2", "-extfile", "ext.cnf")
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    )
     return d / "ca.pem", d / "server.pem", d / "server.key"
 
 
@@ -97,6 +126,11 @@ def test_behind_https_the_session_cookie_is_secure(https_service):
 
 def test_the_version_line_checks_the_certificate_too(https_service):
     svc, url, ca = https_service
-    res = subprocess.run([sys.executable, "-m", "raiclient", "version"], env={**svc.env, "RAI_SERVER": url, "RAI_CA_BUNDLE": str(ca)},
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-m", "raiclient", "version"],
+        env={**svc.env, "RAI_SERVER": url, "RAI_CA_BUNDLE": str(ca)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode == 0 and "server " + url + ": raiserver" in res.stdout, res.stdout + res.stderr

@@ -15,8 +15,7 @@ from helpers import BUSYBOX, make_project
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 REQUIRE_BROWSER = os.environ.get("RAI_REQUIRE_BROWSER") == "1"
-pytestmark = [pytest.mark.timeout(300),
-              pytest.mark.skipif(CHROMIUM is None and not REQUIRE_BROWSER, reason="chromium not installed")]
+pytestmark = [pytest.mark.timeout(300), pytest.mark.skipif(CHROMIUM is None and not REQUIRE_BROWSER, reason="chromium not installed")]
 
 
 csp_errors: list[str] = []  # what the pages' Content Security Policy blocked (nothing, we check)
@@ -62,15 +61,22 @@ def test_instructor_watches_queue_job_log_and_leaderboard_live(browser, docker_s
     # then the service times the student's solution.sh twice and checks its answer
     course = tmp_path / "final.yml"
     epochs = "sh -c 'for k in 1 2 3 4 5 6 7 8; do printf \"\\033[32mepoch $k ok\\033[0m\\n\"; sleep 0.5; done'"
-    course.write_text(f"rai: {{version: 0.2, image: {BUSYBOX}}}\ncommands:\n  build:\n    - {json.dumps(epochs)}\n"
-                      "    - cp /src/solution.sh /build/\n"
-                      "ranked: {student_files: [solution.sh], timed: sh ./solution.sh, repeats: 2, measure: wall}\n")
+    course.write_text(
+        f"rai: {{version: 0.2, image: {BUSYBOX}}}\ncommands:\n  build:\n    - {json.dumps(epochs)}\n"
+        "    - cp /src/solution.sh /build/\n"
+        "ranked: {student_files: [solution.sh], timed: sh ./solution.sh, repeats: 2, measure: wall}\n"
+    )
     (tmp_path / "labels.txt").write_text("7\n")
     res = docker_service.client("admin", "course", "install", "final", str(course), "--labels", str(tmp_path / "labels.txt"))
     assert res.returncode == 0, res.stdout + res.stderr
-    proj = make_project(tmp_path / "p", ["echo never run: the course's build file is"], files={
-        "report.pdf": "%PDF-1.4 report",
-        "solution.sh": "echo 7 > predictions.txt; echo Op Time: 0.0123; echo Op Time: 0.0456; echo Correctness: 0.91 Model: ece408"})
+    proj = make_project(
+        tmp_path / "p",
+        ["echo never run: the course's build file is"],
+        files={
+            "report.pdf": "%PDF-1.4 report",
+            "solution.sh": "echo 7 > predictions.txt; echo Op Time: 0.0123; echo Op Time: 0.0456; echo Correctness: 0.91 Model: ece408",
+        },
+    )
     proc = docker_service.popen_client("submit", "-p", str(proj), "--kind", "final")
     line = ""
     while " queued on " not in line:
@@ -138,9 +144,11 @@ def test_errors_a_student_meets_are_pages_with_a_way_back(browser, docker_servic
     """Issue 26: /workers as a student, an unknown job and an unknown page showed raw JSON."""
     carla = docker_service.add_user("carla_w")
     page = login(browser, docker_service, carla)
-    for path, status, words in (("/workers", 403, "the workers page is for staff"),
-                                ("/jobs/01NOSUCHJOB0000000000000000", 404, "no job 01NOSUCHJOB0000000000000000"),
-                                ("/no-such-page", 404, "There is no page at /no-such-page.")):
+    for path, status, words in (
+        ("/workers", 403, "the workers page is for staff"),
+        ("/jobs/01NOSUCHJOB0000000000000000", 404, "no job 01NOSUCHJOB0000000000000000"),
+        ("/no-such-page", 404, "There is no page at /no-such-page."),
+    ):
         resp = page.goto(f"{docker_service.url}{path}")
         assert resp.status == status and "text/html" in resp.headers["content-type"], path
         main = page.inner_text("main")

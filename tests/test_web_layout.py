@@ -19,8 +19,7 @@ from test_web import CHROMIUM, REQUIRE_BROWSER, browser  # noqa: F401 (the brows
 SHOTS = Path(os.environ.get("RAI_SHOTS") or Path(__file__).parent / "artifacts" / "layout")
 WIDTHS = (400, 800, 1400)
 JOB_ID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b")
-pytestmark = [pytest.mark.timeout(600),
-              pytest.mark.skipif(CHROMIUM is None and not REQUIRE_BROWSER, reason="chromium not installed")]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.skipif(CHROMIUM is None and not REQUIRE_BROWSER, reason="chromium not installed")]
 
 
 def submit(svc, profile: Path, proj: Path, *args: str) -> str:
@@ -64,21 +63,45 @@ def site(layout_service, tmp_path_factory):
     staff = svc.add_user("tara_ta", role="ta")
     dana = svc.add_user("dana_l", team="dbs")
     course = tmp / "final.yml"
-    course.write_text(f"rai: {{version: 0.2, image: {BUSYBOX}}}\ncommands:\n  build:\n    - echo compiling the course build\n"
-                      "    - cp /src/solution.sh /build/\n"
-                      "ranked: {student_files: [solution.sh], timed: sh ./solution.sh, repeats: 2, measure: wall}\n")
+    course.write_text(
+        f"rai: {{version: 0.2, image: {BUSYBOX}}}\ncommands:\n  build:\n    - echo compiling the course build\n"
+        "    - cp /src/solution.sh /build/\n"
+        "ranked: {student_files: [solution.sh], timed: sh ./solution.sh, repeats: 2, measure: wall}\n"
+    )
     (tmp / "labels.txt").write_text("7\n")
     res = svc.client("admin", "course", "install", "final", str(course), "--labels", str(tmp / "labels.txt"))
     assert res.returncode == 0, res.stdout + res.stderr
-    ranked = submit(svc, dana, make_project(tmp / "ranked", ["echo unused"], files={
-        "report.pdf": "%PDF-1.4 report",
-        "solution.sh": "echo 7 > predictions.txt; echo Op Time: 0.0123; echo Correctness: 0.91 Model: ece408"}), "--kind", "final")
+    ranked = submit(
+        svc,
+        dana,
+        make_project(
+            tmp / "ranked",
+            ["echo unused"],
+            files={
+                "report.pdf": "%PDF-1.4 report",
+                "solution.sh": "echo 7 > predictions.txt; echo Op Time: 0.0123; echo Correctness: 0.91 Model: ece408",
+            },
+        ),
+        "--kind",
+        "final",
+    )
     submit(svc, svc.profile, tmp / "ranked", "--kind", "final")  # the admin's reference run
-    failed = submit(svc, dana, make_project(tmp / "failed", [
-        "echo compiling", "sh -c 'for i in 1 2 3 4 5; do echo step $i; done'",
-        "sh -c 'echo the needle is here; echo boom >&2; exit 3'", "echo never reached"]))
-    running = start(svc, dana, make_project(tmp / "running", [
-        "echo warming up", "sh -c 'for i in $(seq 1 600); do echo tick $i; sleep 0.5; done'"]))
+    failed = submit(
+        svc,
+        dana,
+        make_project(
+            tmp / "failed",
+            [
+                "echo compiling",
+                "sh -c 'for i in 1 2 3 4 5; do echo step $i; done'",
+                "sh -c 'echo the needle is here; echo boom >&2; exit 3'",
+                "echo never reached",
+            ],
+        ),
+    )
+    running = start(
+        svc, dana, make_project(tmp / "running", ["echo warming up", "sh -c 'for i in $(seq 1 600); do echo tick $i; sleep 0.5; done'"])
+    )
     yield {"svc": svc, "staff": staff, "dana": dana, "ranked": ranked, "failed": failed, "running": running, "tmp": tmp}
 
 
@@ -104,15 +127,17 @@ def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
     off the header and the queue's Cancel button was off screen."""
     svc = site["svc"]
     SHOTS.mkdir(parents=True, exist_ok=True)
-    pages = [("queue", "/queue", f"#running a[href='/jobs/{site['running']}']"),
-             ("workers", "/workers", "text=alive"),
-             ("job-live", f"/jobs/{site['running']}", "#log .l-out >> nth=3"),
-             ("job-failed", f"/jobs/{site['failed']}", "#log .l-err"),
-             ("job-ranked", f"/jobs/{site['ranked']}", "#measured"),
-             ("leaderboard", "/leaderboard", "#dist"),
-             ("student", "/users/dana_l", "#history"),
-             ("users", "/users", "#users"),
-             ("error", "/no-such-page", "text=There is no page")]
+    pages = [
+        ("queue", "/queue", f"#running a[href='/jobs/{site['running']}']"),
+        ("workers", "/workers", "text=alive"),
+        ("job-live", f"/jobs/{site['running']}", "#log .l-out >> nth=3"),
+        ("job-failed", f"/jobs/{site['failed']}", "#log .l-err"),
+        ("job-ranked", f"/jobs/{site['ranked']}", "#measured"),
+        ("leaderboard", "/leaderboard", "#dist"),
+        ("student", "/users/dana_l", "#history"),
+        ("users", "/users", "#users"),
+        ("error", "/no-such-page", "text=There is no page"),
+    ]
     # a full queue for the while: the other slots held, two jobs waiting, dana's behind a later one
     hold = [start(svc, svc.add_user(name), make_project(site["tmp"] / name, ["sleep 300"])) for name in ("eve_l", "fred_l", "gina_l")]
     waiting = detach(svc, site["dana"], make_project(site["tmp"] / "wait", ["echo waited"]))
@@ -136,8 +161,10 @@ def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
             if width_of(page) > w:
                 wide.append(f"{name} at {w}: {width_of(page)} px")
             if w == 1400:  # a wide window: every table fits its card (the leaderboard's flags pushed them out)
-                spilled = page.evaluate("[...document.querySelectorAll('.card')].filter((c) => c.scrollWidth > c.clientWidth + 1)"
-                                        ".map((c) => c.id || c.className)")
+                spilled = page.evaluate(
+                    "[...document.querySelectorAll('.card')].filter((c) => c.scrollWidth > c.clientWidth + 1)"
+                    ".map((c) => c.id || c.className)"
+                )
                 wide += [f"{name} at {w}: a table wider than its card ({c})" for c in spilled]
             page.screenshot(path=str(SHOTS / f"{name}-{w}.png"), full_page=True)
             if name == "job-waiting":  # the ETA and why jobs submitted later go first
@@ -227,8 +254,9 @@ def test_the_log_has_line_numbers_times_links_folds_search_and_a_download(browse
 def test_a_running_jobs_timeline_grows_and_its_tab_says_when_it_ends(browser, site, tmp_path):  # noqa: F811
     svc = site["svc"]
     page = log_in(browser, svc, site["dana"], 1280)
-    job = start(svc, site["dana"], make_project(tmp_path / "p", [
-        "echo first", "sh -c 'sleep 2; echo second'", "sh -c 'sleep 2; echo third'"]))
+    job = start(
+        svc, site["dana"], make_project(tmp_path / "p", ["echo first", "sh -c 'sleep 2; echo second'", "sh -c 'sleep 2; echo third'"])
+    )
     # the real Notification, with each one shown noted where the test can read it after the reload
     page.context.add_init_script("""
         if (window.Notification) {

@@ -30,14 +30,23 @@ COMMANDS: dict[str, str] = {
 
 # submit's options as ``cli.submit`` declares them: name → (destination, takes a value)
 SUBMIT_OPTIONS: dict[str, tuple[str, bool]] = {
-    "-p": ("path", True), "--path": ("path", True), "-q": ("queue", True), "--queue": ("queue", True),
-    "--kind": ("kind", True), "-d": ("detach", False), "--detach": ("detach", False), "--server": ("server", True),
+    "-p": ("path", True),
+    "--path": ("path", True),
+    "-q": ("queue", True),
+    "--queue": ("queue", True),
+    "--kind": ("kind", True),
+    "-d": ("detach", False),
+    "--detach": ("detach", False),
+    "--server": ("server", True),
 }
 
 
 # logs' options as ``cli.logs`` declares them (the job is its one argument)
 LOGS_OPTIONS: dict[str, tuple[str, bool]] = {
-    "-f": ("follow", False), "--follow": ("follow", False), "--after": ("after", True), "--server": ("server", True),
+    "-f": ("follow", False),
+    "--follow": ("follow", False),
+    "--after": ("after", True),
+    "--server": ("server", True),
 }
 
 

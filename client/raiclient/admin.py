@@ -42,11 +42,14 @@ def roster_import(
     with cli.connected(server) as api:
         result = api.import_roster(csv_file.read_text(encoding="utf-8-sig"))
     out.mkdir(parents=True, exist_ok=True)
-    written = {issued.username: write_profile(_profile(issued, api.server), out / f"{issued.username}.rai_profile")
-               for issued in result.created}
+    written = {
+        issued.username: write_profile(_profile(issued, api.server), out / f"{issued.username}.rai_profile") for issued in result.created
+    }
     issued_profiles.remember(written)
-    cli.say(f"{len(result.created)} created (profiles in {out}/), {len(result.updated)} updated, "
-            f"{len(result.unchanged)} unchanged, {len(result.reactivated)} reactivated, {len(result.deactivated)} deactivated")
+    cli.say(
+        f"{len(result.created)} created (profiles in {out}/), {len(result.updated)} updated, "
+        f"{len(result.unchanged)} unchanged, {len(result.reactivated)} reactivated, {len(result.deactivated)} deactivated"
+    )
     if result.deactivated:
         cli.say("deactivated (not in the roster; history kept): " + ", ".join(result.deactivated))
 
@@ -54,9 +57,13 @@ def roster_import(
 @keys.command("rotate")
 def keys_rotate(
     username: str,
-    out: Path | None = typer.Option(None, "--out", help="write the new profile here (default: where this client "
-                                                            "wrote USER's profile before, else profiles/USER.rai_profile "
-                                                            "if it exists, else ./USER.rai_profile)"),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="write the new profile here (default: where this client "
+        "wrote USER's profile before, else profiles/USER.rai_profile "
+        "if it exists, else ./USER.rai_profile)",
+    ),
     server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Issue new keys; the old ones stop working at once."""
@@ -77,8 +84,11 @@ def keys_revoke(username: str, server: str | None = typer.Option(None, "--server
 
 
 @admin.command("remeasure")
-def remeasure(job_id: str, repeats: int = typer.Option(10, "--repeats", min=2, max=20, help="timed runs (the course file's count by default is 5)"),
-              server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+def remeasure(
+    job_id: str,
+    repeats: int = typer.Option(10, "--repeats", min=2, max=20, help="timed runs (the course file's count by default is 5)"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
     """Measure a ranked entry again: the same files and course build, more timed runs on an idle GPU;
     its result replaces the entry's on the board once it ends (staff; audited)."""
     with cli.connected(server) as api:
@@ -104,9 +114,13 @@ def grades(
         return
     output.write_text(text, encoding="utf-8")
     cli.say(f"{len(text.splitlines()) - (2 if fmt == 'canvas' else 1)} students' grades for '{kind}' written to {output}")
+
+
 @admin.command("regrades")
-def regrades(everything: bool = typer.Option(False, "--all", help="the answered requests too, newest first"),
-             server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+def regrades(
+    everything: bool = typer.Option(False, "--all", help="the answered requests too, newest first"),
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
     """The open regrade requests, oldest first (staff): answer each with 'raiclient admin regrade ID'."""
     from .regrades import show
 
@@ -137,15 +151,18 @@ def regrade(
         cli.fail("give either --remeasure or --grade, not both")
     action = "remeasure" if measure_again else "adjust" if grade is not None else "close"
     with cli.connected(server) as api:
-        r = api.answer_regrade(request_id, RegradeAction.model_construct(action=action, answer=answer, grade=grade or "", reason=reason, repeats=repeats))
+        r = api.answer_regrade(
+            request_id, RegradeAction.model_construct(action=action, answer=answer, grade=grade or "", reason=reason, repeats=repeats)
+        )
     cli.say(f"Regrade request #{r.id} ({r.student}, job {r.job_id}) closed: {outcome(r)}")
 
 
 @admin.command("similarity")
 def similarity(
     kind: str = typer.Argument(..., help="the kind whose teams' latest submissions are compared, e.g. final"),
-    starter: Path | None = typer.Option(None, "--starter", exists=True, dir_okay=False,
-                                           help="the course's starter code (e.g. new-forward.cu): never counts as a match"),
+    starter: Path | None = typer.Option(
+        None, "--starter", exists=True, dir_okay=False, help="the course's starter code (e.g. new-forward.cu): never counts as a match"
+    ),
     show: int = typer.Option(10, "-n", min=0, max=50, help="how many of the most similar pairs to print"),
     detach: bool = typer.Option(False, "--detach", "-d", help="start it and return at once"),
     server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
@@ -164,16 +181,23 @@ def similarity(
 
 
 @admin.command("audit")
-def audit(limit: int = typer.Option(50, "-n"), as_json: bool = cli.JSON_OPT,
-          server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER")) -> None:
+def audit(
+    limit: int = typer.Option(50, "-n"),
+    as_json: bool = cli.JSON_OPT,
+    server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
+) -> None:
     """Recent staff actions."""
     with cli.connected(server) as api:
         rows = api.audit(limit)
     if as_json:
         cli.print_json(rows, list[AuditRow])
         return
-    cli.show(cli.fit(("when", "who", "action", "target", "detail"),
-                     [(local(r.at), *(Text(cell(v)) for v in (r.actor, r.action, r.target, r.detail or ""))) for r in rows]))
+    cli.show(
+        cli.fit(
+            ("when", "who", "action", "target", "detail"),
+            [(local(r.at), *(Text(cell(v)) for v in (r.actor, r.action, r.target, r.detail or ""))) for r in rows],
+        )
+    )
 
 
 @images.command("pull")
@@ -200,17 +224,20 @@ def images_load(
 def course_install(
     kind: str = typer.Argument(..., help="the ranked kind, e.g. final"),
     build_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="the course's build file, with its 'ranked:' section"),
-    labels: Path = typer.Option(..., "--labels", exists=True, dir_okay=False,
-                                help="the expected answers, one per line; they stay on the server"),
+    labels: Path = typer.Option(
+        ..., "--labels", exists=True, dir_okay=False, help="the expected answers, one per line; they stay on the server"
+    ),
     server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Install a new version of KIND's build file: from now on KIND's submissions run it, and only
     their runs, timed and checked by the service, rank."""
     with cli.connected(server) as api:
         out = api.install_course_build(kind, build_file.read_text(), labels.read_text())
-    cli.say(f"'{out.kind}' now runs the course's build file version {out.version} (image {out.image}): "
-            f"students supply {', '.join(out.student_files)}; the service times '{out.timed}' {out.repeats} times "
-            f"({out.measure}) and checks {out.labels} answers")
+    cli.say(
+        f"'{out.kind}' now runs the course's build file version {out.version} (image {out.image}): "
+        f"students supply {', '.join(out.student_files)}; the service times '{out.timed}' {out.repeats} times "
+        f"({out.measure}) and checks {out.labels} answers"
+    )
 
 
 @course.command("show")
@@ -225,8 +252,10 @@ def course_show(as_json: bool = cli.JSON_OPT, server: str | None = typer.Option(
         cli.say("No course build file is installed: no run ranks yet ('raiclient admin course install')")
         return
     for r in rows:  # a few lines each: a table of ten columns does not fit a terminal
-        cli.show(Text(f"{r.kind}: version {r.version}, installed {local(r.installed_at, seconds=False)} by {r.installed_by}, "
-                           f"image {r.image}\n  students supply: {', '.join(r.student_files)}\n"
-                      f"  timed: {r.timed} ({r.measure}, {r.repeats} runs, the median ranks); {r.labels} answers"))
-
-
+        cli.show(
+            Text(
+                f"{r.kind}: version {r.version}, installed {local(r.installed_at, seconds=False)} by {r.installed_by}, "
+                f"image {r.image}\n  students supply: {', '.join(r.student_files)}\n"
+                f"  timed: {r.timed} ({r.measure}, {r.repeats} runs, the median ranks); {r.labels} answers"
+            )
+        )

@@ -11,8 +11,9 @@ from raiprotocol.models import ExtensionIn, GradeRule, KindIn
 from . import console as cli
 from .term import late_policy, print_kinds
 
-kinds = typer.Typer(no_args_is_help=True, help="Submission kinds: openings, deadlines, late policies, grade rules, extensions.",
-                    rich_markup_mode=None)
+kinds = typer.Typer(
+    no_args_is_help=True, help="Submission kinds: openings, deadlines, late policies, grade rules, extensions.", rich_markup_mode=None
+)
 SERVER = typer.Option(None, "--server", envvar="RAI_SERVER")
 
 
@@ -25,8 +26,11 @@ def show(server: str | None = SERVER) -> None:
     for k in view.kinds:
         if k.grading:
             g = k.grading
-            how = {"pass": "pass/fail on accuracy", "linear": f"op time {g.slow:g} s → 0, {g.fast:g} s → full",
-                   "stddev": f"{g.at_median:g} at the class median, {g.per_sd:+g} per standard deviation faster"}[g.rule]
+            how = {
+                "pass": "pass/fail on accuracy",
+                "linear": f"op time {g.slow:g} s → 0, {g.fast:g} s → full",
+                "stddev": f"{g.at_median:g} at the class median, {g.per_sd:+g} per standard deviation faster",
+            }[g.rule]
             gate = f"accuracy ≥ {g.threshold:g}" if g.threshold is not None else "accuracy ≥ the server's threshold"
             late = f", late: −{g.late_penalty:g} per started day" if g.late_penalty else ""
             cli.show(Text(f"{k.name}: graded out of {g.points:g} by {how}; {gate}{late}"))
@@ -50,12 +54,21 @@ def set_kind(
     server: str | None = SERVER,
 ) -> None:
     """Create a kind or change it: only the options given change."""
-    fields: dict[str, object] = {k: v for k, v in (("opens", opens), ("due", due), ("late_policy", policy),
-                                                  ("late_hours", late_hours)) if v is not None}
+    fields: dict[str, object] = {
+        k: v for k, v in (("opens", opens), ("due", due), ("late_policy", policy), ("late_hours", late_hours)) if v is not None
+    }
     try:
         if grade is not None:
-            fields["grading"] = GradeRule(rule=grade, points=points, threshold=threshold, slow=slow, fast=fast,
-                                          at_median=at_median, per_sd=per_sd, late_penalty=late_penalty)
+            fields["grading"] = GradeRule(
+                rule=grade,
+                points=points,
+                threshold=threshold,
+                slow=slow,
+                fast=fast,
+                at_median=at_median,
+                per_sd=per_sd,
+                late_penalty=late_penalty,
+            )
         change = KindIn(**fields)
     except ValueError as exc:
         cli.fail(_first_error(exc))
@@ -107,8 +120,12 @@ def extend(
 
 
 @kinds.command("unextend")
-def unextend(kind: str, student: str | None = typer.Option(None, "--student"), team: str | None = typer.Option(None, "--team"),
-             server: str | None = SERVER) -> None:
+def unextend(
+    kind: str,
+    student: str | None = typer.Option(None, "--student"),
+    team: str | None = typer.Option(None, "--team"),
+    server: str | None = SERVER,
+) -> None:
     """End a student's or team's extension: the kind's own deadline applies again."""
     with cli.connected(server) as api:
         e = api.unextend(kind, student, team)
@@ -124,6 +141,11 @@ def extensions(kind: str, server: str | None = SERVER) -> None:
         rows = api.extensions(kind)
     table = Table("student or team", "due", "reason", "granted by", "when")
     for e in rows:
-        table.add_row(Text(e.username or f"team {e.team}"), f"{e.due_at:%Y-%m-%d %H:%M} UTC", Text(e.reason),
-                      Text(e.granted_by), f"{e.granted_at:%Y-%m-%d %H:%M}")
+        table.add_row(
+            Text(e.username or f"team {e.team}"),
+            f"{e.due_at:%Y-%m-%d %H:%M} UTC",
+            Text(e.reason),
+            Text(e.granted_by),
+            f"{e.granted_at:%Y-%m-%d %H:%M}",
+        )
     cli.show(table)

@@ -66,9 +66,16 @@ class Api:
 
     def load_image(self, tar: Path) -> list[PullRequest]:
         with tar.open("rb") as fh:  # read as it is sent: image archives can be large
-            return [PullRequest.model_validate(r) for r in self._request(
-                "POST", "/api/v1/admin/images/load", body=fh, timeout=3600.0,
-                headers={"Content-Type": "application/x-tar", "Content-Length": str(tar.stat().st_size)})]
+            return [
+                PullRequest.model_validate(r)
+                for r in self._request(
+                    "POST",
+                    "/api/v1/admin/images/load",
+                    body=fh,
+                    timeout=3600.0,
+                    headers={"Content-Type": "application/x-tar", "Content-Length": str(tar.stat().st_size)},
+                )
+            ]
 
     def install_course_build(self, kind: str, build_file: str, labels: str) -> CourseBuildOut:
         body = CourseBuildIn(build_file=build_file, labels=labels).model_dump()
@@ -90,8 +97,9 @@ class Api:
         return [Entry.model_validate(e) for e in self._request("GET", "/api/v1/leaderboard", params=params)]
 
     def import_roster(self, csv_text: str) -> RosterResult:
-        return RosterResult.model_validate(self._request("POST", "/api/v1/admin/roster", body=csv_text.encode(),
-                                                         headers={"Content-Type": "text/csv"}))
+        return RosterResult.model_validate(
+            self._request("POST", "/api/v1/admin/roster", body=csv_text.encode(), headers={"Content-Type": "text/csv"})
+        )
 
     def rotate_keys(self, username: str) -> IssuedKeys:
         return IssuedKeys.model_validate(self._request("POST", f"/api/v1/admin/users/{username}/keys"))
@@ -119,8 +127,11 @@ class Api:
         self._request("DELETE", f"/api/v1/admin/kinds/{quote(name, safe='')}")
 
     def extend(self, kind: str, ext: ExtensionIn) -> ExtensionOut:
-        return ExtensionOut.model_validate(self._request("POST", f"/api/v1/admin/kinds/{quote(kind, safe='')}/extensions",
-                                                         json_body=ext.model_dump(mode="json", exclude_none=True)))
+        return ExtensionOut.model_validate(
+            self._request(
+                "POST", f"/api/v1/admin/kinds/{quote(kind, safe='')}/extensions", json_body=ext.model_dump(mode="json", exclude_none=True)
+            )
+        )
 
     def extensions(self, kind: str) -> list[ExtensionOut]:
         return [ExtensionOut.model_validate(e) for e in self._request("GET", f"/api/v1/admin/kinds/{quote(kind, safe='')}/extensions")]
@@ -133,9 +144,11 @@ class Api:
         params = {"format": fmt, **({"assignment": assignment} if assignment else {})}
         resp = self.http.send("GET", f"/api/v1/admin/grades/{quote(kind, safe='')}", params=params, timeout=120.0)
         return self.http.read(resp).decode("utf-8")
+
     def ask_regrade(self, job_id: str, message: str) -> RegradeOut:
-        return RegradeOut.model_validate(self._request("POST", f"/api/v1/jobs/{job_id}/regrade",
-                                                       json_body=RegradeIn.model_construct(message=message).model_dump()))
+        return RegradeOut.model_validate(
+            self._request("POST", f"/api/v1/jobs/{job_id}/regrade", json_body=RegradeIn.model_construct(message=message).model_dump())
+        )
 
     def my_regrades(self) -> list[RegradeOut]:
         return [RegradeOut.model_validate(r) for r in self._request("GET", "/api/v1/regrades")]

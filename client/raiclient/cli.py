@@ -33,8 +33,9 @@ class Color(str, Enum):
 
 @app.callback()
 def options(
-    color: Color = typer.Option(Color.auto, "--color", case_sensitive=False,
-                                help="Colour codes: auto (on a terminal, unless NO_COLOR is set), always, never."),
+    color: Color = typer.Option(
+        Color.auto, "--color", case_sensitive=False, help="Colour codes: auto (on a terminal, unless NO_COLOR is set), always, never."
+    ),
 ) -> None:
     """Submit GPU jobs to rai and follow them live."""
     set_color(color.value)
@@ -76,7 +77,24 @@ def status(job_id: str, as_json: bool = JSON_OPT, server: str | None = SERVER_OP
         job = api.job(job_id)
     code = exit_code_for(job.state, job.exit_code) if job.state.finished else ExitCode.OK
     table = Table(show_header=False, box=None, padding=(0, 2))
-    for key in ("id", "owner", "state", "queue", "kind", "image", "worker", "created_at", "started_at", "finished_at", "exit_code", "failed_command", "message", "position", "waiting", "late"):
+    for key in (
+        "id",
+        "owner",
+        "state",
+        "queue",
+        "kind",
+        "image",
+        "worker",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "exit_code",
+        "failed_command",
+        "message",
+        "position",
+        "waiting",
+        "late",
+    ):
         value = getattr(job, key)
         if value is not None:
             shown = value.value if isinstance(value, JobState) else local(value) if key.endswith("_at") else value
@@ -106,12 +124,18 @@ def queue(as_json: bool = JSON_OPT, server: str | None = SERVER_OPT) -> None:
     if not queues:
         say("No queue has jobs or live workers.")
         return
-    show(fit(("queue", "waiting", "running", "workers", "slots"),
-             [(Text(cell(q.queue)), str(q.waiting), str(q.running), str(q.workers), str(q.slots)) for q in queues]))
+    show(
+        fit(
+            ("queue", "waiting", "running", "workers", "slots"),
+            [(Text(cell(q.queue)), str(q.waiting), str(q.running), str(q.workers), str(q.slots)) for q in queues],
+        )
+    )
     for q in queues:
         if q.unanswered:
-            say(f"'{q.queue}': {q.unanswered} running job(s) on a worker that stopped answering (nothing runs there); "
-                f"they go back in the queue within {q.dead_after:.0f} s of its last heartbeat")
+            say(
+                f"'{q.queue}': {q.unanswered} running job(s) on a worker that stopped answering (nothing runs there); "
+                f"they go back in the queue within {q.dead_after:.0f} s of its last heartbeat"
+            )
         for j in q.mine:
             if j.waiting:
                 where = j.waiting
@@ -140,8 +164,7 @@ def images(as_json: bool = JSON_OPT, server: str | None = SERVER_OPT) -> None:
 
 
 @app.command()
-def history(limit: int = typer.Option(20, "-n", help="how many jobs"), as_json: bool = JSON_OPT,
-            server: str | None = SERVER_OPT) -> None:
+def history(limit: int = typer.Option(20, "-n", help="how many jobs"), as_json: bool = JSON_OPT, server: str | None = SERVER_OPT) -> None:
     """Your recent jobs, newest first."""
     if as_json:
         raise typer.Exit(listings.run(Listing("history", server, limit=limit)))
@@ -154,10 +177,18 @@ def history(limit: int = typer.Option(20, "-n", help="how many jobs"), as_json: 
     for job in jobs:
         took = f"{job.duration:.1f} s" if job.duration is not None else ""
         op = f"{job.results.op_time_total:g}" if job.results and job.results.op_time_total is not None else ""
-        rows.append([Text(cell(job.id)), job.state.value, Text(cell(job.kind)), *([Text(cell(job.queue))] if queues else []),
-                     local(job.created_at, seconds=False, year=False), took, op])
-    show(fit(columns, rows, drop=("took", "queue", "kind", "submitted"),
-             box=None, padding=(0, 1), pad_edge=False, header_style="bold"))
+        rows.append(
+            [
+                Text(cell(job.id)),
+                job.state.value,
+                Text(cell(job.kind)),
+                *([Text(cell(job.queue))] if queues else []),
+                local(job.created_at, seconds=False, year=False),
+                took,
+                op,
+            ]
+        )
+    show(fit(columns, rows, drop=("took", "queue", "kind", "submitted"), box=None, padding=(0, 1), pad_edge=False, header_style="bold"))
 
 
 @app.command()
@@ -180,8 +211,9 @@ def download(
 
 
 @app.command()
-def ranking(n: int | None = typer.Option(None, "-n", help="show the top N"), as_json: bool = JSON_OPT,
-            server: str | None = SERVER_OPT) -> None:
+def ranking(
+    n: int | None = typer.Option(None, "-n", help="show the top N"), as_json: bool = JSON_OPT, server: str | None = SERVER_OPT
+) -> None:
     """The leaderboard: each team's fastest valid run (yours is marked -->)."""
     if as_json:
         raise typer.Exit(listings.run(Listing("ranking", server, limit=n)))
@@ -192,18 +224,28 @@ def ranking(n: int | None = typer.Option(None, "-n", help="show the top N"), as_
     for e in entries:
         name = Text(f"{cell(e.name)} -->", "bold") if e.mine else Text(cell(e.name))
         op = f"{e.op_time:.6f}" + (f" ± {e.spread / 2:.6f}" if e.spread is not None else "")
-        rows.append((str(e.rank), name, op, f"{e.correctness:g}", local(e.when, seconds=False),
-                     Text(cell(e.gpu or "")), "✓" if e.verified else ""))
+        rows.append(
+            (str(e.rank), name, op, f"{e.correctness:g}", local(e.when, seconds=False), Text(cell(e.gpu or "")), "✓" if e.verified else "")
+        )
     if entries:  # op times whole at any width: a narrow terminal loses 'verified', then 'gpu', …
-        show(fit(("#", "team", "op time (s)", "correctness", "when", "gpu", "verified"), rows,
-                 drop=("verified", "gpu", "when", "correctness"), box=None, padding=(0, 1), pad_edge=False,
-                 header_style="bold"))
+        show(
+            fit(
+                ("#", "team", "op time (s)", "correctness", "when", "gpu", "verified"),
+                rows,
+                drop=("verified", "gpu", "when", "correctness"),
+                box=None,
+                padding=(0, 1),
+                pad_edge=False,
+                header_style="bold",
+            )
+        )
         return
-    say("No run ranks yet. Only runs the service measures rank: the kind the course grades (e.g. --kind final), "
+    say(
+        "No run ranks yet. Only runs the service measures rank: the kind the course grades (e.g. --kind final), "
         "built with the course's own build file, timed by the service itself with the GPU to itself and its answers "
         "checked on the server, so a printed Op Time or Correctness alone cannot rank"
-        + (f". {len(unverified)} run(s) of other kinds are on the unverified board (web: Leaderboard, 'unverified')"
-           if unverified else ""))
+        + (f". {len(unverified)} run(s) of other kinds are on the unverified board (web: Leaderboard, 'unverified')" if unverified else "")
+    )
 
 
 @app.command()
@@ -245,8 +287,11 @@ def delete(job_ids: list[str] = typer.Argument(..., help="finished jobs"), serve
 
 
 @app.command()
-def regrade(job_id: str, message: str = typer.Argument(..., help="what staff should look at again (up to 2000 characters)"),
-            server: str | None = SERVER_OPT) -> None:
+def regrade(
+    job_id: str,
+    message: str = typer.Argument(..., help="what staff should look at again (up to 2000 characters)"),
+    server: str | None = SERVER_OPT,
+) -> None:
     """Ask staff for a regrade of a run that has ended, saying why (one open request per run)."""
     with connected(server) as api:
         r = api.ask_regrade(job_id, message)
@@ -261,7 +306,7 @@ def regrades(server: str | None = SERVER_OPT) -> None:
     with connected(server) as api:
         rows = api.my_regrades()
     if not rows:
-        say("You have asked for no regrade; ask with: raiclient regrade JOB_ID \"why\"")
+        say('You have asked for no regrade; ask with: raiclient regrade JOB_ID "why"')
         return
     show(rows)
 
@@ -279,10 +324,13 @@ def login(
 
     known = _known_server()
     if None in (server or known, access_key, secret_key) and not sys.stdin.isatty():
-        missing = [flag for flag, value in (("--server", server or known), ("--access-key", access_key),
-                                            ("--secret-key", secret_key)) if not value]
-        fail(f"no terminal to ask on: give {', '.join(missing)} (e.g. raiclient login --server https://rai.example.edu "
-             "--access-key KEY --secret-key SECRET)")
+        missing = [
+            flag for flag, value in (("--server", server or known), ("--access-key", access_key), ("--secret-key", secret_key)) if not value
+        ]
+        fail(
+            f"no terminal to ask on: give {', '.join(missing)} (e.g. raiclient login --server https://rai.example.edu "
+            "--access-key KEY --secret-key SECRET)"
+        )
     if not server:
         server = typer.prompt("Server", default=known)
     access_key = access_key or typer.prompt("Access key")
@@ -297,8 +345,11 @@ def login(
         me = api.me()
     except ApiError as exc:
         if exc.status == 401:  # not "run raiclient login": this is it
-            fail(f"the server at {profile.server} did not accept these keys; check them (copy them whole) or ask your "
-                 "instructor for new ones", exc.code)
+            fail(
+                f"the server at {profile.server} did not accept these keys; check them (copy them whole) or ask your "
+                "instructor for new ones",
+                exc.code,
+            )
         fail(str(exc), exc.code)
     finally:
         api.close()

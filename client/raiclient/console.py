@@ -32,8 +32,9 @@ def console() -> Console:
     """stdout as rich sees it, coloured as ``--color`` and NO_COLOR say (made when used: the
     choice is read after the command line is)."""
     colour = coloured(sys.stdout)
-    return Console(highlight=False, soft_wrap=True, force_terminal=colour or None, no_color=not colour,
-                   color_system="auto" if colour else None)
+    return Console(
+        highlight=False, soft_wrap=True, force_terminal=colour or None, no_color=not colour, color_system="auto" if colour else None
+    )
 
 
 def show(*renderables: RenderableType, soft_wrap: bool | None = None) -> None:
@@ -46,8 +47,7 @@ def print_json(value: Any, kind: Any) -> None:
     sys.stdout.flush()
 
 
-def fit(columns: Sequence[str], rows: Sequence[Sequence[RenderableType]], drop: Sequence[str] = (),
-        **table: Any) -> Table:
+def fit(columns: Sequence[str], rows: Sequence[Sequence[RenderableType]], drop: Sequence[str] = (), **table: Any) -> Table:
     """A table of whole values at the terminal's width: the columns named in ``drop`` (least useful
     first) are left out while it is wider; a value wider than what is left wraps (folds), never cut."""
     con = console()

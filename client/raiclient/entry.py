@@ -67,8 +67,12 @@ def logs_args(args: list[str]) -> dict[str, Any] | None:
     found = plain_options(args, LOGS_OPTIONS, positional="job_id")
     if found is None or not str(found.get("after", "0")).isdigit():
         return None
-    return {"job_id": found.get("job_id"), "follow": found.get("follow", False), "after": int(found.get("after", 0)),
-            "server": found.get("server")}
+    return {
+        "job_id": found.get("job_id"),
+        "follow": found.get("follow", False),
+        "after": int(found.get("after", 0)),
+        "server": found.get("server"),
+    }
 
 
 OPTIONS: dict[str, str] = {
@@ -83,9 +87,11 @@ def help_text() -> str:
     width = max(map(len, [*COMMANDS, *OPTIONS])) + 2
     rows = "\n".join(f"  {name.ljust(width)}{text}" for name, text in COMMANDS.items())
     options = "\n".join(f"  {name.ljust(width)}{text}" for name, text in OPTIONS.items())
-    return (f"Usage: raiclient [OPTIONS] COMMAND [ARGS]...\n\n  {SUMMARY}\n\n"
-            f"Options:\n{options}\n\n"
-            f"Commands:\n{rows}\n\nraiclient COMMAND --help tells more about one command.\n")
+    return (
+        f"Usage: raiclient [OPTIONS] COMMAND [ARGS]...\n\n  {SUMMARY}\n\n"
+        f"Options:\n{options}\n\n"
+        f"Commands:\n{rows}\n\nraiclient COMMAND --help tells more about one command.\n"
+    )
 
 
 def color_arg(args: list[str]) -> tuple[str | None, list[str]]:
@@ -126,8 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args in ([], ["--help"], ["-h"]):
         sys.stdout.write(help_text())
         return
-    elif args == ["--version"] or (args[:1] == ["version"] and all(a != "--help" for a in args)
-                                   and (len(args) == 1 or (args[1] == "--server" and len(args) == 3))):
+    elif args == ["--version"] or (
+        args[:1] == ["version"] and all(a != "--help" for a in args) and (len(args) == 1 or (args[1] == "--server" and len(args) == 3))
+    ):
         print(f"raiclient {__version__}", flush=True)
         line = server_version(args[2] if args[1:2] == ["--server"] else None) if args[:1] == ["version"] else None
         if line:
@@ -173,9 +180,11 @@ def _full_client_or_say_how(args: list[str]) -> None:
     from .output import error
 
     server = server_info(None)[0] or "SERVER"
-    error(f"'raiclient {' '.join(args[:2])}' needs the full client ({', '.join(missing)} not installed here). Without it, "
-          "this raiclient runs submit, logs, version, --help, and history/status/queue/images/ranking with --json. "
-          f"The full client: pip install --find-links {server.rstrip('/')}/client/ raiclient")
+    error(
+        f"'raiclient {' '.join(args[:2])}' needs the full client ({', '.join(missing)} not installed here). Without it, "
+        "this raiclient runs submit, logs, version, --help, and history/status/queue/images/ranking with --json. "
+        f"The full client: pip install --find-links {server.rstrip('/')}/client/ raiclient"
+    )
     raise SystemExit(2)
 
 

@@ -8,8 +8,14 @@ from raiprotocol.states import ExitCode
 
 
 class ApiError(Exception):
-    def __init__(self, message: str, code: int = ExitCode.CLIENT_ERROR, status: int | None = None,
-                 retry_after: str | None = None, transient: bool = False):
+    def __init__(
+        self,
+        message: str,
+        code: int = ExitCode.CLIENT_ERROR,
+        status: int | None = None,
+        retry_after: str | None = None,
+        transient: bool = False,
+    ):
         super().__init__(message)
         self.code = code
         self.status = status
@@ -38,8 +44,10 @@ def refusal(status: int, body: bytes, reason: str, retry_after: str | None) -> A
 
 def _refusal(status: int, detail: str, retry_after: str | None) -> ApiError:
     if status == 401:
-        return ApiError(f"the server rejected your credentials ({detail}); run 'raiclient login' or ask your instructor for a new profile",
-                        status=status)
+        return ApiError(
+            f"the server rejected your credentials ({detail}); run 'raiclient login' or ask your instructor for a new profile",
+            status=status,
+        )
     if status == 429:
         suffix = f" (retry in {retry_after} s)" if retry_after and retry_after not in detail else ""
         return ApiError(detail + suffix, status=status)
@@ -51,8 +59,7 @@ def _refusal(status: int, detail: str, retry_after: str | None) -> ApiError:
 
 
 def unreachable(server: str) -> ApiError:
-    return ApiError(f"cannot reach the rai server at {server} (is it running? check RAI_SERVER or your profile)",
-                    transient=True)
+    return ApiError(f"cannot reach the rai server at {server} (is it running? check RAI_SERVER or your profile)", transient=True)
 
 
 def untrusted(server: str, why: str) -> ApiError:

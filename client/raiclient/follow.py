@@ -20,8 +20,7 @@ from .output import LogPrinter, LostConnection, WaitNotes, detached_line, error,
 from .transport import Http
 
 
-def stream(conn: Http, job_id: str, after: int = 0, live: bool = True,
-           give_up_after: float | None = None) -> Iterator[tuple[str, Any]]:
+def stream(conn: Http, job_id: str, after: int = 0, live: bool = True, give_up_after: float | None = None) -> Iterator[tuple[str, Any]]:
     """Yield ("lines", [Batch]), ("status", dict), ("reconnecting", (last line, pause)),
     ("reconnected", last line) and finally ("end", job as a dict); with ``live=False``,
     ("caught_up", dict) instead once the lines written so far are out.
@@ -42,8 +41,7 @@ def stream(conn: Http, job_id: str, after: int = 0, live: bool = True,
         wait: float | None = None
         try:
             headers = {"Last-Event-ID": str(last)} if last else None
-            for name, data, _ in conn.events(f"/api/v1/jobs/{job_id}/log", params=None if live else {"follow": "false"},
-                                             headers=headers):
+            for name, data, _ in conn.events(f"/api/v1/jobs/{job_id}/log", params=None if live else {"follow": "false"}, headers=headers):
                 if name == "open":
                     if lost:
                         lost, tries = False, 0
@@ -70,8 +68,10 @@ def stream(conn: Http, job_id: str, after: int = 0, live: bool = True,
         now = time.monotonic()
         failing_since = failing_since or now
         if now - failing_since >= give_up_after:
-            raise ApiError(f"lost the connection to {conn.server} for {give_up_after:.0f} s (gave up reconnecting after "
-                           f"{tries} tries); the job goes on. Resume with: raiclient logs {job_id} --follow --after {last}")
+            raise ApiError(
+                f"lost the connection to {conn.server} for {give_up_after:.0f} s (gave up reconnecting after "
+                f"{tries} tries); the job goes on. Resume with: raiclient logs {job_id} --follow --after {last}"
+            )
         pause = wait if wait is not None else delay * (0.5 + random.random())
         pause = min(pause, max(0.0, failing_since + give_up_after - now))
         lost = True

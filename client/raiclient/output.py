@@ -256,6 +256,7 @@ def kib(n: int) -> str:
 
 # -- a job's end, from its wire form (a JobOut as JSON) ---------------------------------------------
 
+
 def queued_line(status: Mapping[str, Any]) -> str:
     eta = status.get("eta_seconds")
     return f"Waiting in queue: position {status.get('position')}" + (f", about {eta:.0f} s" if eta else "")
@@ -291,7 +292,9 @@ def print_results(results: Mapping[str, Any] | None) -> None:
     op_times = r.get("op_times") or []
     if op_times:
         total = r.get("op_time_total")
-        rows.append(("Op Time", " + ".join(f"{t:g}" for t in op_times) + (f" = {total:g} s" if len(op_times) > 1 and total is not None else " s")))
+        rows.append(
+            ("Op Time", " + ".join(f"{t:g}" for t in op_times) + (f" = {total:g} s" if len(op_times) > 1 and total is not None else " s"))
+        )
     if r.get("op_time_runs"):
         rows.append(("Timing runs", f"{len(r['op_time_runs'])} (median shown, spread {r.get('op_time_spread') or 0:g} s)"))
     for model, value in (r.get("correctness") or {}).items():
@@ -307,8 +310,12 @@ def print_results(results: Mapping[str, Any] | None) -> None:
             measured.append(("Not ranked", m["problem"]))
         if m.get("op_time") is not None:
             how = "GPU time of every kernel, ncu" if m.get("measure") == "kernels" else "wall time"
-            measured.append(("Op Time", f"{m['op_time']:g} s (median of {len(m.get('runs') or [])} timed runs, {how}; "
-                                        f"spread {m.get('spread') or 0:g} s)"))
+            measured.append(
+                (
+                    "Op Time",
+                    f"{m['op_time']:g} s (median of {len(m.get('runs') or [])} timed runs, {how}; spread {m.get('spread') or 0:g} s)",
+                )
+            )
         if m.get("accuracy") is not None:
             measured.append(("Accuracy", f"{m['accuracy']:g} (checked by the server)"))
         measured += [("Flagged", flag) for flag in m.get("flags") or []]

@@ -25,6 +25,7 @@ class TooBig(Exception):
 @dataclass(frozen=True)
 class Survey:
     """A project as it would be packed, from the file system (and a sample of each big file)."""
+
     files: int
     bytes: int
     largest: list[tuple[str, int]]  # the five largest files: (path in the project, size)

@@ -27,5 +27,10 @@ def show(rows: list[RegradeOut], staff: bool = False) -> None:
     """A few lines per request: a table of long messages does not fit a terminal."""
     for r in rows:
         who = f"{cell(r.student)} on " if staff else ""
-        print_out(Text(f"#{r.id} {who}job {r.job_id} ('{cell(r.kind)}'), asked {r.created_at:%Y-%m-%d %H:%M} UTC: {outcome(r)}\n"
-                       f"  message: {cell(r.message)}" + (f"\n  answer: {cell(r.answer)}" if r.answer else "")), soft_wrap=True)
+        print_out(
+            Text(
+                f"#{r.id} {who}job {r.job_id} ('{cell(r.kind)}'), asked {r.created_at:%Y-%m-%d %H:%M} UTC: {outcome(r)}\n"
+                f"  message: {cell(r.message)}" + (f"\n  answer: {cell(r.answer)}" if r.answer else "")
+            ),
+            soft_wrap=True,
+        )

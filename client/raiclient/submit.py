@@ -53,9 +53,11 @@ class _Reading:
 def _too_big(found: Any, what: str, limit: str) -> str:
     """A refusal that helps: what is too big, the largest files, and how to leave them out."""
     largest = "\n".join(f"  {kib(size):>12}  {rel}" for rel, size in found.largest if size)
-    return (f"the project is too big to upload: {what} (the limit is {limit}). Its largest files:\n{largest}\n"
-            "Leave out what the build does not need with a .raiignore file in the project (gitignore syntax), e.g. "
-            f"a line '{found.largest[0][0] if found.largest else 'data/'}'")
+    return (
+        f"the project is too big to upload: {what} (the limit is {limit}). Its largest files:\n{largest}\n"
+        "Leave out what the build does not need with a .raiignore file in the project (gitignore syntax), e.g. "
+        f"a line '{found.largest[0][0] if found.largest else 'data/'}'"
+    )
 
 
 def _check_spec(path: Path) -> None:
@@ -82,8 +84,9 @@ def _upload(conn: Http, archive: Path, size: int, queue: str | None, kind: str) 
 
             with Progress(TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn()) as bar:
                 task = bar.add_task("upload", total=size)
-                return conn.json("POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0,
-                                 body=_Reading(fh, lambda n: bar.advance(task, n)))
+                return conn.json(
+                    "POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0, body=_Reading(fh, lambda n: bar.advance(task, n))
+                )
         started = time.monotonic()
         job = conn.json("POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0, body=fh)
         if size > PRECHECK_BYTES:
@@ -112,8 +115,11 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
             found = survey(path)  # the sizes alone, in a moment: a big project is refused before any packing
             limits = ArchiveLimits()
             if found.files > limits.max_files or found.bytes > limits.max_unpacked_bytes:
-                raise ApiError(_too_big(found, f"{found.files} files, {kib(found.bytes)}",
-                                        f"{limits.max_files} files, {kib(limits.max_unpacked_bytes)}"))
+                raise ApiError(
+                    _too_big(
+                        found, f"{found.files} files, {kib(found.bytes)}", f"{limits.max_files} files, {kib(limits.max_unpacked_bytes)}"
+                    )
+                )
             max_upload = None
             if found.bytes > PRECHECK_BYTES:  # worth checking here first: the build file, then the keys
                 _check_spec(path)
@@ -121,8 +127,13 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
                 if max_upload and found.packed_guess > max_upload:
                     raise ApiError(_too_big(found, f"about {kib(found.packed_guess)} packed", kib(max_upload)))
                 if found.bytes > limits.ratio_floor_bytes and found.bytes / max(found.packed_guess, 1) > limits.max_ratio:
-                    raise ApiError(_too_big(found, f"{kib(found.bytes)} that would pack to about {kib(found.packed_guess)} "
-                                                   "(files of zeros or filler?)", f"{limits.max_ratio:.0f}x"))
+                    raise ApiError(
+                        _too_big(
+                            found,
+                            f"{kib(found.bytes)} that would pack to about {kib(found.packed_guess)} (files of zeros or filler?)",
+                            f"{limits.max_ratio:.0f}x",
+                        )
+                    )
             say(f"Submitting as {profile.username or profile.access_key[:8]} @ {profile.server}")
             try:
                 packed = pack_project(path, max_bytes=max_upload)
@@ -130,8 +141,13 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
                 raise ApiError(_too_big(found, f"more than {kib(max_upload or 0)} packed", f"{kib(max_upload or 0)}")) from None
             say(f"Packing project ({packed.files} files, {kib(packed.bytes)}" + (", .raiignore applied)" if packed.ignore_applied else ")"))
             if found.bytes > limits.ratio_floor_bytes and found.bytes / max(packed.bytes, 1) > limits.max_ratio:
-                raise ApiError(_too_big(found, f"{kib(found.bytes)} that pack to {kib(packed.bytes)} (files of zeros or filler?)",
-                                        f"{limits.max_ratio:.0f}x"))
+                raise ApiError(
+                    _too_big(
+                        found,
+                        f"{kib(found.bytes)} that pack to {kib(packed.bytes)} (files of zeros or filler?)",
+                        f"{limits.max_ratio:.0f}x",
+                    )
+                )
             job = _upload(conn, packed.path, packed.bytes, queue, kind)
         finally:
             if packed is not None:

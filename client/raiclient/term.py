@@ -20,8 +20,9 @@ def _when(t: datetime | None) -> str:
 def late_policy(k: KindOut) -> str:
     """The late policy in words."""
     window = f" for {k.late_hours:g} h" if k.late_hours else ""
-    return {"refuse": "not accepted", "mark": f"accepted, marked late{window}",
-            "days": f"with late days{window}"}.get(k.late_policy, k.late_policy)
+    return {"refuse": "not accepted", "mark": f"accepted, marked late{window}", "days": f"with late days{window}"}.get(
+        k.late_policy, k.late_policy
+    )
 
 
 def print_kinds(kinds: list[KindOut], staff: bool) -> None:
@@ -51,10 +52,12 @@ def limit_lines(lim: Limits) -> list[str]:
             return f"{what}: {used:g}{unit} (no limit)"
         return f"{what}: {max(cap - used, 0):g}{unit} left of {cap:g}{unit}"
 
-    lines = [left(lim.jobs_active, lim.max_active_jobs, "Jobs waiting or running") + f" ({lim.jobs_active} now)",
-             left(lim.submissions_last_minute, lim.submissions_per_minute, "Submissions this minute"),
-             left(lim.submissions_last_day, lim.submissions_per_day, "Submissions in 24 h"),
-             left(lim.gpu_minutes_used, lim.gpu_minutes_per_day, "GPU minutes in 24 h")]
+    lines = [
+        left(lim.jobs_active, lim.max_active_jobs, "Jobs waiting or running") + f" ({lim.jobs_active} now)",
+        left(lim.submissions_last_minute, lim.submissions_per_minute, "Submissions this minute"),
+        left(lim.submissions_last_day, lim.submissions_per_day, "Submissions in 24 h"),
+        left(lim.gpu_minutes_used, lim.gpu_minutes_per_day, "GPU minutes in 24 h"),
+    ]
     if lim.late_days or lim.late_days_used:
         lines.append(f"Late days: {max(lim.late_days - lim.late_days_used, 0)} left of {lim.late_days}")
     return lines

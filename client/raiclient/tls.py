@@ -18,5 +18,7 @@ def context() -> ssl.SSLContext:
 def untrusted_hint() -> str:
     if os.environ.get(CA_BUNDLE):
         return f"it is not signed by the certificate authority in {CA_BUNDLE} ({os.environ[CA_BUNDLE]})"
-    return (f"if your course's server uses its own certificate authority, set {CA_BUNDLE} to that CA's "
-            "file (PEM), which your instructor gives you")
+    return (
+        f"if your course's server uses its own certificate authority, set {CA_BUNDLE} to that CA's "
+        "file (PEM), which your instructor gives you"
+    )

@@ -57,8 +57,11 @@ class Http:
             if not https:  # a plain-HTTP proxy takes the whole address in the request line
                 self.base = f"http://{url.netloc.rpartition('@')[2]}{self.base}"
             host, port = p.hostname or "", p.port or (443 if p.scheme == "https" else 80)
-        self.conn = (http.client.HTTPSConnection(host, port, timeout=timeout, context=tls.context(), blocksize=CHUNK) if https
-                     else http.client.HTTPConnection(host, port, timeout=timeout, blocksize=CHUNK))
+        self.conn = (
+            http.client.HTTPSConnection(host, port, timeout=timeout, context=tls.context(), blocksize=CHUNK)
+            if https
+            else http.client.HTTPConnection(host, port, timeout=timeout, blocksize=CHUNK)
+        )
         if proxy is not None and https:
             self.conn.set_tunnel(url.hostname or "", url.port, headers={k: v for k, v in self.headers.items() if k.startswith("Proxy-")})
 
@@ -66,8 +69,15 @@ class Http:
         """Also makes the next request open a fresh connection (after a broken or abandoned one)."""
         self.conn.close()
 
-    def send(self, method: str, path: str, params: dict[str, Any] | None = None, body: Body = None,
-             headers: dict[str, str] | None = None, timeout: float | None = None) -> http.client.HTTPResponse:
+    def send(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, Any] | None = None,
+        body: Body = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> http.client.HTTPResponse:
         """The answer, whatever its status; transport failures are ApiErrors. A kept-alive
         connection the server closed while idle is opened again once, where the body allows."""
         url = self.base + path + (f"?{urlencode(params)}" if params else "")
@@ -147,8 +157,9 @@ class Http:
             raise ApiError(f"the download from {self.server} broke off; try again") from None
         return written
 
-    def events(self, path: str, params: dict[str, str] | None = None,
-               headers: dict[str, str] | None = None) -> Iterator[tuple[str, str, str | None]]:
+    def events(
+        self, path: str, params: dict[str, str] | None = None, headers: dict[str, str] | None = None
+    ) -> Iterator[tuple[str, str, str | None]]:
         """Server-sent events (name, data, id) until the stream ends; raises ApiError on a refusal
         (with its ``status`` and ``retry_after``) and lets OSError/HTTPException through when the
         connection breaks. A stream left before its end closes the connection. The first event is

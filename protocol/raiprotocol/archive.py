@@ -99,7 +99,7 @@ def _resolve(parts: list[str], links: dict[str, str], hops: int = 0) -> list[str
             if hops > MAX_LINK_HOPS:
                 return None
             stack.pop()
-            rest = stack + links[here].split("/") + parts[i + 1:]
+            rest = stack + links[here].split("/") + parts[i + 1 :]
             return _resolve(rest, links, hops)
     return stack
 
@@ -164,8 +164,10 @@ def inspect_archive(path: Path | BinaryIO, limits: ArchiveLimits = ArchiveLimits
                 if total > limits.max_unpacked_bytes:
                     raise ArchiveError(f"archive unpacks to more than {limits.max_unpacked_bytes // 1024**2} MiB")
                 if total > limits.ratio_floor_bytes and total / compressed > limits.max_ratio:
-                    raise ArchiveError(f"archive expands more than {limits.max_ratio:.0f}x (more than {limits.ratio_floor_bytes // 1024**2} MiB "
-                                       "from little: a file of zeros or filler?); leave such files out with .raiignore")
+                    raise ArchiveError(
+                        f"archive expands more than {limits.max_ratio:.0f}x (more than {limits.ratio_floor_bytes // 1024**2} MiB "
+                        "from little: a file of zeros or filler?); leave such files out with .raiignore"
+                    )
                 if member.isreg():
                     names.add(norm)
                 if norm == SPEC_FILENAME and member.isreg():
@@ -287,8 +289,9 @@ class _Timed:
         return self.fh.read(n)
 
 
-def pack_directory(directory: Path, out: Path, max_bytes: int | None = None, max_entries: int | None = None,
-                   deadline: float | None = None) -> int:
+def pack_directory(
+    directory: Path, out: Path, max_bytes: int | None = None, max_entries: int | None = None, deadline: float | None = None
+) -> int:
     """Tar+gzip a folder as is (the build folder coming back); returns the number of entries.
     Past ``max_entries`` entries or ``max_bytes`` of file sizes (as stat says: a sparse file counts
     whole, since that is what tar writes; a file with several hard links counts once, since tar

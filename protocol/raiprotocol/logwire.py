@@ -122,8 +122,18 @@ class Batch:
         return cls(int(d["n"]), float(d["t"]), str(d["s"]), int(d["c"]), str(d["x"]))
 
 
-def append_call(job_stream: str, stream: str, t: float, text: str, count: int, *, floor: int = 0, batch_id: str = "",
-                again: bool = False, fence: tuple[str, int] | None = None) -> tuple[list[str], list[str | int]]:
+def append_call(
+    job_stream: str,
+    stream: str,
+    t: float,
+    text: str,
+    count: int,
+    *,
+    floor: int = 0,
+    batch_id: str = "",
+    again: bool = False,
+    fence: tuple[str, int] | None = None,
+) -> tuple[list[str], list[str | int]]:
     """KEYS and ARGV for APPEND_LUA, by name: ``job_stream`` the Redis key, ``stream`` out/err/sys
     or END, ``text`` the ``count`` lines joined by ``\\n``; ``floor`` the writer's last known line
     number (numbering never goes back below it, even if Redis lost the stream); ``batch_id`` kept
@@ -165,7 +175,7 @@ def lost_range(text: str) -> tuple[int, int] | None:
     """The lines a ``lost_note`` names, or None for any other line."""
     if not text.startswith("lines ") or not text.endswith(_LOST):
         return None
-    first, sep, last = text[len("lines "):-len(_LOST)].partition("–")
+    first, sep, last = text[len("lines ") : -len(_LOST)].partition("–")
     return (int(first), int(last)) if sep and first.isdigit() and last.isdigit() else None
 
 

@@ -40,7 +40,8 @@ _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 # log shown in a terminal or a browser starts over there
 _BREAK = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]?|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]?"
-    "|[\b\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+    "|[\b\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]"
+)
 
 
 def invisible(char: str) -> bool:
@@ -73,7 +74,7 @@ def disarm(line: str) -> str:
     for m in _BREAK.finditer(line):
         if _SGR.fullmatch(m.group()):
             continue  # colours only: the same visual line goes on
-        segment = line[start:m.start()]
+        segment = line[start : m.start()]
         out += ["\\" + segment if _armed(segment) else segment, m.group()]
         start = m.end()
     segment = line[start:]

@@ -88,10 +88,14 @@ class JobOut(BaseModel):
     message: str | None = None
     position: int | None = Field(default=None, description="place in the queue while queued, 1 = next")
     eta_seconds: float | None = Field(default=None, description="expected wait before it starts, while queued")
-    position_why: str | None = Field(default=None, description="while queued: why jobs submitted later are ahead "
-                                     "of it (fair share, staff, a kind that goes first)")
-    waiting: str | None = Field(default=None, description="why a job handed to a batch system has not started yet "
-                                "(Slurm's reason, position and estimated start); the state shows queued meanwhile")
+    position_why: str | None = Field(
+        default=None, description="while queued: why jobs submitted later are ahead of it (fair share, staff, a kind that goes first)"
+    )
+    waiting: str | None = Field(
+        default=None,
+        description="why a job handed to a batch system has not started yet "
+        "(Slurm's reason, position and estimated start); the state shows queued meanwhile",
+    )
     gpu_name: str | None = None
     has_build: bool = False
     archive_bytes: int = 0
@@ -121,6 +125,7 @@ class JobList(BaseModel):
 
 class FilesFreed(BaseModel):
     """What deleting a job's files freed, and what its owner stores now (quota_bytes 0: no limit)."""
+
     job_id: str
     freed_bytes: int
     stored_bytes: int
@@ -363,7 +368,6 @@ class CourseBuildOut(BaseModel):
     labels: int  # how many answers (their text never leaves the server)
 
 
-
 # -- a term: kinds, deadlines, extensions, grades, limits (issue 36) ------------------------------
 LatePolicy = Literal["refuse", "mark", "days"]
 
@@ -447,6 +451,8 @@ class Limits(BaseModel):
 class KindsView(BaseModel):
     kinds: list[KindOut]
     limits: Limits
+
+
 REGRADE_MESSAGE_CHARS = 2000  # a student's message, a staff answer or reason: a paragraph, not an essay
 REGRADE_GRADE_CHARS = 32  # an adjusted grade: "92", "A-", "full marks"
 

@@ -92,8 +92,9 @@ def read_profile_file(path: Path) -> Profile:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "somewhere"
-        raise ProfileError(f"your profile {path} is damaged ({where} is not valid YAML: "
-                           f"{getattr(exc, 'problem', None) or 'unreadable'}); {RECREATE}") from None
+        raise ProfileError(
+            f"your profile {path} is damaged ({where} is not valid YAML: {getattr(exc, 'problem', None) or 'unreadable'}); {RECREATE}"
+        ) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("profile"), dict):
         raise ProfileError(f"your profile {path} has no 'profile:' section with access_key and secret_key; {RECREATE}")
     data = dict(raw["profile"])

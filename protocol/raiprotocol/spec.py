@@ -25,7 +25,7 @@ def normalize_image(name: str) -> str:
     name = name.strip()
     for prefix in ("docker.io/library/", "index.docker.io/library/", "docker.io/", "index.docker.io/"):
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
             break
     if "@" not in name and ":" not in name.rsplit("/", 1)[-1]:
         name += ":latest"
@@ -276,7 +276,7 @@ def _colon_hint(line: str, column: int | None) -> tuple[int | None, str]:
         lead = "- "
     elif ": " in body and not body.startswith(("'", '"')):  # key: value, the value holding another ': '
         lead = body[: body.index(": ") + 2]
-    value_at = start + len(lead) + len(body[len(lead):]) - len(body[len(lead):].lstrip(" "))
+    value_at = start + len(lead) + len(body[len(lead) :]) - len(body[len(lead) :].lstrip(" "))
     value = line[value_at:].rstrip()
     if ": " in value:
         column = value_at + value.index(": ") + 1
@@ -302,9 +302,14 @@ _YAML_WORDS = [
     ("did not find expected '-' indicator", "a list item is indented differently from the items around it"),
     ("found character '\\t' that cannot start any token", "a tab character (indent with spaces)"),
     ("found character '\t' that cannot start any token", "a tab character (indent with spaces)"),
-    ("<block end>", "the end of the indented block"), ("<block mapping start>", "a key"),
-    ("<block sequence start>", "a list"), ("<scalar>", "a value"), ("<stream end>", "the end of the file"),
-    ("<document start>", "'---'"), ("<flow mapping end>", "'}'"), ("<flow sequence end>", "']'"),
+    ("<block end>", "the end of the indented block"),
+    ("<block mapping start>", "a key"),
+    ("<block sequence start>", "a list"),
+    ("<scalar>", "a value"),
+    ("<stream end>", "the end of the file"),
+    ("<document start>", "'---'"),
+    ("<flow mapping end>", "'}'"),
+    ("<flow sequence end>", "']'"),
 ]
 
 
@@ -372,8 +377,12 @@ def _parse(data: bytes | str, filename: str, model: type[_Spec]) -> _Spec:
     if not isinstance(raw, dict):
         raise SpecError([f"{filename}:1: the top level must be a mapping with 'rai:' and 'commands:'"])
     if model is BuildSpec and isinstance(raw, dict) and "ranked" in raw:
-        raise SpecError([f"{filename}:{_line_of(node, ('ranked',))}: 'ranked' belongs to the course's build file, "
-                         "which instructors install on the server; remove it from yours"])
+        raise SpecError(
+            [
+                f"{filename}:{_line_of(node, ('ranked',))}: 'ranked' belongs to the course's build file, "
+                "which instructors install on the server; remove it from yours"
+            ]
+        )
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
@@ -389,8 +398,11 @@ def _parse(data: bytes | str, filename: str, model: type[_Spec]) -> _Spec:
                 human = "must be a list"
             if err["type"] in ("less_than_equal", "greater_than_equal", "greater_than") and err.get("ctx"):
                 bound = next(iter(err["ctx"].values()))
-                human = {"less_than_equal": f"must be at most {bound}", "greater_than_equal": f"must be at least {bound}",
-                         "greater_than": f"must be more than {bound}"}[err["type"]]
+                human = {
+                    "less_than_equal": f"must be at most {bound}",
+                    "greater_than_equal": f"must be at least {bound}",
+                    "greater_than": f"must be more than {bound}",
+                }[err["type"]]
             if err["type"] == "too_long" and err.get("ctx"):
                 human = f"must have at most {err['ctx'].get('max_length')} entries"
             if err["type"] == "string_type" and isinstance(err.get("input"), dict):

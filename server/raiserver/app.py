@@ -63,11 +63,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return queue_rows(session, settings), {u.id: (u.active, key_tag(u.access_key)) for u in users}
 
     svc = AppServices(
-        settings=settings, storage=storage, logs=logs,
+        settings=settings,
+        storage=storage,
+        logs=logs,
         dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.visibility_timeout),
         db=db,
-        hub=LogHub(logs, job_states, per_student=settings.streams_per_student, per_staff=settings.streams_per_staff,
-                   per_process=settings.streams_per_process, buffer_lines=settings.stream_buffer_lines),
+        hub=LogHub(
+            logs,
+            job_states,
+            per_student=settings.streams_per_student,
+            per_staff=settings.streams_per_staff,
+            per_process=settings.streams_per_process,
+            buffer_lines=settings.stream_buffer_lines,
+        ),
         queue_feed=QueueFeed(queue_and_sessions),
         login_limiter=LoginLimiter(logs.redis, settings.login_failures_per_ip, settings.login_failures_per_key),
         upload_gate=UploadGate(logs.redis, settings.upload_attempts_per_minute, settings.uploads_in_flight),
@@ -82,8 +90,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             loop.call_soon_threadsafe(wake.set)
 
         svc.kick = kick
-        tasks = [asyncio.create_task(loops.reaper(svc)), asyncio.create_task(loops.dispatcher(svc, wake)),
-                 asyncio.create_task(metrics.flush_loop(app)), asyncio.create_task(loops.similarity(svc))]
+        tasks = [
+            asyncio.create_task(loops.reaper(svc)),
+            asyncio.create_task(loops.dispatcher(svc, wake)),
+            asyncio.create_task(metrics.flush_loop(app)),
+            asyncio.create_task(loops.similarity(svc)),
+        ]
         yield
         for task in tasks:
             task.cancel()
@@ -91,8 +103,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await svc.logs.aclose()
         db.engine.dispose()
 
-    app = FastAPI(title="rai", version=__version__, lifespan=lifespan,
-                  description="Submit GPU jobs, follow their logs live, get their build folders back.")
+    app = FastAPI(
+        title="rai",
+        version=__version__,
+        lifespan=lifespan,
+        description="Submit GPU jobs, follow their logs live, get their build folders back.",
+    )
     app.state.services = svc  # the one place; read through raiserver.services.services_of
     app.include_router(jobs_routes.router)
     app.include_router(workers_routes.router)

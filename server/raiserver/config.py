@@ -16,7 +16,7 @@ ANY_QUEUE = "*"
 
 
 def _image_rules(value: Any) -> Any:
-    """"img1 img2" for every queue, "gpu=img1 img2; cpu=img3" per queue, "" for any image."""
+    """ "img1 img2" for every queue, "gpu=img1 img2; cpu=img3" per queue, "" for any image."""
     if not isinstance(value, str):
         return value
     rules: dict[str, list[str]] = {}

@@ -29,6 +29,7 @@ class NotFound(DomainError):
 class Unauthorized(DomainError):
     """No valid credentials. ``challenge``: the answer asks for Basic credentials (the API's
     clients then send their keys); a deactivated account or a worker without its token is not asked."""
+
     status, refusal = 401, "unauthorized"
 
     def __init__(self, message: str, challenge: bool = True):
@@ -42,6 +43,7 @@ class Unauthorized(DomainError):
 
 class TooManyAttempts(DomainError):
     """Failed logins from one address or on one key: wait (Retry-After) before trying again."""
+
     status, refusal = 429, "throttled"
 
     def __init__(self, message: str, retry_after: float):
@@ -50,16 +52,19 @@ class TooManyAttempts(DomainError):
 
 class Forbidden(DomainError):
     """A rule of permissions.py says no."""
+
     status, refusal = 403, "forbidden"
 
 
 class Missing(DomainError):
     """It was there and is gone (a job's archive no longer in storage)."""
+
     status, refusal = 410, "gone"
 
 
 class Closed(DomainError):
     """A submission outside its kind's window: not open yet, past the deadline, or out of late days."""
+
     status, refusal = 403, "closed"
 
 
@@ -73,6 +78,7 @@ class TooLarge(DomainError):
 
 class Invalid(DomainError):
     """A build file, queue, kind or image the service cannot run."""
+
     status, refusal = 422, "bad_build_file"
 
 
@@ -86,6 +92,7 @@ class OverQuota(DomainError):
 class StorageFailing(DomainError):
     """The server's own storage refuses writes (unwritable, full, failing disk): nobody's fault
     but the operator's, and passing; 507 with Retry-After, so clients and workers wait and retry."""
+
     status, refusal = 507, "storage"
 
     def __init__(self, exc: OSError, retry_after: float = 30):
@@ -94,4 +101,5 @@ class StorageFailing(DomainError):
 
 class Busy(DomainError):
     """A capacity limit of the service itself (streams per process), not the user's quota."""
+
     status, refusal = 503, "busy"

@@ -66,8 +66,7 @@ PAUSE = LEASE + MARGIN + 10  # longer than a lease and its margin: what a run ta
 BOUND = 90.0  # seconds from the fault (its end, for a pause) to the job's definite end
 LINES = 40
 # 40 numbered lines, then 60 MB of random bytes in /build (seconds of packing and uploading)
-JOB = (f"sh -c 'for k in $(seq 1 {LINES}); do echo line $k; sleep 0.05; done; "
-       "head -c 60000000 /dev/urandom > /build/big; echo last-line'")
+JOB = f"sh -c 'for k in $(seq 1 {LINES}); do echo line $k; sleep 0.05; done; head -c 60000000 /dev/urandom > /build/big; echo last-line'"
 DEFINITE = {s.value for s in JobState if s.finished}
 
 
@@ -96,9 +95,21 @@ class Campaign:
         self.redis_dir = tmp / "redis"
         self.redis_dir.mkdir(parents=True, exist_ok=True)
         self.redis = self._start_redis()
-        self.svc = start_service(tmp / "svc", f"redis://127.0.0.1:{self.redis_port}/0", None, "docker", slots=1, worker=False,
-                                 extra_env={"RAI_WORKER_DEAD_AFTER": f"{LEASE:g}", "RAI_LEASE_MARGIN": f"{MARGIN:g}",
-                                            "RAI_MAX_ACTIVE_JOBS": "50", "RAI_SUBMISSIONS_PER_MINUTE": "1000", "RAI_BUILD_MB": "128"})
+        self.svc = start_service(
+            tmp / "svc",
+            f"redis://127.0.0.1:{self.redis_port}/0",
+            None,
+            "docker",
+            slots=1,
+            worker=False,
+            extra_env={
+                "RAI_WORKER_DEAD_AFTER": f"{LEASE:g}",
+                "RAI_LEASE_MARGIN": f"{MARGIN:g}",
+                "RAI_MAX_ACTIVE_JOBS": "50",
+                "RAI_SUBMISSIONS_PER_MINUTE": "1000",
+                "RAI_BUILD_MB": "128",
+            },
+        )
         # each worker reaches the server and Redis through proxies of its own: a partition cuts one
         self.redis_db = self.svc.env["RAI_REDIS_URL"].rsplit("/", 1)[1]
         self.proxies = {w: (Proxy(self.svc.port), Proxy(self.redis_port)) for w in WORKERS}
@@ -111,9 +122,26 @@ class Campaign:
 
     def _start_redis(self) -> Part:
         binary = "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else "redis-server"
-        part = Part("redis", [binary, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.redis_dir)],
-                    dict(os.environ), self.tmp / "redis.log").start()
+        part = Part(
+            "redis",
+            [
+                binary,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--dir",
+                str(self.redis_dir),
+            ],
+            dict(os.environ),
+            self.tmp / "redis.log",
+        ).start()
         import redis
 
         wait_for(lambda: _pings(redis.Redis(port=self.redis_port)), what="redis-server")
@@ -121,8 +149,9 @@ class Campaign:
 
     def _start_worker(self, name: str) -> None:
         http, red = self.proxies[name]
-        self.svc.start_worker(name, RAI_SERVER_URL=f"http://127.0.0.1:{http.port}",
-                              RAI_REDIS_URL=f"redis://127.0.0.1:{red.port}/{self.redis_db}")
+        self.svc.start_worker(
+            name, RAI_SERVER_URL=f"http://127.0.0.1:{http.port}", RAI_REDIS_URL=f"redis://127.0.0.1:{red.port}/{self.redis_db}"
+        )
 
     def close(self) -> None:
         self.svc.shutdown()
@@ -138,8 +167,10 @@ class Campaign:
         proj = make_project(self.tmp / f"p{self.n}", [JOB], files={"data.bin": os.urandom(20 * 1024 * 1024).hex()[:30_000_000]})
         blockers = []
         if moment == "queued":  # every slot busy: the job waits
-            blockers = [self.svc.popen_client("submit", "-p", str(make_project(self.tmp / f"b{self.n}-{i}", ["sleep 6"])))
-                        for i in range(len(WORKERS))]
+            blockers = [
+                self.svc.popen_client("submit", "-p", str(make_project(self.tmp / f"b{self.n}-{i}", ["sleep 6"])))
+                for i in range(len(WORKERS))
+            ]
             wait_for(lambda: self._running_jobs() >= len(WORKERS), timeout=30, what="the blockers running")
         if fault == "unclaimed":  # the job will be released to a worker whose pool cannot claim it
             held = self._stop_pools(WORKERS)
@@ -150,8 +181,10 @@ class Campaign:
         import threading
 
         err: list[str] = []
-        self.readers = [threading.Thread(target=lambda: out.extend(iter(client.stdout.readline, "")), daemon=True),
-                        threading.Thread(target=lambda: err.extend(iter(client.stderr.readline, "")), daemon=True)]
+        self.readers = [
+            threading.Thread(target=lambda: out.extend(iter(client.stdout.readline, "")), daemon=True),
+            threading.Thread(target=lambda: err.extend(iter(client.stderr.readline, "")), daemon=True),
+        ]
         self.err = err
         for reader in self.readers:
             reader.start()
@@ -175,8 +208,9 @@ class Campaign:
         injected = time.monotonic()
         if jid is None:  # during the upload: a job exists only if the upload got through
             try:
-                jid = wait_for(lambda: self._job_id(out) or (client.poll() is not None and "none"), timeout=60, interval=0.05,
-                               what="the upload's end")
+                jid = wait_for(
+                    lambda: self._job_id(out) or (client.poll() is not None and "none"), timeout=60, interval=0.05, what="the upload's end"
+                )
             except AssertionError:
                 jid = "none"
         if jid == "none":
@@ -289,8 +323,11 @@ class Campaign:
             for pid in self._pools(holder):
                 os.kill(pid, signal.SIGKILL)
         elif fault in ("worker-stop", "pool-stop", "server-stop"):
-            pids = {"worker-stop": lambda: [svc.procs[f"worker-{holder}"].pid], "pool-stop": lambda: self._pools(holder),
-                    "server-stop": lambda: [svc.procs["server"].pid]}[fault]()
+            pids = {
+                "worker-stop": lambda: [svc.procs[f"worker-{holder}"].pid],
+                "pool-stop": lambda: self._pools(holder),
+                "server-stop": lambda: [svc.procs["server"].pid],
+            }[fault]()
             for pid in pids:
                 os.kill(pid, signal.SIGSTOP)
             time.sleep(self.pause)
@@ -465,8 +502,10 @@ def _pings(r) -> bool:
 
 def table(runs: list[Run]) -> str:
     rows = [("fault", "moment", "hit", "state", "attempts", "s to end", "client", "result")]
-    rows += [(r.fault, r.moment, r.hit, r.state, str(r.attempts), f"{r.seconds:g}", r.client,
-              "ok" if r.ok else "; ".join(r.problems)) for r in runs]
+    rows += [
+        (r.fault, r.moment, r.hit, r.state, str(r.attempts), f"{r.seconds:g}", r.client, "ok" if r.ok else "; ".join(r.problems))
+        for r in runs
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows)
 
@@ -487,8 +526,10 @@ def main() -> int:
         campaign.close()
     print(table(runs))
     worst = max((r.seconds for r in runs), default=0)
-    print(f"{sum(r.ok for r in runs)} of {len(runs)} runs kept every invariant; slowest definite end {worst:g} s "
-          f"after its fault (bound {BOUND:.0f} s)")
+    print(
+        f"{sum(r.ok for r in runs)} of {len(runs)} runs kept every invariant; slowest definite end {worst:g} s "
+        f"after its fault (bound {BOUND:.0f} s)"
+    )
     return 0 if all(r.ok for r in runs) else 1
 
 

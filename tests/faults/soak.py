@@ -37,8 +37,7 @@ else:  # python tests/faults/soak.py
 
 LINES = 12
 JOB = f"sh -c 'for k in $(seq 1 {LINES}); do echo line $k; sleep 0.05; done; echo last-line'"
-ROTATION = ["worker", "pool-stop", "server", "cut-http", "redis", "worker-stop", "flush", "pool", "server-stop",
-            "cut-all", "container"]
+ROTATION = ["worker", "pool-stop", "server", "cut-http", "redis", "worker-stop", "flush", "pool", "server-stop", "cut-all", "container"]
 
 
 @dataclass
@@ -109,8 +108,9 @@ class Soak:
             import subprocess
 
             try:
-                done = subprocess.run([sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env,
-                                      capture_output=True, text=True, timeout=400)
+                done = subprocess.run(
+                    [sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env, capture_output=True, text=True, timeout=400
+                )
             except subprocess.TimeoutExpired:
                 with self.lock:
                     self.figures.problems.append(f"job {n}: the client did not end in 400 s")
@@ -151,8 +151,9 @@ class Soak:
     def _running(self) -> list[str]:
         try:
             with self.c.svc.http() as h:
-                return [j["id"] for j in h.get("/api/v1/jobs", params={"all": "true", "limit": 50}).json()["jobs"]
-                        if j["state"] == "running"]
+                return [
+                    j["id"] for j in h.get("/api/v1/jobs", params={"all": "true", "limit": 50}).json()["jobs"] if j["state"] == "running"
+                ]
         except (httpx.HTTPError, ValueError, KeyError):
             return []
 
@@ -164,8 +165,7 @@ class Soak:
         # what a warmed-up service holds (pools of connections fill as the first jobs run): the
         # figures to compare the end with
         warm = max(10, jobs // 10)
-        wait_for(lambda: len(self.figures.jobs) >= warm or not any(t.is_alive() for t in threads), timeout=seconds,
-                 what="the warm-up jobs")
+        wait_for(lambda: len(self.figures.jobs) >= warm or not any(t.is_alive() for t in threads), timeout=seconds, what="the warm-up jobs")
         before = self.sample()
         k = 0
         while any(t.is_alive() for t in threads):
@@ -230,10 +230,14 @@ def ok(soak: Soak, figures: Figures) -> bool:
 
 
 def report(soak: Soak, figures: Figures) -> str:
-    lines = [f"{len(figures.jobs)} jobs, {len(figures.faults)} faults ({', '.join(figures.faults)})",
-             "states: " + ", ".join(f"{k} {v}" for k, v in sorted(figures.states.items())),
-             "before → after: " + "; ".join(f"{k} {soak.before[k]} → {soak.after.get(k)}" for k in soak.before),
-             f"leaks: {leaks(soak) or 'none'}", f"problems: {len(figures.problems)}", *figures.problems[:30]]
+    lines = [
+        f"{len(figures.jobs)} jobs, {len(figures.faults)} faults ({', '.join(figures.faults)})",
+        "states: " + ", ".join(f"{k} {v}" for k, v in sorted(figures.states.items())),
+        "before → after: " + "; ".join(f"{k} {soak.before[k]} → {soak.after.get(k)}" for k in soak.before),
+        f"leaks: {leaks(soak) or 'none'}",
+        f"problems: {len(figures.problems)}",
+        *figures.problems[:30],
+    ]
     return "\n".join(lines)
 
 

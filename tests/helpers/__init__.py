@@ -7,5 +7,22 @@ from .projects import GOOD_SPEC, build_file, make_project, tar_gz
 from .service import BUSYBOX, PG_BASE, ROOT, Service, free_port, fresh_pg, redis_binary, start_redis, start_service, wait_for
 from .sse import aevents, events, read_log
 
-__all__ = ["aevents", "BUSYBOX", "GOOD_SPEC", "PG_BASE", "ROOT", "Service", "build_file", "events", "free_port", "fresh_pg", "make_project",
-           "read_log", "redis_binary", "start_redis", "start_service", "tar_gz", "wait_for"]
+__all__ = [
+    "aevents",
+    "BUSYBOX",
+    "GOOD_SPEC",
+    "PG_BASE",
+    "ROOT",
+    "Service",
+    "build_file",
+    "events",
+    "free_port",
+    "fresh_pg",
+    "make_project",
+    "read_log",
+    "redis_binary",
+    "start_redis",
+    "start_service",
+    "tar_gz",
+    "wait_for",
+]

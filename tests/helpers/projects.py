@@ -12,8 +12,7 @@ from .service import BUSYBOX
 GOOD_SPEC = b'rai:\n  version: 0.2\n  image: rai/busybox:latest\ncommands:\n  build:\n    - "echo healthy"\n'
 
 
-def make_project(root: Path, commands: list[str], image: str = BUSYBOX, files: dict[str, str] | None = None,
-                 extra: str = "") -> Path:
+def make_project(root: Path, commands: list[str], image: str = BUSYBOX, files: dict[str, str] | None = None, extra: str = "") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     cmds = "\n".join(f"    - {json.dumps(c)}" for c in commands)
     header = f"rai:\n  version: 0.2\n  image: {image}\n"
@@ -44,4 +43,3 @@ def tar_gz(members: list[tuple[tarfile.TarInfo, bytes | None]], spec: bytes | No
 def build_file(commands: list[str], extra: str = "") -> bytes:
     cmds = "".join(f"    - {json.dumps(c)}\n" for c in commands)
     return f"rai:\n  version: 0.2\n  image: rai/busybox:latest\n{extra}commands:\n  build:\n{cmds}".encode()
-

@@ -24,18 +24,33 @@ def add_user(db: Session, name: str, role: str = "student") -> User:
 
 def add_job(db: Session, owner: User, queue: str = "gpu", kind: str = "dev", seconds_ago: float = 0.0) -> Job:
     n = next(_ids)
-    job = Job(id=f"J{n:025d}", owner_id=owner.id, queue=queue, kind=kind, state=JobState.queued, image="rai/busybox:latest",
-              spec_yaml=SPEC, archive_sha256="0" * 64, created_at=utcnow() - timedelta(seconds=seconds_ago))
+    job = Job(
+        id=f"J{n:025d}",
+        owner_id=owner.id,
+        queue=queue,
+        kind=kind,
+        state=JobState.queued,
+        image="rai/busybox:latest",
+        spec_yaml=SPEC,
+        archive_sha256="0" * 64,
+        created_at=utcnow() - timedelta(seconds=seconds_ago),
+    )
     db.add(job)
     db.commit()
     return job
 
 
-def add_worker(db: Session, name: str = "w1", queues: tuple[str, ...] = ("gpu",), slots: int = 1,
-               images: list[str] | None = None, seconds_ago: float = 0.0) -> Worker:
-    w = Worker(name=name, queues=list(queues), executor="docker", slots=slots, images=images,
-               last_seen=utcnow() - timedelta(seconds=seconds_ago))
+def add_worker(
+    db: Session,
+    name: str = "w1",
+    queues: tuple[str, ...] = ("gpu",),
+    slots: int = 1,
+    images: list[str] | None = None,
+    seconds_ago: float = 0.0,
+) -> Worker:
+    w = Worker(
+        name=name, queues=list(queues), executor="docker", slots=slots, images=images, last_seen=utcnow() - timedelta(seconds=seconds_ago)
+    )
     db.add(w)
     db.commit()
     return w
-

@@ -49,8 +49,11 @@ def redis_binary(version: str) -> str:
 
 def start_redis(binary: str, d: Path, port: int | None = None) -> tuple[str, subprocess.Popen]:
     port = port or free_port()
-    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(d)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(d)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     import redis
 
     r = redis.Redis(port=port)
@@ -80,13 +83,18 @@ class Service:
         e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1"}
         e.pop("COLUMNS", None)  # the tester's terminal's width is not the test's; a test may set its own
         e.update(env or {})
-        return subprocess.run([sys.executable, "-m", "raiclient", *args], cwd=cwd, env=e, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run([sys.executable, "-m", "raiclient", *args], cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout)
 
     def popen_client(self, *args: str, env: dict | None = None) -> subprocess.Popen:
         e = {**os.environ, "RAI_PROFILE": str(self.profile), "RAI_SERVER": self.url, "PYTHONUNBUFFERED": "1", **(env or {})}
-        return subprocess.Popen([sys.executable, "-m", "raiclient", *args], env=e, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "raiclient", *args],
+            env=e,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
 
     def http(self, profile: Path | None = None) -> httpx.Client:
         from raiprotocol.profile import read_profile_file
@@ -127,8 +135,9 @@ class Service:
 _redis_db = 0
 
 
-def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, slots: int = 4,
-                  worker: bool = True, extra_env: dict | None = None) -> Service:
+def start_service(
+    tmp: Path, redis_url: str, db_url: str | None, executor: str, slots: int = 4, worker: bool = True, extra_env: dict | None = None
+) -> Service:
     port = launch.free_port()
     token = uuid.uuid4().hex
     global _redis_db
@@ -138,20 +147,39 @@ def start_service(tmp: Path, redis_url: str, db_url: str | None, executor: str, 
     import redis as _r
 
     _r.Redis.from_url(redis_db).flushdb()
-    env = {**os.environ, "RAI_DATA_DIR": str(tmp / "data"), "RAI_REDIS_URL": redis_db, "RAI_WORKER_TOKEN": token,
-           "RAI_SERVER_URL": f"http://127.0.0.1:{port}", "RAI_EXECUTOR": executor, "RAI_GPUS": "none",
-           "RAI_SLOTS": str(slots), "RAI_QUEUES": "gpu", "RAI_HEARTBEAT_SECONDS": "1", "RAI_WORKER_DEAD_AFTER": "6",
-           "RAI_REAPER_INTERVAL": "1", "PYTHONUNBUFFERED": "1", "RAI_METRICS_PORT": "0",
-           "RAI_LOGIN_FAILURES_PER_IP": "100000",  # every test comes from 127.0.0.1
-           **(extra_env or {})}
+    env = {
+        **os.environ,
+        "RAI_DATA_DIR": str(tmp / "data"),
+        "RAI_REDIS_URL": redis_db,
+        "RAI_WORKER_TOKEN": token,
+        "RAI_SERVER_URL": f"http://127.0.0.1:{port}",
+        "RAI_EXECUTOR": executor,
+        "RAI_GPUS": "none",
+        "RAI_SLOTS": str(slots),
+        "RAI_QUEUES": "gpu",
+        "RAI_HEARTBEAT_SECONDS": "1",
+        "RAI_WORKER_DEAD_AFTER": "6",
+        "RAI_REAPER_INTERVAL": "1",
+        "PYTHONUNBUFFERED": "1",
+        "RAI_METRICS_PORT": "0",
+        "RAI_LOGIN_FAILURES_PER_IP": "100000",  # every test comes from 127.0.0.1
+        **(extra_env or {}),
+    }
     env.pop("DATABASE_URL", None)
     if db_url:
         env["DATABASE_URL"] = db_url
     (tmp / "data").mkdir(parents=True, exist_ok=True)
     logs = tmp / "logs"
     logs.mkdir(exist_ok=True)
-    svc = Service(url=f"http://127.0.0.1:{port}", data=tmp / "data", env=env, profile=tmp / "data" / "admin.profile",
-                  token=token, logs=logs, port=port)
+    svc = Service(
+        url=f"http://127.0.0.1:{port}",
+        data=tmp / "data",
+        env=env,
+        profile=tmp / "data" / "admin.profile",
+        token=token,
+        logs=logs,
+        port=port,
+    )
     svc.add_user("admin", "admin")
     svc.start_server()
     if worker:

@@ -46,15 +46,26 @@ class Hostile:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory, redis_url, docker_engine):
-    svc = start_service(tmp_path_factory.mktemp("hostile"), redis_url, None, "docker", slots=2, extra_env={
-        "RAI_MEMORY_MB": "256", "RAI_PIDS": "64", "RAI_TMP_MB": "8", "RAI_BUILD_MB": "16",
-        "RAI_OUTPUT_BYTES": str(1024 * 1024), "RAI_ALLOWED_IMAGES": "rai/busybox:latest",
-        # 1 GB of output has to pass through the job's terminal even after the log's cap, and
-        # busybox's `head -c` writes it in small pieces: ~11 s of kernel time per 100 MB into a pty
-        # on this 2-core VM (GNU head: 0.6 s), so the flood case needs about 125 s; the cases about
-        # time set their own limits
-        "RAI_WALL_SECONDS": "240",
-    })
+    svc = start_service(
+        tmp_path_factory.mktemp("hostile"),
+        redis_url,
+        None,
+        "docker",
+        slots=2,
+        extra_env={
+            "RAI_MEMORY_MB": "256",
+            "RAI_PIDS": "64",
+            "RAI_TMP_MB": "8",
+            "RAI_BUILD_MB": "16",
+            "RAI_OUTPUT_BYTES": str(1024 * 1024),
+            "RAI_ALLOWED_IMAGES": "rai/busybox:latest",
+            # 1 GB of output has to pass through the job's terminal even after the log's cap, and
+            # busybox's `head -c` writes it in small pieces: ~11 s of kernel time per 100 MB into a pty
+            # on this 2-core VM (GNU head: 0.6 s), so the flood case needs about 125 s; the cases about
+            # time set their own limits
+            "RAI_WALL_SECONDS": "240",
+        },
+    )
     h = Hostile(svc)
     yield h
     h.http.close()

@@ -45,12 +45,27 @@ class Watch:
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory, redis_url, docker_engine):
-    s = start_service(tmp_path_factory.mktemp("availability"), redis_url, None, "docker", slots=2, extra_env={
-        "RAI_HEADER_SECONDS": str(HEADER_SECONDS), "RAI_BODY_IDLE_SECONDS": str(BODY_IDLE_SECONDS),
-        "RAI_CONNECTIONS_PER_ADDRESS": str(PER_ADDRESS), "RAI_UPLOAD_ATTEMPTS_PER_MINUTE": str(ATTEMPTS),
-        "RAI_UPLOADS_IN_FLIGHT": "2", "RAI_ALLOWED_IMAGES": "rai/busybox:latest", "RAI_MAX_ACTIVE_JOBS": "5",
-        "RAI_SUBMISSIONS_PER_MINUTE": "100", "RAI_BUILD_MB": "64", "RAI_BUILD_FILES": "2000",
-        "RAI_LOGIN_FAILURES_PER_IP": "100", "RAI_STORAGE_MB_PER_STUDENT": "8"})
+    s = start_service(
+        tmp_path_factory.mktemp("availability"),
+        redis_url,
+        None,
+        "docker",
+        slots=2,
+        extra_env={
+            "RAI_HEADER_SECONDS": str(HEADER_SECONDS),
+            "RAI_BODY_IDLE_SECONDS": str(BODY_IDLE_SECONDS),
+            "RAI_CONNECTIONS_PER_ADDRESS": str(PER_ADDRESS),
+            "RAI_UPLOAD_ATTEMPTS_PER_MINUTE": str(ATTEMPTS),
+            "RAI_UPLOADS_IN_FLIGHT": "2",
+            "RAI_ALLOWED_IMAGES": "rai/busybox:latest",
+            "RAI_MAX_ACTIVE_JOBS": "5",
+            "RAI_SUBMISSIONS_PER_MINUTE": "100",
+            "RAI_BUILD_MB": "64",
+            "RAI_BUILD_FILES": "2000",
+            "RAI_LOGIN_FAILURES_PER_IP": "100",
+            "RAI_STORAGE_MB_PER_STUDENT": "8",
+        },
+    )
     s.mallory = s.add_user("mallory")
     s.alice = s.add_user("alice")
     s.trudy = s.add_user("trudy")
@@ -112,6 +127,7 @@ def test_bracket_bomb_uploads_are_cheap_and_count_against_the_rate(svc):
     """One line of 32,000 '[' then ']' passed the old depth check and cost 58 s of parsing each;
     45 in parallel took the server down. Now each is refused at once, and refused uploads count."""
     with everyone_else_is_served(svc), svc.http(svc.mallory) as mallory:
+
         def one(_: int) -> tuple[int, str, float]:
             start = time.monotonic()
             r = post(mallory, tar_gz([], YAML_BOMB))
@@ -167,8 +183,11 @@ def _stalled_upload(svc, profile, declared: int, sent: int) -> socket.socket:
     p = read_profile_file(profile)
     auth = base64.b64encode(f"{p.access_key}:{p.secret_key}".encode()).decode()
     s = _raw_connection(svc)
-    s.sendall(f"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
-              f"Content-Type: application/gzip\r\nContent-Length: {declared}\r\n\r\n".encode() + b"\0" * sent)
+    s.sendall(
+        f"POST /api/v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {auth}\r\n"
+        f"Content-Type: application/gzip\r\nContent-Length: {declared}\r\n\r\n".encode()
+        + b"\0" * sent
+    )
     return s
 
 
@@ -199,8 +218,10 @@ def test_stalled_uploads_are_cut_and_leave_nothing(svc):
 def test_a_terabyte_build_folder_is_cut_and_the_job_fails_saying_so(svc):
     """A 1 TiB sparse file (or 300,000 files) in /build held a slot for hours and then 'succeeded'."""
     with everyone_else_is_served(svc), svc.http(svc.add_user("builder")) as builder:
-        for command, limit in (("truncate -s 1024G /build/huge", "more than 64 MiB"),
-                               ("cd /build && seq 1 30000 | xargs touch", "more than 2000 files and folders")):
+        for command, limit in (
+            ("truncate -s 1024G /build/huge", "more than 64 MiB"),
+            ("cd /build && seq 1 30000 | xargs touch", "more than 2000 files and folders"),
+        ):
             start = time.monotonic()
             r = post(builder, tar_gz([], build_file([command])))
             assert r.status_code == 201, r.text

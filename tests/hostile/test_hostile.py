@@ -29,15 +29,17 @@ def texts(log: list[dict], stream: str | None = None) -> list[str]:
 ARCHIVES = {
     "zip-slip": ([(entry("../../x"), b"x")], "entry '../../x': '..' in paths is not allowed"),
     "absolute path": ([(entry("/etc/cron.d/evil"), b"x")], "entry '/etc/cron.d/evil': absolute paths are not allowed"),
-    "symlink to /etc/passwd": ([(entry("pw", tarfile.SYMTYPE, "/etc/passwd"), None)],
-                               "entry 'pw': symlink to an absolute path (/etc/passwd) is not allowed"),
-    "hardlink out": ([(entry("hl", tarfile.LNKTYPE, "../../etc/shadow"), None)],
-                     "entry 'hl': hard link points outside the project (../../etc/shadow)"),
-    "device node": ([(entry("sda", tarfile.BLKTYPE), None)],
-                    "entry 'sda': device files, FIFOs and other special files are not allowed"),
+    "symlink to /etc/passwd": (
+        [(entry("pw", tarfile.SYMTYPE, "/etc/passwd"), None)],
+        "entry 'pw': symlink to an absolute path (/etc/passwd) is not allowed",
+    ),
+    "hardlink out": (
+        [(entry("hl", tarfile.LNKTYPE, "../../etc/shadow"), None)],
+        "entry 'hl': hard link points outside the project (../../etc/shadow)",
+    ),
+    "device node": ([(entry("sda", tarfile.BLKTYPE), None)], "entry 'sda': device files, FIFOs and other special files are not allowed"),
     "filename with newline": ([(entry("a\nb.txt"), b"x")], "entry 'a\\nb.txt': name contains a control character"),
-    "non-UTF-8 name": ([(entry(b"caf\xe9.txt".decode("utf-8", "surrogateescape")), b"x")],
-                       "entry b'caf\\xe9.txt': name is not UTF-8"),
+    "non-UTF-8 name": ([(entry(b"caf\xe9.txt".decode("utf-8", "surrogateescape")), b"x")], "entry b'caf\\xe9.txt': name is not UTF-8"),
 }
 
 
@@ -78,16 +80,21 @@ def test_zero_bomb_by_compression_ratio(hostile):
         info.size = 300 * 1024**2
         tar.addfile(info, io.BytesIO(bytes(info.size)))
     r = hostile.post(buf.getvalue())
-    assert (r.status_code, r.json()["detail"]) == (400, "archive expands more than 200x (more than 64 MiB from little: a file of "
-                                                        "zeros or filler?); leave such files out with .raiignore")
+    assert (r.status_code, r.json()["detail"]) == (
+        400,
+        "archive expands more than 200x (more than 64 MiB from little: a file of zeros or filler?); leave such files out with .raiignore",
+    )
     hostile.still_serves()
 
 
-@pytest.mark.parametrize("body, case", [
-    (gzip.compress(b"x" * 5000)[:40], "truncated gzip"),
-    (b"PK\x03\x04 this is a zip, not a tarball", "not a tar at all"),
-    (b"", "0 bytes"),
-])
+@pytest.mark.parametrize(
+    "body, case",
+    [
+        (gzip.compress(b"x" * 5000)[:40], "truncated gzip"),
+        (b"PK\x03\x04 this is a zip, not a tarball", "not a tar at all"),
+        (b"", "0 bytes"),
+    ],
+)
 def test_unreadable_archive(hostile, body, case):
     r = hostile.post(body)
     assert r.status_code == 400
@@ -101,16 +108,24 @@ BOMB = b"rai: &a\n  image: [&b x, *a]\ncommands:\n  build: [*b, *b]\n"
 SPECS = {
     "billion laughs": (BOMB, "rai_build.yml:1: YAML anchors and aliases are not allowed"),
     "5 MB YAML": (b"# " + b"x" * 5_000_000 + b"\n", "rai_build.yml: file is larger than 64 KiB"),
-    "wrong types": (b"rai:\n  image: 42\ncommands:\n  build: {a: b}\n",
-                    "rai_build.yml:2: rai.image was read as the number 42; put it in quotes if it is meant as text\n"
-                    "rai_build.yml:4: commands.build must be a list of strings"),
-    "unknown image": (b"rai:\n  image: evil/miner:latest\ncommands:\n  build: [echo]\n",
-                      "rai_build.yml: image 'evil/miner:latest' is not allowed on queue 'gpu'; use one of: rai/busybox:latest"),
+    "wrong types": (
+        b"rai:\n  image: 42\ncommands:\n  build: {a: b}\n",
+        "rai_build.yml:2: rai.image was read as the number 42; put it in quotes if it is meant as text\n"
+        "rai_build.yml:4: commands.build must be a list of strings",
+    ),
+    "unknown image": (
+        b"rai:\n  image: evil/miner:latest\ncommands:\n  build: [echo]\n",
+        "rai_build.yml: image 'evil/miner:latest' is not allowed on queue 'gpu'; use one of: rai/busybox:latest",
+    ),
     "99 GPUs": (build_file(["echo"], "resources:\n  gpu:\n    count: 99\n"), "rai_build.yml:6: resources.gpu.count must be at most 16"),
-    "network: true": (build_file(["echo"], "resources:\n  network: true\n"),
-                      "rai_build.yml:5: resources.network: jobs run without network access; set it to false or remove the line"),
-    "10k commands": (b"rai:\n  image: rai/busybox:latest\ncommands:\n  build: [" + b", ".join([b"e"] * 10_000) + b"]\n",
-                     "rai_build.yml:4: commands.build must have at most 1000 entries"),
+    "network: true": (
+        build_file(["echo"], "resources:\n  network: true\n"),
+        "rai_build.yml:5: resources.network: jobs run without network access; set it to false or remove the line",
+    ),
+    "10k commands": (
+        b"rai:\n  image: rai/busybox:latest\ncommands:\n  build: [" + b", ".join([b"e"] * 10_000) + b"]\n",
+        "rai_build.yml:4: commands.build must have at most 1000 entries",
+    ),
 }
 
 
@@ -124,11 +139,13 @@ def test_hostile_build_file(hostile, case):
 
 # -- at run time ------------------------------------------------------------------------------
 
+
 def test_fork_bomb_is_contained(hostile):
     job, log = hostile.run(["sh -c 'b() { b | b & }; b; sleep 3'"], extra="resources:\n  limits:\n    wall_seconds: 8\n")
     assert job["state"] in ("succeeded", "failed", "timed_out"), job  # it ends, whatever the bomb did
-    assert any("fork" in t.lower() or "resource temporarily unavailable" in t.lower() for t in texts(log, "err")), \
+    assert any("fork" in t.lower() or "resource temporarily unavailable" in t.lower() for t in texts(log, "err")), (
         "the pids limit should have stopped the forks"
+    )
     hostile.still_serves()
 
 
@@ -166,8 +183,12 @@ def test_one_100_mb_line_without_newline(hostile):
 
 
 def test_binary_and_invalid_utf8_output(hostile):
-    job, log = hostile.run(["sh -c 'printf \"ok \\\\377\\\\376\\\\000 end\\\\n\"; head -c 2000 /dev/urandom; echo'",
-                            "printf 'ls \\342\\200\\250 nel \\302\\205 end\\ncr \\r end\\n'"])
+    job, log = hostile.run(
+        [
+            "sh -c 'printf \"ok \\\\377\\\\376\\\\000 end\\\\n\"; head -c 2000 /dev/urandom; echo'",
+            "printf 'ls \\342\\200\\250 nel \\302\\205 end\\ncr \\r end\\n'",
+        ]
+    )
     assert job["state"] == "succeeded", job
     assert any(t.startswith("ok \ufffd\ufffd") for t in texts(log, "out"))
     # Unicode line breaks inside a line must not break the live stream's framing
@@ -190,8 +211,15 @@ def test_write_to_src_fails(hostile):
 
 
 def test_setuid_attempt_gains_nothing(hostile):
-    job, log = hostile.run(["cp /bin/busybox ./id", "chmod u+s ./id", "./id -u", "sh -c 'grep CapEff /proc/self/status'",
-                            "sh -c 'su -c id root </dev/null || echo NO-ROOT'"])
+    job, log = hostile.run(
+        [
+            "cp /bin/busybox ./id",
+            "chmod u+s ./id",
+            "./id -u",
+            "sh -c 'grep CapEff /proc/self/status'",
+            "sh -c 'su -c id root </dev/null || echo NO-ROOT'",
+        ]
+    )
     out = texts(log, "out")
     assert "1000" in out and "CapEff:\t0000000000000000" in out and "NO-ROOT" in out
     hostile.still_serves()
@@ -211,7 +239,9 @@ def test_per_command_limit(hostile):
 
 
 def test_process_ignoring_sigterm_is_killed(hostile):
-    job, log = hostile.run(["sh -c 'trap \"\" TERM INT HUP; while :; do sleep 1; done'"], extra="resources:\n  limits:\n    wall_seconds: 3\n")
+    job, log = hostile.run(
+        ["sh -c 'trap \"\" TERM INT HUP; while :; do sleep 1; done'"], extra="resources:\n  limits:\n    wall_seconds: 3\n"
+    )
     assert job["state"] == "timed_out"
     hostile.still_serves()
 
@@ -219,8 +249,9 @@ def test_process_ignoring_sigterm_is_killed(hostile):
 def test_orphans_and_zombies_do_not_hold_the_job(hostile, docker_engine):
     job, log = hostile.run(["sh -c 'sleep 300 & sleep 300 & echo spawned'", "sh -c '(sleep 1 &) ; echo next'"], timeout=60)
     assert job["state"] == "succeeded" and texts(log, "out") == ["spawned", "next"]
-    took = (__import__("datetime").datetime.fromisoformat(job["finished_at"]) -
-            __import__("datetime").datetime.fromisoformat(job["started_at"])).total_seconds()
+    took = (
+        __import__("datetime").datetime.fromisoformat(job["finished_at"]) - __import__("datetime").datetime.fromisoformat(job["started_at"])
+    ).total_seconds()
     assert took < 30  # the background sleeps did not keep it open
     hostile.still_serves()
 
@@ -229,8 +260,12 @@ def test_killing_pid_1_ends_only_that_job(hostile):
     """Issue 32: the container's init and keepalive are root's, out of the job's reach: a job can no
     longer signal them at all (it once ended its own container with SIGTERM to PID 1, and a keepalive
     of its own user could be traced and turned into a loop that rewrote answers)."""
-    job, log = hostile.run(["sh -c 'kill -9 1 || echo refused-kill; sleep 1; echo survived-sigkill'",
-                            "sh -c 'kill -TERM 1 || echo refused-term; kill -STOP 1 || echo refused-stop; echo still-here'"])
+    job, log = hostile.run(
+        [
+            "sh -c 'kill -9 1 || echo refused-kill; sleep 1; echo survived-sigkill'",
+            "sh -c 'kill -TERM 1 || echo refused-term; kill -STOP 1 || echo refused-stop; echo still-here'",
+        ]
+    )
     out = texts(log, "out")
     assert "survived-sigkill" in out and "refused-kill" in out and "refused-term" in out and "refused-stop" in out
     assert job["state"] == "succeeded" and "still-here" in out
@@ -239,8 +274,12 @@ def test_killing_pid_1_ends_only_that_job(hostile):
 
 def test_another_jobs_files_do_not_exist_inside(hostile):
     first, _ = hostile.run(["sh -c 'echo TOPSECRET > /build/secret; echo TOPSECRET > /tmp/secret'"])
-    job, log = hostile.run(["sh -c 'cat /build/secret /tmp/secret 2>&1; ls /var/lib/rai-worker 2>&1; ls /var/run/docker.sock 2>&1;"
-                            " grep -rl TOPSECRET /build /tmp /src /home /root /var /opt /mnt /srv 2>/dev/null || echo NOT-FOUND'"])
+    job, log = hostile.run(
+        [
+            "sh -c 'cat /build/secret /tmp/secret 2>&1; ls /var/lib/rai-worker 2>&1; ls /var/run/docker.sock 2>&1;"
+            " grep -rl TOPSECRET /build /tmp /src /home /root /var /opt /mnt /srv 2>/dev/null || echo NOT-FOUND'"
+        ]
+    )
     out = " ".join(texts(log, "out"))
     assert "TOPSECRET" not in out and "NOT-FOUND" in out
     assert "docker.sock: No such file or directory" in out

@@ -44,14 +44,16 @@ def chain(depth: int) -> list:
 # -- 1. archives: links resolved through each other, nothing written through a link ----------
 
 ESCAPES = {
-    "link to a link that climbs": ([(link("sub/l", "."), None), (link("esc", "sub/l/../.."), None)],
-                                   "entry 'esc': symlink leads outside the project through other links (sub/l/../..)"),
-    "file under a symlink": ([(link("d", "."), None), (file("d/x"), b"x")],
-                             "entry 'd/x': its path goes through a symlink (d)"),
-    "symlink then file of the same name": ([(link("f", "sub"), None), (file("f"), b"x")],
-                                           "entry 'f': appears twice in the archive"),
-    "hard link to a symlink": ([(link("s", "a"), None), (file("a"), b"x"), (link("h", "s", tarfile.LNKTYPE), None)],
-                               "entry 'h': hard link to 's', which is not a file of the project"),
+    "link to a link that climbs": (
+        [(link("sub/l", "."), None), (link("esc", "sub/l/../.."), None)],
+        "entry 'esc': symlink leads outside the project through other links (sub/l/../..)",
+    ),
+    "file under a symlink": ([(link("d", "."), None), (file("d/x"), b"x")], "entry 'd/x': its path goes through a symlink (d)"),
+    "symlink then file of the same name": ([(link("f", "sub"), None), (file("f"), b"x")], "entry 'f': appears twice in the archive"),
+    "hard link to a symlink": (
+        [(link("s", "a"), None), (file("a"), b"x"), (link("h", "s", tarfile.LNKTYPE), None)],
+        "entry 'h': hard link to 's', which is not a file of the project",
+    ),
 }
 
 
@@ -86,13 +88,20 @@ def test_build_folder_stream_writes_nothing_outside(tmp_path):
     dest.mkdir()
     outside.mkdir()
     members = [
-        (link("up", str(outside)), None), (file("up/abs"), b"pwned"),  # absolute link, then a file through it
-        (link("rel", "../outside"), None), (file("rel/rel"), b"pwned"),  # relative link out
-        (link("here", "."), None), (file("here/../outside/dots"), b"pwned"),  # '..' after a link
-        (link("ok", "sub"), None), (file("sub/real"), b"fine"), (file("ok/via"), b"fine"),  # a link inside: fine
-        (file("plain"), b"fine"), (link("plain", str(outside / "clobber")), None),  # a link replacing a file
+        (link("up", str(outside)), None),
+        (file("up/abs"), b"pwned"),  # absolute link, then a file through it
+        (link("rel", "../outside"), None),
+        (file("rel/rel"), b"pwned"),  # relative link out
+        (link("here", "."), None),
+        (file("here/../outside/dots"), b"pwned"),  # '..' after a link
+        (link("ok", "sub"), None),
+        (file("sub/real"), b"fine"),
+        (file("ok/via"), b"fine"),  # a link inside: fine
+        (file("plain"), b"fine"),
+        (link("plain", str(outside / "clobber")), None),  # a link replacing a file
         (link("hl", "../outside/x", tarfile.LNKTYPE), None),
-        *[(m, d) for m, d in chain(45)], (file("esc/deep"), b"inside"),
+        *[(m, d) for m, d in chain(45)],
+        (file("esc/deep"), b"inside"),
     ]
     safe_extract(_stream(members), dest)
     assert list(outside.iterdir()) == [], "something was written outside the build folder"
@@ -120,16 +129,27 @@ def test_the_worker_unpacks_projects_as_the_jobs_user(hostile):
 
 # -- 2. default secrets --------------------------------------------------------------------------
 
+
 def test_server_refuses_a_public_address_with_default_secrets(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAI_")}
     env["RAI_DATA_DIR"] = str(tmp_path)
-    res = subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "raiserver.ops.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode != 0
     assert "RAI_WORKER_TOKEN, RAI_SESSION_SECRET, RAI_PSEUDONYM_SECRET" in res.stderr
     assert "secrets.token_urlsafe(32)" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", "0.0.0.0", "--port", "1"],
-                         env={**env, "RAI_SESSION_SECRET": "x" * 40}, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "uvicorn", "raiserver.asgi:app", "--host", "0.0.0.0", "--port", "1"],
+        env={**env, "RAI_SESSION_SECRET": "x" * 40},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode != 0 and "refusing to listen on 0.0.0.0 with RAI_WORKER_TOKEN, RAI_PSEUDONYM_SECRET" in res.stderr
 
 
@@ -138,8 +158,12 @@ def test_generated_secrets_file_satisfies_the_check(tmp_path):
     from raiserver.config import load_settings
 
     path = tmp_path / "secrets.env"
-    res = subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "secrets", "--file", str(path), "--redis-host", "redis:6379"],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "raiserver.ops.cli", "secrets", "--file", str(path), "--redis-host", "redis:6379"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert path.stat().st_mode & 0o777 == 0o600
     values = dict(line.split("=", 1) for line in path.read_text().splitlines())
@@ -159,11 +183,11 @@ def test_generated_secrets_file_satisfies_the_check(tmp_path):
 
 # -- 3. a build file that would freeze the server ---------------------------------------------
 
+
 def test_deeply_nested_yaml_is_refused_at_once_and_leaves_no_temp_file(hostile):
     tmp_dir = hostile.svc.data / "storage" / "tmp"
     before = set(os.listdir(tmp_dir))
-    for spec in (b"rai:\n  version: 0.2\n  image: x\ncommands:\n  build: " + b"[" * 60000,
-                 b"- " * 30000, b"a: " + b"{a: " * 15000):
+    for spec in (b"rai:\n  version: 0.2\n  image: x\ncommands:\n  build: " + b"[" * 60000, b"- " * 30000, b"a: " + b"{a: " * 15000):
         started = time.monotonic()
         r = hostile.post(tar_gz([], spec))
         assert r.status_code == 422 and "nested too deeply" in r.json()["detail"], r.text
@@ -173,6 +197,7 @@ def test_deeply_nested_yaml_is_refused_at_once_and_leaves_no_temp_file(hostile):
 
 
 # -- 4. who may change whom -------------------------------------------------------------------
+
 
 def test_rank_limits_key_and_role_changes(hostile):
     svc = hostile.svc
@@ -197,6 +222,7 @@ def test_rank_limits_key_and_role_changes(hostile):
 
 
 # -- 5. the quota under concurrent uploads -----------------------------------------------------
+
 
 def _unique_project(i: int) -> bytes:
     return tar_gz([(file(f"n{i}.txt"), str(i).encode())], build_file(["sleep 30"]))
@@ -228,6 +254,7 @@ def test_twenty_concurrent_uploads_cannot_pass_the_quota(hostile, database, requ
 
 
 # -- 6 and 7. web sessions and hardening -----------------------------------------------------------
+
 
 def _browser_session(svc, profile: Path) -> httpx.Client:
     from raiprotocol.profile import read_profile_file
@@ -275,8 +302,7 @@ def test_sessions_end_with_their_key(hostile, action):
 def test_cookie_writes_need_the_csrf_token_and_pages_carry_security_headers(hostile):
     svc = hostile.svc
     prof = svc.add_user("csrf_victim")
-    r = svc.http(prof).post("/api/v1/jobs", content=tar_gz([], build_file(["sleep 20"])),
-                            headers={"Content-Type": "application/gzip"})
+    r = svc.http(prof).post("/api/v1/jobs", content=tar_gz([], build_file(["sleep 20"])), headers={"Content-Type": "application/gzip"})
     jid = r.json()["id"]
     c = _browser_session(svc, prof)
     r = c.post(f"/api/v1/jobs/{jid}/cancel")
@@ -313,6 +339,7 @@ def test_failed_logins_are_limited_per_key(hostile):
 
 # -- 8. fake results ----------------------------------------------------------------------------
 
+
 def test_a_printed_op_time_does_not_rank_a_dev_run(hostile):
     job, _ = hostile.run(["sh -c 'echo Op Time: 0.000001; echo Correctness: 0.99 Model: ece408'"])
     assert job["state"] == "succeeded" and job["results"]["op_time_total"] == 0.000001
@@ -326,8 +353,7 @@ def test_a_teammate_sees_a_job_but_cannot_cancel_it_through_the_api_or_the_web(h
     """Issue 22: the web offered no cancel to a teammate, the API allowed it; one rule for both."""
     svc = hostile.svc
     owner, mate = svc.add_user("team_owner", team="t22"), svc.add_user("team_mate", team="t22")
-    r = svc.http(owner).post("/api/v1/jobs", content=tar_gz([], build_file(["sleep 30"])),
-                             headers={"Content-Type": "application/gzip"})
+    r = svc.http(owner).post("/api/v1/jobs", content=tar_gz([], build_file(["sleep 30"])), headers={"Content-Type": "application/gzip"})
     jid = r.json()["id"]
     with svc.http(mate) as h:
         assert h.get(f"/api/v1/jobs/{jid}").status_code == 200  # teammates see each other's jobs

@@ -34,8 +34,14 @@ PER_IP = 20
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory, redis_url) -> Iterator[Service]:
     """A server behind a reverse proxy at PROXY, as the README configures one."""
-    svc = start_service(tmp_path_factory.mktemp("proxied"), redis_url, None, "process", worker=False, extra_env={
-        "RAI_TRUSTED_PROXIES": PROXY, "RAI_CONNECTIONS_PER_ADDRESS": "5", "RAI_LOGIN_FAILURES_PER_IP": str(PER_IP)})
+    svc = start_service(
+        tmp_path_factory.mktemp("proxied"),
+        redis_url,
+        None,
+        "process",
+        worker=False,
+        extra_env={"RAI_TRUSTED_PROXIES": PROXY, "RAI_CONNECTIONS_PER_ADDRESS": "5", "RAI_LOGIN_FAILURES_PER_IP": str(PER_IP)},
+    )
     yield svc
     svc.shutdown()
 
@@ -51,12 +57,17 @@ def direct(svc: Service) -> httpx.Client:
 
 # -- 3. behind a proxy: /metrics and the login limit ---------------------------------------------
 
+
 def test_metrics_that_came_through_a_proxy_need_the_token(proxied, process_service):
     """Behind nginx on the same host every request arrives from loopback: an outsider read /metrics."""
     with direct(proxied) as me, via_proxy(proxied) as proxy:
         assert me.get("/metrics").status_code == 200  # this machine's own scrape, direct
-        for headers in ({"X-Forwarded-For": "127.0.0.1"}, {"X-Real-IP": "203.0.113.5"}, {"Forwarded": "for=127.0.0.1"},
-                        {"X-Forwarded-Proto": "https"}):
+        for headers in (
+            {"X-Forwarded-For": "127.0.0.1"},
+            {"X-Real-IP": "203.0.113.5"},
+            {"Forwarded": "for=127.0.0.1"},
+            {"X-Forwarded-Proto": "https"},
+        ):
             assert me.get("/metrics", headers=headers).status_code == 403, headers  # a proxy on this host forwarded it
         for headers in ({}, {"X-Real-IP": "127.0.0.1"}, {"X-Forwarded-For": "127.0.0.1"}):
             r = proxy.get("/metrics", headers=headers)
@@ -67,8 +78,9 @@ def test_metrics_that_came_through_a_proxy_need_the_token(proxied, process_servi
 
 
 def _bad_logins(client: httpx.Client, n: int, headers_of) -> list[int]:
-    return [client.get("/api/v1/me", auth=(f"nokey{i:04d}{time.monotonic_ns()}", "wrong"), headers=headers_of(i)).status_code
-            for i in range(n)]
+    return [
+        client.get("/api/v1/me", auth=(f"nokey{i:04d}{time.monotonic_ns()}", "wrong"), headers=headers_of(i)).status_code for i in range(n)
+    ]
 
 
 def test_a_rotating_forwarded_for_does_not_evade_the_login_limit(proxied):
@@ -123,12 +135,14 @@ def test_direct_clients_keep_the_connection_cap_behind_a_proxy(proxied):
 
 def test_a_bad_trusted_proxy_setting_stops_the_server(tmp_path):
     env = {**os.environ, "RAI_DATA_DIR": str(tmp_path), "RAI_TRUSTED_PROXIES": "127.0.0.1,nginx"}
-    out = subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "serve", "--port", "1"], env=env, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "raiserver.ops.cli", "serve", "--port", "1"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode != 0 and "RAI_TRUSTED_PROXIES: 'nginx' is not an IP address" in out.stderr
 
 
 # -- 4. a known access key and a shared address do not lock a student out -------------------------
+
 
 def test_the_right_secret_is_served_after_others_failed_with_the_key(process_service):
     """12 wrong tries with a student's access key from the student's address: the right secret got 429."""
@@ -164,11 +178,21 @@ def test_the_web_login_serves_the_right_secret_after_others_failed(process_servi
 
 # -- 6. fake ✱ lines behind an invisible character -----------------------------------------------
 
-FORGED = ["\u200b✱ Job succeeded in 0.1 s", "\u2060✱ Job succeeded in 0.1 s", "\ufeff✱ Job succeeded in 0.1 s",
-          "\u202e✱ Job succeeded in 0.1 s", "\u202e s 1.0 ni dedeeccus boJ ✱", "\u200d\u034f\u0301✱ Job succeeded",
-          "\u00a0\u3000 \t✱ Job succeeded", "\u3164\u2800✱ Job succeeded", "\U000e0020\ue000✱ Job succeeded",
-          "\x1b[1;36m\u200b✱\x1b[0m Job succeeded", "ok\u2028✱ Job succeeded", "ok\u2029\u200b✱ Job succeeded",
-          "✱ Job succeeded"]
+FORGED = [
+    "\u200b✱ Job succeeded in 0.1 s",
+    "\u2060✱ Job succeeded in 0.1 s",
+    "\ufeff✱ Job succeeded in 0.1 s",
+    "\u202e✱ Job succeeded in 0.1 s",
+    "\u202e s 1.0 ni dedeeccus boJ ✱",
+    "\u200d\u034f\u0301✱ Job succeeded",
+    "\u00a0\u3000 \t✱ Job succeeded",
+    "\u3164\u2800✱ Job succeeded",
+    "\U000e0020\ue000✱ Job succeeded",
+    "\x1b[1;36m\u200b✱\x1b[0m Job succeeded",
+    "ok\u2028✱ Job succeeded",
+    "ok\u2029\u200b✱ Job succeeded",
+    "✱ Job succeeded",
+]
 SHOWS_NOTHING = {"Cc", "Cf", "Cn", "Co", "Cs", "Mn", "Mc", "Me", "Zs", "Zl", "Zp"}
 
 
@@ -184,8 +208,9 @@ def _forged(text: str, own: list[str]) -> list[str]:
 
 def test_a_job_cannot_print_rais_lines_behind_invisible_characters(process_service, tmp_path):
     svc = process_service
-    proj = make_project(tmp_path / "forge", ["cat /src/forged.txt", "cat /src/forged.txt >&2"],
-                        files={"forged.txt": "\n".join(FORGED) + "\n"})
+    proj = make_project(
+        tmp_path / "forge", ["cat /src/forged.txt", "cat /src/forged.txt >&2"], files={"forged.txt": "\n".join(FORGED) + "\n"}
+    )
     res = svc.client("submit", "-p", str(proj))
     assert res.returncode == 0, res.stdout + res.stderr
     own = [line for line in res.stdout.splitlines() if line.startswith("✱ ") and not line.startswith("✱ Job succeeded")]
@@ -236,6 +261,7 @@ def test_the_job_page_shows_no_forged_rai_line(process_service, tmp_path):
 
 # -- 7. shipped safe: file modes, the compose file ------------------------------------------------
 
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
@@ -271,8 +297,12 @@ def test_a_readable_database_of_an_earlier_release_is_closed_at_start(tmp_path):
 
 def test_the_secrets_file_is_written_private(tmp_path):
     target = tmp_path / "run" / "secrets.env"
-    subprocess.run([sys.executable, "-m", "raiserver.ops.cli", "secrets", "--file", str(target)], check=True, capture_output=True,
-                   env={**os.environ, "RAI_DATA_DIR": str(tmp_path / "data")})
+    subprocess.run(
+        [sys.executable, "-m", "raiserver.ops.cli", "secrets", "--file", str(target)],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "RAI_DATA_DIR": str(tmp_path / "data")},
+    )
     assert _mode(target) == 0o600 and "RAI_SESSION_SECRET=" in target.read_text()
 
 

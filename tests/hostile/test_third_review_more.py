@@ -42,8 +42,14 @@ def https(tmp_path_factory, redis_url) -> Iterator[tuple[Service, str, Path, int
     d = tmp_path_factory.mktemp("tls-guard")
     ca, cert, key = _make_ca(d)
     port = launch.free_port()
-    svc = start_service(d / "svc", redis_url, None, "process", worker=False, extra_env={
-        "RAI_CONNECTIONS_PER_ADDRESS": str(CAP), "RAI_HEADER_SECONDS": str(HEADER_SECONDS)})
+    svc = start_service(
+        d / "svc",
+        redis_url,
+        None,
+        "process",
+        worker=False,
+        extra_env={"RAI_CONNECTIONS_PER_ADDRESS": str(CAP), "RAI_HEADER_SECONDS": str(HEADER_SECONDS)},
+    )
     try:
         command = [*launch.server_command("127.0.0.1", port), "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
         part = launch.Part("https", command, svc.env, svc.logs / "https.log").start()
@@ -181,8 +187,14 @@ def test_tls_connections_past_the_cap_do_not_leak_places(https):
 
 def test_plain_http_still_gets_the_busy_answer(tmp_path, redis_url):
     """The plain-HTTP guard is unchanged: past the cap a connection gets 503 at once."""
-    svc = start_service(tmp_path / "plain", redis_url, None, "process", worker=False, extra_env={
-        "RAI_CONNECTIONS_PER_ADDRESS": "5", "RAI_HEADER_SECONDS": str(HEADER_SECONDS)})
+    svc = start_service(
+        tmp_path / "plain",
+        redis_url,
+        None,
+        "process",
+        worker=False,
+        extra_env={"RAI_CONNECTIONS_PER_ADDRESS": "5", "RAI_HEADER_SECONDS": str(HEADER_SECONDS)},
+    )
     socks = []
     try:
         for _ in range(5):
@@ -207,8 +219,14 @@ SERVER_BUILD_BYTES = 4 * 1024**2
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory, redis_url) -> Iterator[Service]:
     """The server stores at most 4 MiB of a build folder; the worker's own limit is far larger."""
-    svc = start_service(tmp_path_factory.mktemp("builds"), redis_url, None, "process", slots=2, extra_env={
-        "RAI_MAX_BUILD_BYTES": str(SERVER_BUILD_BYTES), "RAI_BUILD_MB": "64", "RAI_WALL_SECONDS": "60"})
+    svc = start_service(
+        tmp_path_factory.mktemp("builds"),
+        redis_url,
+        None,
+        "process",
+        slots=2,
+        extra_env={"RAI_MAX_BUILD_BYTES": str(SERVER_BUILD_BYTES), "RAI_BUILD_MB": "64", "RAI_WALL_SECONDS": "60"},
+    )
     yield svc
     svc.shutdown()
 
@@ -243,8 +261,9 @@ def test_a_build_over_the_servers_limit_is_the_students_failure_at_once(builds):
 
 def test_hard_links_in_build_count_once(builds):
     """15,000 hard links to one 200 MB file held a slot 103 s; each link counted as a copy."""
-    job, log, took = _run(builds, ["head -c 3000000 /dev/urandom > /build/big",
-                                   "cd /build && for i in $(seq 1 400); do ln big l$i; done", "echo linked"])
+    job, log, took = _run(
+        builds, ["head -c 3000000 /dev/urandom > /build/big", "cd /build && for i in $(seq 1 400); do ln big l$i; done", "echo linked"]
+    )
     assert job["state"] == "succeeded", (job, log[-3:])  # 1.2 GB if each counted: past RAI_BUILD_MB
     assert took < 30, f"took {took:.1f} s"
     with builds.http() as h:
@@ -267,9 +286,11 @@ def test_the_server_refuses_an_oversized_build_before_reading_it(builds):
             time.sleep(0.1)
     s = _tcp(builds.port)
     try:
-        s.sendall(f"PUT /api/v1/worker/jobs/{jid}/build?attempt=1 HTTP/1.1\r\nHost: x\r\n"
-                  f"Authorization: Bearer {builds.token}\r\nContent-Type: application/gzip\r\n"
-                  f"Content-Length: {100 * 1024**2}\r\n\r\n".encode())
+        s.sendall(
+            f"PUT /api/v1/worker/jobs/{jid}/build?attempt=1 HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {builds.token}\r\nContent-Type: application/gzip\r\n"
+            f"Content-Length: {100 * 1024**2}\r\n\r\n".encode()
+        )
         s.settimeout(5)
         start, answer = time.monotonic(), ""
         while "RAI_MAX_BUILD_BYTES" not in answer and (chunk := s.recv(65536)):  # headers and body may come apart
@@ -368,7 +389,9 @@ def test_docker_an_operator_publishes_by_id_and_a_retag_does_not_carry_it(docker
     first = _build(docker_engine, tag, DERIVED)
     try:
         res = _raiworker(docker_service, "publish", tag)
-        assert res.returncode == 0 and f"published {tag} (image {first.removeprefix('sha256:')[:12]})" in res.stdout, res.stdout + res.stderr
+        assert res.returncode == 0 and f"published {tag} (image {first.removeprefix('sha256:')[:12]})" in res.stdout, (
+            res.stdout + res.stderr
+        )
         wait_for(lambda: tag in _images(docker_service), timeout=20, what="the published image advertised")
         ran = _read_answers(docker_service, tmp_path / "a", tag)  # the operator's choice: it runs
         assert ran.returncode == 0 and ANSWERS.decode().strip() in ran.stdout, ran.stdout + ran.stderr

@@ -30,7 +30,12 @@ def services(redis_url, tmp_path) -> Iterator[Services]:
     settings = Settings(max_attempts=2, worker_dead_after=45)
     logs = LogStore(redis_url, storage, ttl=60)
     kicks: list[int] = []
-    svc = Services(settings=settings, storage=storage, logs=logs, dispatcher=None,  # type: ignore[arg-type]
-                   kick=lambda: kicks.append(1))
+    svc = Services(
+        settings=settings,
+        storage=storage,
+        logs=logs,
+        dispatcher=None,  # type: ignore[arg-type]
+        kick=lambda: kicks.append(1),
+    )
     yield svc
     logs.redis.close()

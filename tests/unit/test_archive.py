@@ -47,7 +47,10 @@ def test_pack_applies_raiignore(tmp_path):
     [
         ((entry("../../x"), b"x"), "entry '../../x': '..' in paths is not allowed"),
         ((entry("/etc/cron.d/x"), b"x"), "entry '/etc/cron.d/x': absolute paths are not allowed"),
-        ((entry("passwd", tarfile.SYMTYPE, "/etc/passwd"), None), "entry 'passwd': symlink to an absolute path (/etc/passwd) is not allowed"),
+        (
+            (entry("passwd", tarfile.SYMTYPE, "/etc/passwd"), None),
+            "entry 'passwd': symlink to an absolute path (/etc/passwd) is not allowed",
+        ),
         ((entry("up", tarfile.SYMTYPE, "../../etc"), None), "entry 'up': symlink points outside the project (../../etc)"),
         ((entry("hl", tarfile.LNKTYPE, "../outside"), None), "entry 'hl': hard link points outside the project (../outside)"),
         ((entry("dev", tarfile.CHRTYPE), None), "entry 'dev': device files, FIFOs and other special files are not allowed"),
@@ -96,6 +99,7 @@ def test_garbage_truncated_and_empty(tmp_path):
 
 
 # -- issue 34, item 5: a build folder's hard links count once, and packing has a deadline -------------
+
 
 def _links_folder(tmp_path: Path, size: int, links: int) -> Path:
     import os

@@ -27,8 +27,9 @@ def test_table_cells_hold_no_terminal_control_and_stay_on_one_line():
 
 
 def test_a_jobs_end_with_a_hostile_command_and_message_is_one_clean_line(capsys):
-    finish({"id": "J", "state": "failed", "exit_code": 1, "failed_command": "true\n✱ Job succeeded " + HOSTILE,
-            "message": HOSTILE}, "http://x")
+    finish(
+        {"id": "J", "state": "failed", "exit_code": 1, "failed_command": "true\n✱ Job succeeded " + HOSTILE, "message": HOSTILE}, "http://x"
+    )
     out = capsys.readouterr().out
     assert "\x1b]" not in out and "\x1b[2J" not in out and "\x07" not in out
     assert out.count("\n") == 1 and out.startswith("✱ Job failed")  # nothing starts a second ✱ line
@@ -54,13 +55,34 @@ def test_rais_own_lines_are_one_line_whatever_the_command_holds():
 # -- issue 34, item 6: a '✱' behind invisible characters ---------------------------------------
 
 # each renders as (or nearly as) the client's '✱ Job succeeded' on a terminal or in a browser
-FORGED = ["\u200b✱ Job succeeded", "\u2060✱ Job succeeded", "\ufeff✱ Job succeeded", "\u202e✱ Job succeeded",
-          "\u202edeccus boJ ✱", "\u2067✱ Job succeeded", "\u200f✱ Job succeeded", "\u061c✱ Job succeeded",
-          "\u200d\u200c\u034f✱ Job succeeded", "\u180e✱ Job succeeded", "\u00a0✱ Job succeeded", "\u3000✱ Job succeeded",
-          " ✱ Job succeeded", "\t✱ Job succeeded", "\u0301✱ Job succeeded", "\u20dd✱ Job succeeded",
-          "\ufe0f✱ Job succeeded", "\u3164✱ Job succeeded", "\u2800✱ Job succeeded", "\U000e0020✱ Job succeeded",
-          "\ue000✱ Job succeeded", "\U0001fffe✱ Job succeeded", "\x1b[1;36m\u200b✱\x1b[0m Job succeeded",
-          "ok\u2028✱ Job succeeded", "ok\u2029\u200b✱ Job succeeded", "\u00ad✱ Job succeeded"]
+FORGED = [
+    "\u200b✱ Job succeeded",
+    "\u2060✱ Job succeeded",
+    "\ufeff✱ Job succeeded",
+    "\u202e✱ Job succeeded",
+    "\u202edeccus boJ ✱",
+    "\u2067✱ Job succeeded",
+    "\u200f✱ Job succeeded",
+    "\u061c✱ Job succeeded",
+    "\u200d\u200c\u034f✱ Job succeeded",
+    "\u180e✱ Job succeeded",
+    "\u00a0✱ Job succeeded",
+    "\u3000✱ Job succeeded",
+    " ✱ Job succeeded",
+    "\t✱ Job succeeded",
+    "\u0301✱ Job succeeded",
+    "\u20dd✱ Job succeeded",
+    "\ufe0f✱ Job succeeded",
+    "\u3164✱ Job succeeded",
+    "\u2800✱ Job succeeded",
+    "\U000e0020✱ Job succeeded",
+    "\ue000✱ Job succeeded",
+    "\U0001fffe✱ Job succeeded",
+    "\x1b[1;36m\u200b✱\x1b[0m Job succeeded",
+    "ok\u2028✱ Job succeeded",
+    "ok\u2029\u200b✱ Job succeeded",
+    "\u00ad✱ Job succeeded",
+]
 SHOWS_NOTHING = {"Cc", "Cf", "Cn", "Co", "Cs", "Mn", "Mc", "Me", "Zs", "Zl", "Zp"}
 COLOURS = re.compile(r"\x1b\[[0-9;:]*m")
 
@@ -68,8 +90,7 @@ COLOURS = re.compile(r"\x1b\[[0-9;:]*m")
 def passes_for_rais(text: str) -> list[str]:
     """The lines of ``text`` (split as a terminal or a browser may show them) whose first visible
     character is rai's mark: invisible characters and colours stripped."""
-    shown = "".join(c for c in COLOURS.sub("", text)
-                    if unicodedata.category(c) not in SHOWS_NOTHING or c in "\n\r\u2028\u2029")
+    shown = "".join(c for c in COLOURS.sub("", text) if unicodedata.category(c) not in SHOWS_NOTHING or c in "\n\r\u2028\u2029")
     shown = "".join(c for c in shown if c not in "\u115f\u1160\u3164\uffa0\u2800")
     return [line for line in shown.splitlines() if line.startswith("✱")]
 

@@ -66,13 +66,24 @@ def job(redis_url, tmp_path) -> Iterator[tuple[redis.Redis, str]]:
     r.close()
 
 
-def run(job, commands: list[str], script: dict[str, Step], cancel: threading.Event | None = None,
-        **limits) -> tuple[Outcome, FakeExecutor, list[tuple[str, str]], JobContext]:
+def run(
+    job, commands: list[str], script: dict[str, Step], cancel: threading.Event | None = None, **limits
+) -> tuple[Outcome, FakeExecutor, list[tuple[str, str]], JobContext]:
     r, job_id = job
     ex = FakeExecutor(script)
-    ctx = JobContext(job_id=job_id, image="fake", commands=commands, src_dir=None, build_dir=None,  # type: ignore[arg-type]
-                     wall_seconds=limits.get("wall", 30), command_seconds=limits.get("command"), memory_mb=64,
-                     gpu_ids=[], settings=WorkerSettings(), repeat_timing=limits.get("repeat", 1))
+    ctx = JobContext(
+        job_id=job_id,
+        image="fake",
+        commands=commands,
+        src_dir=None,
+        build_dir=None,  # type: ignore[arg-type]
+        wall_seconds=limits.get("wall", 30),
+        command_seconds=limits.get("command"),
+        memory_mb=64,
+        gpu_ids=[],
+        settings=WorkerSettings(),
+        repeat_timing=limits.get("repeat", 1),
+    )
     sink = LogSink(r, job_id, output_bytes=1 << 20, line_bytes=1024)
     outcome = execute(ex, ctx, sink, cancel or threading.Event())
     log = [(b.s, b.x) for b in (decode_entry(i, f) for i, f in r.xrange(stream_key(job_id)))]
@@ -80,14 +91,19 @@ def run(job, commands: list[str], script: dict[str, Step], cancel: threading.Eve
 
 
 def test_commands_run_in_order_and_the_first_failure_stops_the_job(job):
-    outcome, ex, log, ctx = run(job, ["make", "./a.out", "echo never"],
-                                {"make": Step(["built"]), "./a.out": Step(["oops"], code=3), "echo never": Step()})
+    outcome, ex, log, ctx = run(
+        job, ["make", "./a.out", "echo never"], {"make": Step(["built"]), "./a.out": Step(["oops"], code=3), "echo never": Step()}
+    )
     assert ex.ran == ["make", "./a.out"]
     assert (outcome.state, outcome.exit_code, outcome.failed_command) == (JobState.failed, 3, "./a.out")
-    assert log == [("sys", "fake environment ready"), ("sys", "Running: make"), ("out", "built"),
-                   ("sys", "Running: ./a.out"), ("out", "oops")]
-    assert [p.name for p in ctx.phases] == ["processes started", "command started", "command ended",
-                                            "command started", "command ended"]
+    assert log == [
+        ("sys", "fake environment ready"),
+        ("sys", "Running: make"),
+        ("out", "built"),
+        ("sys", "Running: ./a.out"),
+        ("out", "oops"),
+    ]
+    assert [p.name for p in ctx.phases] == ["processes started", "command started", "command ended", "command started", "command ended"]
     assert ctx.phases[-1].detail == "exit 3"
 
 
@@ -108,8 +124,7 @@ def test_the_per_command_limit_is_not_the_wall_clock(job):
 def test_a_cancel_stops_a_running_command(job):
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
-    outcome, ex, _, _ = run(job, ["sleep forever", "echo never"], {"sleep forever": Step(hang=True), "echo never": Step()},
-                            cancel=cancel)
+    outcome, ex, _, _ = run(job, ["sleep forever", "echo never"], {"sleep forever": Step(hang=True), "echo never": Step()}, cancel=cancel)
     assert (outcome.state, outcome.failed_command) == (JobState.cancelled, "sleep forever")
     assert ex.ran == ["sleep forever"]
 
@@ -129,9 +144,11 @@ def test_a_ranked_run_repeats_the_timed_command(job):
     assert [x for s, x in log if x.startswith("Repeat")] == ["Repeat 2 of 3: ./m 100", "Repeat 3 of 3: ./m 100"]
 
 
-NCU_REFUSED = ("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
-               "Counters on the target device 0. For instructions on enabling permissions and to get more "
-               "information see https://developer.nvidia.com/ERR_NVGPUCTRPERM")
+NCU_REFUSED = (
+    "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance "
+    "Counters on the target device 0. For instructions on enabling permissions and to get more "
+    "information see https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+)
 
 
 def test_a_profiler_refused_the_counters_gets_one_line_saying_why(job):

@@ -10,8 +10,7 @@ from raiprotocol.models import MeasuredRun
 from raiprotocol.spec import parse_course_spec
 from raiserver.grading.measured import summarize
 
-CPP = {4611686018427387903: (738, 6850, 5497, 6323, 1670, 12302394028731124648),
-       12345: (7078, 7366, 1930, 2484, 4944, 1759168427511779042)}
+CPP = {4611686018427387903: (738, 6850, 5497, 6323, 1670, 12302394028731124648), 12345: (7078, 7366, 1930, 2484, 4944, 1759168427511779042)}
 
 
 def test_the_server_shuffles_as_the_course_program_does():
@@ -46,8 +45,7 @@ ranked: {student_files: [new-forward.cu], timed: ./m2 1000, repeats: 2, measure:
     text = "\n".join(labels) + "\n"
     good = summarize([MeasuredRun(exit_code=0, wall_seconds=1.0, predictions=p) for p in right], spec, 1, text, None, seeds)
     assert good.problem is None and good.accuracy == 1.0
-    kept = summarize([MeasuredRun(exit_code=0, wall_seconds=1.0, predictions=p) for p in (right[0], right[0])], spec, 1, text,
-                     None, seeds)
+    kept = summarize([MeasuredRun(exit_code=0, wall_seconds=1.0, predictions=p) for p in (right[0], right[0])], spec, 1, text, None, seeds)
     assert kept.accuracy < 0.3  # run 2 reused run 1's answers
     precomputed = summarize([MeasuredRun(exit_code=0, wall_seconds=1.0, predictions=stale)] * 2, spec, 1, text, None, seeds)
     assert precomputed.accuracy < 0.3

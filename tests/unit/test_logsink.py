@@ -14,8 +14,7 @@ from raiworker.logsink import LogSink
 
 
 def lines(r: redis.Redis, job_id: str) -> list[tuple[str, str, int]]:
-    return [(b.s, x, b.n + i) for b in (decode_entry(i, f) for i, f in r.xrange(stream_key(job_id)))
-            for i, x in enumerate(b.lines())]
+    return [(b.s, x, b.n + i) for b in (decode_entry(i, f) for i, f in r.xrange(stream_key(job_id))) for i, x in enumerate(b.lines())]
 
 
 def test_streams_are_split_separately_and_the_last_line_counts(redis_url):
@@ -41,8 +40,13 @@ def test_output_waits_while_redis_is_away_and_arrives_in_order(tmp_path):
     try:
         sink.feed(LogStream.out, b"line 4\n")
         assert sink.close()
-        assert lines(r, "sink-away") == [("out", "line 1", 1), ("out", "line 2", 2), ("out", "line 3", 3),
-                                         ("sys", "still going", 4), ("out", "line 4", 5)]
+        assert lines(r, "sink-away") == [
+            ("out", "line 1", 1),
+            ("out", "line 2", 2),
+            ("out", "line 3", 3),
+            ("sys", "still going", 4),
+            ("out", "line 4", 5),
+        ]
         assert sink.last_line == 5
     finally:
         r.close()
@@ -84,8 +88,15 @@ def test_a_superseded_attempt_writes_nothing_more_and_says_so(redis_url, tmp_pat
     raise_fence = r.register_script(FENCE_LUA)
     raise_fence(keys=[fence_key("sink-fenced")], args=["1", 60])
     told: list[bool] = []
-    sink = LogSink(r, "sink-fenced", output_bytes=1 << 20, line_bytes=1024, attempt=1, spool=tmp_path / "spool",
-                   on_superseded=lambda: told.append(True))
+    sink = LogSink(
+        r,
+        "sink-fenced",
+        output_bytes=1 << 20,
+        line_bytes=1024,
+        attempt=1,
+        spool=tmp_path / "spool",
+        on_superseded=lambda: told.append(True),
+    )
     sink.feed(LogStream.out, b"line 1\n")
     raise_fence(keys=[fence_key("sink-fenced")], args=["2", 60])  # the server gave the job to attempt 2
     raise_fence(keys=[fence_key("sink-fenced")], args=["1", 60])  # a late setter cannot lower it
@@ -127,9 +138,16 @@ def test_lines_wait_while_the_fence_is_lost_and_the_copy_makes_the_log_whole(red
     stream = [decode_entry(i, f) for i, f in r.xrange(stream_key("sink-flush"))]
     stored = merge(stream, read_copy(spool))
     texts = [(b.n, x) for b in stored for x in b.lines()]
-    assert [x for _, x in texts] == ["line 1", "line 2", "line 3", "line 4", "line 5", "line 6",
-                                     "lines 1–5 of this log were lost when Redis restarted; restored from the worker's copy",
-                                     "line 7"]
+    assert [x for _, x in texts] == [
+        "line 1",
+        "line 2",
+        "line 3",
+        "line 4",
+        "line 5",
+        "line 6",
+        "lines 1–5 of this log were lost when Redis restarted; restored from the worker's copy",
+        "line 7",
+    ]
     assert [n for n, _ in texts] == [1, 2, 3, 4, 5, 6, 7, 8]
     # a line the server numbered anew in the emptied stream collides with the copy: it goes after
     collided = merge([Batch(1, 0.0, "sys", 1, "Cancel requested by ta"), *stream], read_copy(spool))

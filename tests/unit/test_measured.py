@@ -122,8 +122,10 @@ def test_the_interval_is_a_95_percent_one_of_the_runs_mean():
 def test_the_gpus_state_is_kept_per_run_and_a_slowdown_flagged():
     state = {"sm_mhz": 1755, "mem_mhz": 2619, "temp_c": 41, "power_w": 160.2, "throttle": []}
     slowed = {**state, "throttle": ["hardware thermal slowdown"]}
-    runs = [MeasuredRun(exit_code=0, wall_seconds=0.5, report=FIXTURE.read_text(), predictions=LABELS,
-                        gpu={"before": state, "after": after}) for after in (state, slowed, state)]
+    runs = [
+        MeasuredRun(exit_code=0, wall_seconds=0.5, report=FIXTURE.read_text(), predictions=LABELS, gpu={"before": state, "after": after})
+        for after in (state, slowed, state)
+    ]
     m = summarize(runs, SPEC, 1, LABELS, None)
     assert len(m.gpu) == 3 and m.gpu[0]["after"]["sm_mhz"] == 1755
     assert "the GPU slowed down during timed run 2 (hardware thermal slowdown)" in m.flags

@@ -7,11 +7,16 @@ import pytest
 from raiprotocol.profile import ProfileError, read_profile_file, server_url
 
 
-@pytest.mark.parametrize("typed, url", [
-    ("127.0.0.1:8000", "http://127.0.0.1:8000"), ("localhost:8000/", "http://localhost:8000"),
-    ("rai.example.edu", "https://rai.example.edu"), ("http://10.0.0.5:8000", "http://10.0.0.5:8000"),
-    ("https://rai.example.edu/", "https://rai.example.edu"),
-])
+@pytest.mark.parametrize(
+    "typed, url",
+    [
+        ("127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("localhost:8000/", "http://localhost:8000"),
+        ("rai.example.edu", "https://rai.example.edu"),
+        ("http://10.0.0.5:8000", "http://10.0.0.5:8000"),
+        ("https://rai.example.edu/", "https://rai.example.edu"),
+    ],
+)
 def test_a_server_address_without_a_scheme_gets_one(typed, url):
     assert server_url(typed) == url
 

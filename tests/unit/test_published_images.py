@@ -32,8 +32,9 @@ class Image:
 
 def image(name: str, layers: int = 2, labels: dict | None = None, cmd: list[str] | None = None) -> Image:
     digest = "sha256:" + hashlib.sha256(f"{name}{layers}{labels}".encode()).hexdigest()
-    return Image(digest, [name], {"RootFS": {"Layers": [f"sha256:{i}" for i in range(layers)]},
-                                  "Config": {"Labels": labels or {}, "Cmd": cmd}})
+    return Image(
+        digest, [name], {"RootFS": {"Layers": [f"sha256:{i}" for i in range(layers)]}, "Config": {"Labels": labels or {}, "Cmd": cmd}}
+    )
 
 
 class Images:

@@ -16,8 +16,32 @@ LINE_LIMIT = 64 * 1024  # the worker's RAI_LINE_BYTES default: no stored line is
 HEADER = " Time (%)  Total Time (ns)  Instances  Name"
 
 # the pieces each pattern is built from: runs of them are where a backtracking engine explodes
-PIECES = [" ", "1", "1 ", "1.", ".", ",", ":", "1:", "(", ")", "(1, 1, 1)x(1, 1, 1)", "a", "a ", "Op Time:", "Op Time: 1",
-          "Correctness: 1", "Correctness:", " Model:", "user ", "system ", "elapsed ", "maxresident", "Duration ", "ns "]
+PIECES = [
+    " ",
+    "1",
+    "1 ",
+    "1.",
+    ".",
+    ",",
+    ":",
+    "1:",
+    "(",
+    ")",
+    "(1, 1, 1)x(1, 1, 1)",
+    "a",
+    "a ",
+    "Op Time:",
+    "Op Time: 1",
+    "Correctness: 1",
+    "Correctness:",
+    " Model:",
+    "user ",
+    "system ",
+    "elapsed ",
+    "maxresident",
+    "Duration ",
+    "ns ",
+]
 
 
 def adversarial_lines(rng: random.Random) -> list[str]:
@@ -35,7 +59,7 @@ def adversarial_lines(rng: random.Random) -> list[str]:
         piece = rng.choice(PIECES)
         mix = [rng.choice(PIECES) for _ in range(3)]
         body = piece * (LINE_LIMIT // len(piece))
-        lines.append((rng.choice(mix) + body)[:LINE_LIMIT - 1] + rng.choice(["", "x", " ", "\t"]))
+        lines.append((rng.choice(mix) + body)[: LINE_LIMIT - 1] + rng.choice(["", "x", " ", "\t"]))
     return lines
 
 
@@ -67,10 +91,15 @@ def test_a_whole_poisoned_log_parses_in_bounded_time():
     assert summary.model_dump_json()  # finite numbers only: the results are stored as JSON
 
 
-@pytest.mark.parametrize("text", [
-    "Op Time: 1e999", "Op Time: " + "9" * 400, "Correctness: 1" + "0" * 5000 + " Model: x",
-    "1.2.3user 0.1system 1:2:3:4elapsed 99%CPU (0avgtext+0avgdata " + "9" * 5000 + "maxresident)k",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Op Time: 1e999",
+        "Op Time: " + "9" * 400,
+        "Correctness: 1" + "0" * 5000 + " Model: x",
+        "1.2.3user 0.1system 1:2:3:4elapsed 99%CPU (0avgtext+0avgdata " + "9" * 5000 + "maxresident)k",
+    ],
+)
 def test_absurd_numbers_are_left_out_not_crashing(text):
     r = parse_text_lines([text])
     assert r.op_times == [] and r.correctness == {} and r.max_rss_kb is None
@@ -78,8 +107,13 @@ def test_absurd_numbers_are_left_out_not_crashing(text):
 
 
 def test_honest_lines_still_parse():
-    r = parse_text_lines(["Op Time: 0.25 ms", "Correctness: 0.8714 Model: ece408",
-                          "1.50user 0.20system 0:02.10elapsed 80%CPU (0avgtext+0avgdata 123456maxresident)k"])
+    r = parse_text_lines(
+        [
+            "Op Time: 0.25 ms",
+            "Correctness: 0.8714 Model: ece408",
+            "1.50user 0.20system 0:02.10elapsed 80%CPU (0avgtext+0avgdata 123456maxresident)k",
+        ]
+    )
     assert r.op_times == [0.25] and r.correctness == {"ece408": 0.8714}
     assert (r.elapsed_seconds, r.max_rss_kb) == (2.1, 123456)
 

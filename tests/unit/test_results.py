@@ -15,7 +15,7 @@ FIX = Path(__file__).parent.parent / "fixtures"
 def test_op_times_correctness_and_time_from_a_real_report():
     lines = (FIX / "seed_report_m3.txt").read_text().splitlines()
     start = next(i for i, l in enumerate(lines) if "Op Time: 0.074735" in l)
-    r = parse_text_lines(lines[start:start + 8])
+    r = parse_text_lines(lines[start : start + 8])
     assert r.op_times == [0.074735, 0.255830]
     assert r.op_time_total == 0.330565
     assert r.correctness == {"ece408": 0.88}
@@ -91,15 +91,19 @@ def test_skipping_unmarked_batches_changes_no_result():
 
     from raiserver.grading.results import relevant_lines
 
-    nsys = [" Time (%)  Total Time (ns)  Instances  Avg (ns)  Med (ns)  Min (ns)  Max (ns)  StdDev (ns)  Name",
-            " --------  ---------------  ---------  --------  --------  --------  --------  -----------  ----",
-            "     80.0          4000000          2   2000000   2000000   1000000   3000000      1414213  conv_forward_kernel(float *)",
-            "     20.0          1000000          1   1000000   1000000   1000000   1000000            0  prefn_marker_kernel()",
-            "", "later output 1 2 3 4"]
+    nsys = [
+        " Time (%)  Total Time (ns)  Instances  Avg (ns)  Med (ns)  Min (ns)  Max (ns)  StdDev (ns)  Name",
+        " --------  ---------------  ---------  --------  --------  --------  --------  -----------  ----",
+        "     80.0          4000000          2   2000000   2000000   1000000   3000000      1414213  conv_forward_kernel(float *)",
+        "     20.0          1000000          1   1000000   1000000   1000000   1000000            0  prefn_marker_kernel()",
+        "",
+        "later output 1 2 3 4",
+    ]
     for name in ("seed_report_m3.txt", "seed_report_nvprof.txt", "h100_submit_transcript.txt"):
         text = (FIX / name).read_text().splitlines() + nsys + [f"filler {i}" for i in range(200)]
-        full = [LogLine(n=0, t=0, s=LogStream.sys if t.startswith("✱ Running:") else LogStream.out,
-                        text=t.removeprefix("✱ ")) for t in text]
+        full = [
+            LogLine(n=0, t=0, s=LogStream.sys if t.startswith("✱ Running:") else LogStream.out, text=t.removeprefix("✱ ")) for t in text
+        ]
         want = parse_log(full)
         rng = random.Random(name)
         for _ in range(20):
@@ -110,8 +114,8 @@ def test_skipping_unmarked_batches_changes_no_result():
                     i += 1
                     continue
                 k = rng.randint(1, 12)
-                run = [l.text for l in full[i:i + k]]
-                run = run[:next((j for j, l in enumerate(full[i:i + k]) if l.s is LogStream.sys), len(run))]
+                run = [l.text for l in full[i : i + k]]
+                run = run[: next((j for j, l in enumerate(full[i : i + k]) if l.s is LogStream.sys), len(run))]
                 batches.append(("out", "\n".join(run)))
                 i += len(run)
             assert parse_log(relevant_lines(batches)) == want, name

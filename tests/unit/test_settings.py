@@ -47,7 +47,12 @@ def test_importing_the_worker_does_no_work(tmp_path):
     fake.write_text("#!/bin/sh\necho ran > " + str(tmp_path / "ran") + "\n")
     fake.chmod(0o755)
     code = "import raiworker.celery_app, raiworker.runner; print('ok')"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={"PATH": f"{tmp_path}:/usr/bin:/bin", "RAI_GPUS": "auto"})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin", "RAI_GPUS": "auto"},
+    )
     assert res.stdout.strip() == "ok", res.stderr
     assert not (tmp_path / "ran").exists()

@@ -39,8 +39,9 @@ class Server:
 
 
 def grant(max_build_bytes: int | None) -> ClaimGranted:
-    return ClaimGranted(job_id="J1", attempt=1, image="x", commands=[], gpu_count=0, archive_sha256="0" * 64,
-                        max_build_bytes=max_build_bytes)
+    return ClaimGranted(
+        job_id="J1", attempt=1, image="x", commands=[], gpu_count=0, archive_sha256="0" * 64, max_build_bytes=max_build_bytes
+    )
 
 
 @pytest.fixture

@@ -38,8 +38,13 @@ __global__ void unrolled(const float *in, float *out, int n, int K) {
 
 def docs() -> list[Doc]:
     copy = TILED.replace("acc", "mySum").replace("tile", "buffer").replace("row", "r").replace("    ", "  ")
-    return [Doc("alpha", "A", STARTER + TILED), Doc("beta", "B", STARTER + "// my own work\n" + copy),
-            Doc("gamma", "C", STARTER + UNROLLED), Doc("delta", "D", STARTER), Doc("eps", "E", STARTER)]
+    return [
+        Doc("alpha", "A", STARTER + TILED),
+        Doc("beta", "B", STARTER + "// my own work\n" + copy),
+        Doc("gamma", "C", STARTER + UNROLLED),
+        Doc("delta", "D", STARTER),
+        Doc("eps", "E", STARTER),
+    ]
 
 
 def test_a_disguised_copy_ranks_first_and_the_starter_never_matches():
@@ -59,6 +64,6 @@ def test_without_the_starter_the_untouched_copies_are_the_same():
 
 
 def test_the_highlighted_code_is_escaped():
-    code = 'int x = 1; // </pre><script>alert(1)</script>\nint y = 2;'
+    code = "int x = 1; // </pre><script>alert(1)</script>\nint y = 2;"
     html = str(highlight(code, [[0], [10]]))
     assert html.startswith("<mark>int x = 1;</mark>") and "<script>" not in html and "&lt;script&gt;" in html

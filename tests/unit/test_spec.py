@@ -82,27 +82,33 @@ def test_empty_file():
 
 def test_a_colon_in_an_unquoted_command_gets_a_hint():
     msgs = errors("rai:\n  image: x\ncommands:\n  build:\n    - echo note: this breaks\n")
-    assert msgs == ["rai_build.yml:5: commands.build, command 1 must be a string (YAML read it as a mapping because it contains ': '; "
-                    "put the whole command in quotes)"]
+    assert msgs == [
+        "rai_build.yml:5: commands.build, command 1 must be a string (YAML read it as a mapping because it contains ': '; "
+        "put the whole command in quotes)"
+    ]
 
 
-@pytest.mark.parametrize("command", ["""sh -c 'echo "m2.cu(12): error: bad"'""", "echo m2.cu(12): error: bad",
-                                     'echo "m2.cu(12): error: bad"'])
+@pytest.mark.parametrize(
+    "command", ["""sh -c 'echo "m2.cu(12): error: bad"'""", "echo m2.cu(12): error: bad", 'echo "m2.cu(12): error: bad"']
+)
 def test_a_colon_the_parser_trips_on_is_shown_with_its_column_and_the_line_to_write(command):
     """Issue 37: `- sh -c 'echo "m2.cu(12): error: …"'` gave 'malformed YAML: mapping values are not
     allowed in this context', saying neither where nor what to do."""
     head = "rai:\n  image: x\ncommands:\n  build:\n    - make\n"
     (msg,) = errors(f"{head}    - {command}\n")
     column = len("    - ") + command.index(": ") + 1
-    assert msg.startswith(f"rai_build.yml:6: malformed YAML at column {column}: a ': ' inside a value makes YAML read it as a key; "
-                          "put the whole value in quotes: - "), msg
+    assert msg.startswith(
+        f"rai_build.yml:6: malformed YAML at column {column}: a ': ' inside a value makes YAML read it as a key; "
+        "put the whole value in quotes: - "
+    ), msg
     suggested = msg.split("put the whole value in quotes: ")[1].split(" (inside")[0]
     assert parse_spec(f"{head}    {suggested}\n").commands.build == ["make", command]  # the line it gives works as is
 
 
 def test_limits_are_said_in_words():
     assert errors("rai:\n  image: x\nresources:\n  gpu:\n    count: 99\ncommands:\n  build: [echo]\n") == [
-        "rai_build.yml:5: resources.gpu.count must be at most 16"]
+        "rai_build.yml:5: resources.gpu.count must be at most 16"
+    ]
 
 
 def test_messages_are_in_words_and_count_from_one():
@@ -110,8 +116,13 @@ def test_messages_are_in_words_and_count_from_one():
     assert errors("rai:\n  image: x\ncommands:\n  build:\n    - echo ok\n    - false\n    - 5\n    -\n") == [
         "rai_build.yml:6: commands.build, command 2 was read as the boolean false; put it in quotes if it is meant as text",
         "rai_build.yml:7: commands.build, command 3 was read as the number 5; put it in quotes if it is meant as text",
-        "rai_build.yml:8: commands.build, command 4 is empty (nothing after the '- '); write the command or remove the line"]
-    for broken in ("rai:\n  image: x\n commands:\n  build: [a]\n", "rai:\n  image: x\ncommands:\n  build:\n    - a\n   - b\n",
-                   "rai:\n\timage: x\n", "rai:\n  image: x\ncommands:\n  build:\n    - [a\n"):
+        "rai_build.yml:8: commands.build, command 4 is empty (nothing after the '- '); write the command or remove the line",
+    ]
+    for broken in (
+        "rai:\n  image: x\n commands:\n  build: [a]\n",
+        "rai:\n  image: x\ncommands:\n  build:\n    - a\n   - b\n",
+        "rai:\n\timage: x\n",
+        "rai:\n  image: x\ncommands:\n  build:\n    - [a\n",
+    ):
         (msg,) = errors(broken)
         assert "malformed YAML" in msg and "<" not in msg, msg

@@ -42,6 +42,7 @@ def job_arch() -> str:
     machine = platform.machine().lower()
     return _ARCH.get(machine, machine)
 
+
 app = Celery("raiworker")
 _runtime: WorkerRuntime | None = None
 
@@ -109,8 +110,14 @@ class _Heartbeat(threading.Thread):
                 log.error("worker /metrics not served on %s:%s: %s", settings.metrics_addr, settings.metrics_port, exc)
 
     def gauges(self) -> dict[str, float]:
-        return {"slots": self.rt.slots, "busy_slots": self.busy, "gpus": len(self.rt.gpus), "heartbeat_failures": self.failures,
-                "images": len(self.images or []), "image_pulls": sum(v == "pulling" for v in self.pulls().values())}
+        return {
+            "slots": self.rt.slots,
+            "busy_slots": self.busy,
+            "gpus": len(self.rt.gpus),
+            "heartbeat_failures": self.failures,
+            "images": len(self.images or []),
+            "image_pulls": sum(v == "pulling" for v in self.pulls().values()),
+        }
 
     def pulls(self) -> dict[str, str]:
         return dict(self.puller.status) if self.puller else {}
@@ -129,8 +136,11 @@ class _Heartbeat(threading.Thread):
                 continue
             if quiet > settings.worker_dead_after and marker.name not in self.orphans:
                 if executor_class(settings.executor).stop_orphan(settings, marker.name):
-                    log.warning("job %s: its run renewed no lease for %.0f s (its process paused or stuck); "
-                                "its container was stopped", marker.name, quiet)
+                    log.warning(
+                        "job %s: its run renewed no lease for %.0f s (its process paused or stuck); its container was stopped",
+                        marker.name,
+                        quiet,
+                    )
                 self.orphans.add(marker.name)
             elif quiet <= settings.worker_dead_after:
                 self.orphans.discard(marker.name)
@@ -147,11 +157,21 @@ class _Heartbeat(threading.Thread):
         self.busy = len(running)
         if self.docker is not None:
             self.images = offered_images(self.docker, settings)
-        reply = self.client.heartbeat(Heartbeat(
-            name=settings.worker_name, queues=settings.queues, executor=settings.executor, slots=rt.slots,
-            busy=len(running), gpus=self.gpus_now(), running=running, version=__version__, images=self.images, pulls=self.pulls(),
-            arch=job_arch(),
-        ))
+        reply = self.client.heartbeat(
+            Heartbeat(
+                name=settings.worker_name,
+                queues=settings.queues,
+                executor=settings.executor,
+                slots=rt.slots,
+                busy=len(running),
+                gpus=self.gpus_now(),
+                running=running,
+                version=__version__,
+                images=self.images,
+                pulls=self.pulls(),
+                arch=job_arch(),
+            )
+        )
         if self.puller is not None and reply.pull:
             self.puller.want(reply.pull)
 

@@ -72,13 +72,22 @@ def run(
     if helper is None:
         typer.echo("raiworker: warning: no pty helper (no C compiler?); job output will not be on a terminal", err=True)
     gpus = ", ".join(f"{g.index}:{g.name}" for g in rt.gpus) or "none"
-    typer.echo(f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queues} "
-               f"slots={rt.slots} gpus={gpus} server={settings.server_url}")
-    celery.worker_main([
-        "worker", f"--loglevel={loglevel}", f"--queues={','.join(settings.queues)}",
-        f"--concurrency={rt.slots}", f"--hostname={settings.worker_name}@%h", "--without-gossip", "--without-mingle",
-        "--pool=prefork",
-    ])
+    typer.echo(
+        f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queues} "
+        f"slots={rt.slots} gpus={gpus} server={settings.server_url}"
+    )
+    celery.worker_main(
+        [
+            "worker",
+            f"--loglevel={loglevel}",
+            f"--queues={','.join(settings.queues)}",
+            f"--concurrency={rt.slots}",
+            f"--hostname={settings.worker_name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--pool=prefork",
+        ]
+    )
 
 
 def _images_settings() -> WorkerSettings:  # the work folder and RAI_WORKER_IMAGES, as `raiworker run` reads them
@@ -90,8 +99,10 @@ def _images_settings() -> WorkerSettings:  # the work folder and RAI_WORKER_IMAG
 
 
 @app.command()
-def publish(images: list[str] = typer.Argument(..., help="image names (or ids) on this host"),
-            withdraw: bool = typer.Option(False, "--withdraw", help="offer these images no more")) -> None:
+def publish(
+    images: list[str] = typer.Argument(..., help="image names (or ids) on this host"),
+    withdraw: bool = typer.Option(False, "--withdraw", help="offer these images no more"),
+) -> None:
     """Offer images on this host to jobs (the operator's word; recorded by image id in RAI_WORK_DIR,
     so an image built FROM one, or a later retag of its name, is not offered). A running worker
     sees the change at its next heartbeat."""
@@ -106,8 +117,9 @@ def publish(images: list[str] = typer.Argument(..., help="image names (or ids) o
     for ref in images:
         if withdraw:
             gone = withdraw_one(client, settings.work_dir, ref)
-            typer.echo(f"withdrew {ref} ({', '.join(i.removeprefix('sha256:')[:12] for i in gone)})" if gone
-                       else f"{ref} was not published here")
+            typer.echo(
+                f"withdrew {ref} ({', '.join(i.removeprefix('sha256:')[:12] for i in gone)})" if gone else f"{ref} was not published here"
+            )
             continue
         try:
             image_id, names = publish_one(client, settings.work_dir, ref, "published by the operator (raiworker publish)")

@@ -16,7 +16,7 @@ from .workdir import own_name
 
 
 def _pairs(value: Any) -> Any:
-    """"KEY=VALUE,KEY2=VALUE2" as a dict."""
+    """ "KEY=VALUE,KEY2=VALUE2" as a dict."""
     if isinstance(value, str):
         pairs = (item.split("=", 1) for item in value.split(",") if "=" in item)
         return {k.strip(): v.strip() for k, v in pairs}
@@ -27,7 +27,7 @@ MAX_JOBS_PER_GPU = 16
 
 
 def _per_queue(value: Any) -> Any:
-    """"4" (every queue) or "dev=4,gpu=2" (per queue; "*" for the rest) as {queue: jobs per GPU}."""
+    """ "4" (every queue) or "dev=4,gpu=2" (per queue; "*" for the rest) as {queue: jobs per GPU}."""
     if isinstance(value, int):
         return {"*": value}
     if isinstance(value, str):
@@ -61,6 +61,7 @@ class WorkerSettings(SharedSettings):
         if value not in EXECUTORS:
             raise ValueError(f"unknown executor {value!r}; one of: {', '.join(EXECUTORS)}")
         return value
+
     slots: int = 0  # 0: one per GPU share (RAI_JOBS_PER_GPU), or 1 without GPUs
     # jobs that may share one GPU at once (time-sliced): "4" for every queue, or "dev=4,*=1" per
     # queue; default 1 (a GPU per job). Ranked runs always have the host and its GPUs alone.
@@ -82,6 +83,7 @@ class WorkerSettings(SharedSettings):
     def per_gpu(self) -> int:
         """The most jobs any queue lets share one GPU: the number of shares each GPU is cut in."""
         return max([self.share_for(q) for q in self.queues] + [1])
+
     gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"
     work_dir: Path = Path("/var/lib/rai-worker")
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 PARAMS = Path("/proc/driver/nvidia/params")
 REFUSED = "ERR_NVGPUCTRPERM"  # what ncu (and Nsight's other tools) print when the driver refuses
-FIX = ("the operator can allow them with the driver option NVreg_RestrictProfilingToAdminUsers=0 "
-       "(README, 'GPU profiling counters')")
+FIX = "the operator can allow them with the driver option NVreg_RestrictProfilingToAdminUsers=0 (README, 'GPU profiling counters')"
 
 
 def restricted(params: Path = PARAMS) -> bool | None:
@@ -42,5 +41,7 @@ def startup_line(params: Path = PARAMS) -> str | None:
 
 def refused_line(worker: str) -> str:
     """For a job's log, once, when its profiler was refused the counters."""
-    return (f"The profiler could not read the GPU's performance counters: worker {worker} restricts them to "
-            f"administrators, and jobs run without privileges. The rest of the job is not affected; {FIX}.")
+    return (
+        f"The profiler could not read the GPU's performance counters: worker {worker} restricts them to "
+        f"administrators, and jobs run without privileges. The rest of the job is not affected; {FIX}."
+    )

@@ -32,8 +32,10 @@ from .errors import ExecutorUnavailable
 LIB_DIR, BIN_DIR = "/usr/local/nvidia/lib64", "/usr/local/nvidia/bin"
 # the driver's user-space parts a CUDA program, nvidia-smi and the profilers use (as the NVIDIA
 # container toolkit lists them for the compute and utility capabilities)
-DRIVER_LIBS = re.compile(r"^lib(cuda|cudadebugger|nvidia-(ml|ptxjitcompiler|nvvm|gpucomp|cfg|opencl|allocator|pkcs11|"
-                         r"fatbinaryloader|compiler|encode|opticalflow)|nvcuvid)\.so")
+DRIVER_LIBS = re.compile(
+    r"^lib(cuda|cudadebugger|nvidia-(ml|ptxjitcompiler|nvvm|gpucomp|cfg|opencl|allocator|pkcs11|"
+    r"fatbinaryloader|compiler|encode|opticalflow)|nvcuvid)\.so"
+)
 DRIVER_TOOLS = ("nvidia-smi", "nvidia-debugdump")
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 
@@ -75,18 +77,27 @@ def detect(setting: str, driver_paths: list[str], engine_runtimes: dict[str, Any
         return GpuAccess("none", "no GPU on this host")
     has_runtime = "nvidia" in (engine_runtimes or {})
     if setting == "runtime" or (setting == "auto" and has_runtime):
-        why = "the engine has the NVIDIA container runtime" if has_runtime else "RAI_GPU_ACCESS=runtime (the engine lists no nvidia runtime)"
+        why = (
+            "the engine has the NVIDIA container runtime" if has_runtime else "RAI_GPU_ACCESS=runtime (the engine lists no nvidia runtime)"
+        )
         return GpuAccess("runtime", why)
     missing = [n for n in CONTROL_NODES[:2] if not os.path.exists(n)]
     if missing:
         return GpuAccess("none", f"no NVIDIA container runtime, and no {' or '.join(missing)} on this host")
     files = driver_files(driver_paths)
     if not any(Path(inside).name.startswith("libcuda.so") for _, inside in files):
-        return GpuAccess("none", "no NVIDIA container runtime, and the driver's libcuda.so was not found "
-                                 "(ldconfig -p lists none; name its folder in RAI_DRIVER_PATHS)")
+        return GpuAccess(
+            "none",
+            "no NVIDIA container runtime, and the driver's libcuda.so was not found "
+            "(ldconfig -p lists none; name its folder in RAI_DRIVER_PATHS)",
+        )
     where = sorted({str(Path(host).parent) for host, _ in files})
-    return GpuAccess("devices", f"no NVIDIA container runtime: device nodes and {len(files)} driver files from "
-                                f"{', '.join(where)} mounted read-only", files, gpu_minors(gpu_indexes))
+    return GpuAccess(
+        "devices",
+        f"no NVIDIA container runtime: device nodes and {len(files)} driver files from {', '.join(where)} mounted read-only",
+        files,
+        gpu_minors(gpu_indexes),
+    )
 
 
 def driver_files(named: list[str]) -> list[tuple[str, str]]:
@@ -106,8 +117,9 @@ def driver_files(named: list[str]) -> list[tuple[str, str]]:
             libs.setdefault(path.name, os.path.realpath(path))
         elif path.name in DRIVER_TOOLS and path.exists():
             tools.setdefault(path.name, os.path.realpath(path))
-    return ([(host, f"{LIB_DIR}/{name}") for name, host in sorted(libs.items())]
-            + [(host, f"{BIN_DIR}/{name}") for name, host in sorted(tools.items())])
+    return [(host, f"{LIB_DIR}/{name}") for name, host in sorted(libs.items())] + [
+        (host, f"{BIN_DIR}/{name}") for name, host in sorted(tools.items())
+    ]
 
 
 def _nvidia_bin(tool: str) -> str | None:
@@ -134,8 +146,9 @@ def gpu_minors(indexes: list[int]) -> dict[str, int]:
     /proc files by PCI bus id; the index itself where that cannot be read."""
     minors = {str(i): i for i in indexes}
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"], capture_output=True, text=True, timeout=20, check=True
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return minors
     for row in out.strip().splitlines():

@@ -31,7 +31,10 @@ def discover(spec: str) -> list[GpuInfo]:
         try:
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=20, check=True,
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
             ).stdout
             for row in out.strip().splitlines():
                 idx, name, mem = (p.strip() for p in row.split(","))
@@ -87,8 +90,9 @@ def occupancy(lock_dir: Path, gpus: list[GpuInfo], per_gpu: int) -> dict[int, in
 
 
 @contextmanager
-def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0, per_gpu: int = 1,
-              share: int = 1) -> Iterator[list[str]]:
+def hold_gpus(
+    lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0, per_gpu: int = 1, share: int = 1
+) -> Iterator[list[str]]:
     """Yield ``count`` GPU ids held by this process until the block ends.
 
     A GPU is cut in ``per_gpu`` shares (``RAI_JOBS_PER_GPU``'s largest value on this worker); a

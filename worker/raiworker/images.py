@@ -52,6 +52,7 @@ OLD_PULLED_FILE = "rai-images"  # an earlier release's list of names pulled thro
 NAMED = "named in RAI_WORKER_IMAGES"  # the reason of the entries the worker's start writes
 BUSYBOX_WHY = "rai's own busybox image (one layer, imported by rai)"
 
+
 def _busybox_rootfs(busybox: Path) -> bytes:
     buf = io.BytesIO()
     now = time.time()
@@ -87,8 +88,11 @@ def is_rai_busybox(image: Any) -> bool:
     single layer, so no image built FROM it (which adds layers) passes for it."""
     attrs = image.attrs or {}
     config = attrs.get("Config") or {}
-    return (len((attrs.get("RootFS") or {}).get("Layers") or []) == 1 and config.get("Cmd") == ["/bin/sh"]
-            and (config.get("Labels") or {}).get(COURSE_LABEL) == "true")
+    return (
+        len((attrs.get("RootFS") or {}).get("Layers") or []) == 1
+        and config.get("Cmd") == ["/bin/sh"]
+        and (config.get("Labels") or {}).get(COURSE_LABEL) == "true"
+    )
 
 
 def ensure_busybox_image(client: docker.DockerClient, tag: str = BUSYBOX_TAG, work_dir: Path | None = None) -> bool:
@@ -103,14 +107,19 @@ def ensure_busybox_image(client: docker.DockerClient, tag: str = BUSYBOX_TAG, wo
         if not found:
             return False
         repo, _, version = tag.partition(":")
-        client.api.import_image_from_data(_busybox_rootfs(Path(found)), repository=repo, tag=version or "latest",
-                                          changes=['CMD ["/bin/sh"]', f'LABEL {COURSE_LABEL}="true"'])
+        client.api.import_image_from_data(
+            _busybox_rootfs(Path(found)),
+            repository=repo,
+            tag=version or "latest",
+            changes=['CMD ["/bin/sh"]', f'LABEL {COURSE_LABEL}="true"'],
+        )
     if work_dir is not None:
         publish(client, work_dir, tag, BUSYBOX_WHY)
     return True
 
 
 # -- what this worker offers -------------------------------------------------------------------------
+
 
 @contextmanager
 def _record(work_dir: Path) -> Iterator[dict[str, dict]]:
@@ -136,11 +145,13 @@ def published(work_dir: Path) -> dict[str, dict]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:  # nothing is offered rather than a guess
-        log.error("%s cannot be read (%s): no image is offered until it is mended or removed",
-                  work_dir / PUBLISHED_FILE, exc)
+        log.error("%s cannot be read (%s): no image is offered until it is mended or removed", work_dir / PUBLISHED_FILE, exc)
         return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and k.startswith("sha256:") and isinstance(v, dict)} \
-        if isinstance(data, dict) else {}
+    return (
+        {k: v for k, v in data.items() if isinstance(k, str) and k.startswith("sha256:") and isinstance(v, dict)}
+        if isinstance(data, dict)
+        else {}
+    )
 
 
 def _names(image: Any) -> list[str]:
@@ -157,8 +168,11 @@ def publish(client: docker.DockerClient, work_dir: Path, ref: str, why: str) -> 
 def publish_image(work_dir: Path, image: Any, why: str, ref: str = "") -> None:
     """Offer this image (a docker Image) by its id."""
     with _record(work_dir) as entries:
-        entries[image.id] = {"names": _names(image) or ([normalize_image(ref)] if ref else []), "why": why,
-                             "at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        entries[image.id] = {
+            "names": _names(image) or ([normalize_image(ref)] if ref else []),
+            "why": why,
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
 
 
 def withdraw(client: docker.DockerClient | None, work_dir: Path, ref: str) -> list[str]:
@@ -169,8 +183,11 @@ def withdraw(client: docker.DockerClient | None, work_dir: Path, ref: str) -> li
         with suppress(docker.errors.ImageNotFound):
             want.add(client.images.get(ref).id)
     with _record(work_dir) as entries:
-        gone = [i for i, e in entries.items()
-                if i in want or any(i.startswith(w) for w in want if w.startswith("sha256:")) or set(e.get("names") or []) & want]
+        gone = [
+            i
+            for i, e in entries.items()
+            if i in want or any(i.startswith(w) for w in want if w.startswith("sha256:")) or set(e.get("names") or []) & want
+        ]
         for i in gone:
             del entries[i]
     return gone
@@ -190,8 +207,10 @@ def prepare_images(client: docker.DockerClient, settings: WorkerSettings) -> lis
         try:
             publish(client, work_dir, name, NAMED)
         except docker.errors.ImageNotFound:
-            lines.append(f"RAI_WORKER_IMAGES names {name}, which is not on this host: it is not offered "
-                         "(pull it through rai, or load it and run: raiworker publish NAME)")
+            lines.append(
+                f"RAI_WORKER_IMAGES names {name}, which is not on this host: it is not offered "
+                "(pull it through rai, or load it and run: raiworker publish NAME)"
+            )
     try:
         if is_rai_busybox(client.images.get(BUSYBOX_TAG)):
             publish(client, work_dir, BUSYBOX_TAG, BUSYBOX_WHY)

@@ -46,8 +46,9 @@ MIN_UPLOAD_SECONDS = 30.0
 class JobRun:
     """One delivery of a job, from its claim (``claim``) to its tidying (``run`` does the rest)."""
 
-    def __init__(self, settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis,
-                 grant: ClaimGranted, claimed_at: float) -> None:
+    def __init__(
+        self, settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis, grant: ClaimGranted, claimed_at: float
+    ) -> None:
         self.settings, self.gpus, self.server, self.redis, self.grant = settings, gpus, server, r, grant
         self.job_id, self.attempt = grant.job_id, grant.attempt  # a run taking over a lost one has an attempt of its own
         self.claimed_at = claimed_at
@@ -62,8 +63,16 @@ class JobRun:
         self.lease = Lease(settings, self.job_id, self.attempt, threading.Event(), self.marker)
         self.spool = jobs_dir(settings.work_dir) / f"{self.job_id}.{self.attempt}.log.jsonl"
         self.spool.parent.mkdir(parents=True, exist_ok=True)
-        self.sink = LogSink(r, self.job_id, settings.output_bytes, settings.line_bytes, settings.output_lines,
-                            attempt=self.attempt, spool=self.spool, on_superseded=self.lease.supersede)
+        self.sink = LogSink(
+            r,
+            self.job_id,
+            settings.output_bytes,
+            settings.line_bytes,
+            settings.output_lines,
+            attempt=self.attempt,
+            spool=self.spool,
+            on_superseded=self.lease.supersede,
+        )
         self.executor: Executor | None = None
         self.phases: list[Phase] = []  # when each step happened, for the job's timeline
         self.measured: list[MeasuredRun] = []  # a ranked job's timed runs
@@ -71,8 +80,9 @@ class JobRun:
         self.build_uploaded = False
 
     @classmethod
-    def claim(cls, settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis,
-              job_id: str, attempt: int) -> JobRun | None:
+    def claim(
+        cls, settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis, job_id: str, attempt: int
+    ) -> JobRun | None:
         """Claim the delivery from the server: its run, or None when the server refused it (the job
         ended, another attempt holds it)."""
         claimed_at = time.monotonic()
@@ -137,12 +147,16 @@ class JobRun:
         """The run's end as the server hears it: nothing for a superseded run, a requeue for one
         that lost its lease, else its outcome."""
         if self.lease.reason == SUPERSEDED or self.sink.superseded:
-            log.warning("job %s: attempt %d was superseded; its run is stopped and nothing more of it is reported",
-                        self.job_id, self.attempt)
+            log.warning(
+                "job %s: attempt %d was superseded; its run is stopped and nothing more of it is reported", self.job_id, self.attempt
+            )
             return "superseded"
         if self.lease.reason == LOST:
-            self.outcome = Outcome(JobState.queued, message=f"worker {self.settings.worker_name} could not reach the server for "
-                                                            f"{self.settings.worker_dead_after:g} s and stopped the run; the job runs again")
+            self.outcome = Outcome(
+                JobState.queued,
+                message=f"worker {self.settings.worker_name} could not reach the server for "
+                f"{self.settings.worker_dead_after:g} s and stopped the run; the job runs again",
+            )
             self.sink.system(self.outcome.message or "")
         if not self.build_uploaded and self.outcome.state is JobState.succeeded:
             self.outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
@@ -173,18 +187,25 @@ class JobRun:
             locks = locks_dir(self.settings.work_dir)
             per_gpu = self.settings.per_gpu
             share = 1 if self.grant.exclusive else self.settings.share_for(self.grant.queue)  # ranked runs: the GPU alone
-            with host_share(locks, self.grant.exclusive), \
-                    hold_gpus(locks, self.gpus, self.grant.gpu_count, per_gpu=per_gpu, share=share) as gpu_ids, \
-                    ShareWatch(locks, self.gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared:
+            with (
+                host_share(locks, self.grant.exclusive),
+                hold_gpus(locks, self.gpus, self.grant.gpu_count, per_gpu=per_gpu, share=share) as gpu_ids,
+                ShareWatch(locks, self.gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared,
+            ):
                 if gpu_ids and share > 1:
-                    self.sink.system(f"GPU {', '.join(gpu_ids)} is shared: up to {share} jobs run on it at once "
-                                     f"({shared.most} other(s) now); times this run prints are not those of a GPU alone")
+                    self.sink.system(
+                        f"GPU {', '.join(gpu_ids)} is shared: up to {share} jobs run on it at once "
+                        f"({shared.most} other(s) now); times this run prints are not those of a GPU alone"
+                    )
                 outcome = self.run_commands(executor, self.context(gpu_ids), cancel)
                 if gpu_ids:
                     outcome.gpu_shared_with = max(shared.most, shared.others())
                     if share > 1:
-                        self.sink.system(f"This run shared its GPU with up to {outcome.gpu_shared_with} other job(s)"
-                                         if outcome.gpu_shared_with else "This run had its GPU alone after all")
+                        self.sink.system(
+                            f"This run shared its GPU with up to {outcome.gpu_shared_with} other job(s)"
+                            if outcome.gpu_shared_with
+                            else "This run had its GPU alone after all"
+                        )
                 return outcome
         finally:
             done.set()
@@ -272,10 +293,19 @@ class JobRun:
         try:
             if sink.first_output is not None:
                 self.phases.append(Phase(name="first line", at=sink.first_output))
-            self.server.update(self.job_id, JobUpdate(attempt=self.attempt, state=outcome.state, exit_code=outcome.exit_code,
-                                                      failed_command=outcome.failed_command, message=outcome.message,
-                                                      phases=self.phases, measured=self.measured if self.grant.timed else None,
-                                                      gpu_shared_with=outcome.gpu_shared_with))
+            self.server.update(
+                self.job_id,
+                JobUpdate(
+                    attempt=self.attempt,
+                    state=outcome.state,
+                    exit_code=outcome.exit_code,
+                    failed_command=outcome.failed_command,
+                    message=outcome.message,
+                    phases=self.phases,
+                    measured=self.measured if self.grant.timed else None,
+                    gpu_shared_with=outcome.gpu_shared_with,
+                ),
+            )
         except Refused as exc:
             log.warning("final state of %s refused: %s", self.job_id, exc)
 
@@ -290,8 +320,9 @@ def _watch_cancel(r: redis.Redis, job_id: str, cancel: threading.Event, done: th
             pass
 
 
-def _ship_build(settings: WorkerSettings, server: ServerClient, grant: ClaimGranted, build: Path, sink: LogSink,
-                deadline: float) -> tuple[bool, str | None]:
+def _ship_build(
+    settings: WorkerSettings, server: ServerClient, grant: ClaimGranted, build: Path, sink: LogSink, deadline: float
+) -> tuple[bool, str | None]:
     """Pack and upload the build folder: (uploaded, why it was refused: the student's, over a limit).
 
     Whatever the job left there, this ends by ``deadline`` (a slow upload: a little later, see
@@ -321,12 +352,21 @@ def _ship_build(settings: WorkerSettings, server: ServerClient, grant: ClaimGran
         return False, None
     packed = tarball.stat().st_size
     if grant.max_build_bytes is not None and packed > grant.max_build_bytes:  # tar's headers on top of the files
-        return refuse(f"packed, it is {packed // 1024**2} MiB, more than the server stores "
-                      f"({grant.max_build_bytes // 1024**2} MiB, RAI_MAX_BUILD_BYTES)")
+        return refuse(
+            f"packed, it is {packed // 1024**2} MiB, more than the server stores "
+            f"({grant.max_build_bytes // 1024**2} MiB, RAI_MAX_BUILD_BYTES)"
+        )
     try:
-        server.upload_build(job_id, attempt, tarball, seconds=max(deadline - time.monotonic(), MIN_UPLOAD_SECONDS),
-                            on_wait=lambda why: sink.system(f"The server cannot store the build folder yet: {why}; "
-                                                            f"the worker keeps it and retries for up to {settings.trouble_seconds / 60:.0f} minutes"))
+        server.upload_build(
+            job_id,
+            attempt,
+            tarball,
+            seconds=max(deadline - time.monotonic(), MIN_UPLOAD_SECONDS),
+            on_wait=lambda why: sink.system(
+                f"The server cannot store the build folder yet: {why}; "
+                f"the worker keeps it and retries for up to {settings.trouble_seconds / 60:.0f} minutes"
+            ),
+        )
     except BuildTooLarge as exc:  # a server whose limit the claim did not carry, or a smaller one since
         return refuse(f"the server refused it: {exc}")
     except UploadTooSlow as exc:

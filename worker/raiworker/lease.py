@@ -43,8 +43,11 @@ class Lease(threading.Thread):
         self.reporting = False  # the run's end is being reported: a refusal now is that end, not a superseding
         self._done = threading.Event()
         wait = max(min(settings.heartbeat_seconds, 3.0), 0.5)  # a renewal never blocks past the lease
-        self.http = httpx.Client(base_url=settings.server_url.rstrip("/"), timeout=httpx.Timeout(wait, connect=wait),
-                                 headers={"Authorization": f"Bearer {settings.worker_token}"})
+        self.http = httpx.Client(
+            base_url=settings.server_url.rstrip("/"),
+            timeout=httpx.Timeout(wait, connect=wait),
+            headers={"Authorization": f"Bearer {settings.worker_token}"},
+        )
         self.redis = redis.Redis.from_url(settings.redis_url, socket_timeout=wait, socket_connect_timeout=wait)
         self._renew = self.redis.register_script(RENEW_LUA)
         self.last_ok = time.monotonic()  # the claim was just granted
@@ -58,8 +61,12 @@ class Lease(threading.Thread):
             return
         if self.reason is None:
             self.reason = reason
-            log.warning("job %s (attempt %d): %s; stopping the run", self.job_id, self.attempt,
-                        "superseded" if reason == SUPERSEDED else "lease lost")
+            log.warning(
+                "job %s (attempt %d): %s; stopping the run",
+                self.job_id,
+                self.attempt,
+                "superseded" if reason == SUPERSEDED else "lease lost",
+            )
         self.stop_run.set()
 
     def close(self) -> None:
@@ -97,8 +104,9 @@ class Lease(threading.Thread):
         except redis.RedisError:
             pass
         try:
-            resp = self.http.post(f"/api/v1/worker/jobs/{self.job_id}/lease",
-                                  json=Claim(worker=self.settings.worker_name, attempt=self.attempt).model_dump())
+            resp = self.http.post(
+                f"/api/v1/worker/jobs/{self.job_id}/lease", json=Claim(worker=self.settings.worker_name, attempt=self.attempt).model_dump()
+            )
             if resp.status_code in (404, 409, 410):
                 self.supersede()
                 return False

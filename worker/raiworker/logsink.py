@@ -48,7 +48,7 @@ def size_in_words(n: int) -> str:
 def fold_cr(line: bytes) -> bytes:
     """What a terminal shows of a line rewritten with ``\\r`` (a progress bar): its last version."""
     line = line.rstrip(b"\r")
-    return line[line.rfind(b"\r") + 1:]
+    return line[line.rfind(b"\r") + 1 :]
 
 
 @dataclass(slots=True)
@@ -61,9 +61,18 @@ class _Pending:
 
 
 class LogSink:
-    def __init__(self, r: redis.Redis, job_id: str, output_bytes: int, line_bytes: int, output_lines: int = 2_500_000,
-                 progress_seconds: float = 10.0, attempt: int | None = None, spool: Path | None = None,
-                 on_superseded: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        r: redis.Redis,
+        job_id: str,
+        output_bytes: int,
+        line_bytes: int,
+        output_lines: int = 2_500_000,
+        progress_seconds: float = 10.0,
+        attempt: int | None = None,
+        spool: Path | None = None,
+        on_superseded: Callable[[], None] = lambda: None,
+    ):
         self.redis = r
         self.key = stream_key(job_id)
         self.fence = (fence_key(job_id), attempt) if attempt is not None else None
@@ -137,8 +146,8 @@ class LogSink:
                 self._shown[stream] = now
                 self._emit(stream, [fold_cr(bytes(buf))])
         while len(buf) > self.line_bytes and not self.truncated:
-            piece = bytes(buf[:self.line_bytes])
-            del buf[:self.line_bytes]
+            piece = bytes(buf[: self.line_bytes])
+            del buf[: self.line_bytes]
             self._emit(stream, [piece])
 
     def _emit(self, stream: LogStream, parts: list[bytes]) -> None:
@@ -147,7 +156,7 @@ class LogSink:
         if any(b"\r" in p for p in parts):
             parts = [fold_cr(p) if b"\r" in p else p for p in parts]
         if max(map(len, parts)) > self.line_bytes:
-            parts = [p[i:i + self.line_bytes] for p in parts for i in range(0, max(len(p), 1), self.line_bytes)]
+            parts = [p[i : i + self.line_bytes] for p in parts for i in range(0, max(len(p), 1), self.line_bytes)]
         size = sum(map(len, parts)) + len(parts)
         if self.written + size > self.output_bytes or self.lines + len(parts) > self.output_lines:
             fit, room = 0, self.output_bytes - self.written
@@ -200,8 +209,17 @@ class LogSink:
                 self._dropped = 0
             while self._pending and not self.superseded:
                 b = self._pending[0]
-                keys, args = append_call(self.key, b.stream, b.t, b.text, b.count, floor=self.last_line, batch_id=b.batch_id,
-                                         again=self._unsure, fence=self.fence)  # again: its last try may have been written
+                keys, args = append_call(
+                    self.key,
+                    b.stream,
+                    b.t,
+                    b.text,
+                    b.count,
+                    floor=self.last_line,
+                    batch_id=b.batch_id,
+                    again=self._unsure,
+                    fence=self.fence,
+                )  # again: its last try may have been written
                 self._unsure = True
                 n, had = self._append(keys=keys, args=args)
                 self._unsure = False

@@ -39,8 +39,9 @@ class _Counters:
         from prometheus_client import Counter, Histogram
 
         self.jobs = Counter("rai_worker_jobs_total", "Jobs this worker ran to an end, by final state", ["state"])
-        self.run_seconds = Histogram("rai_worker_job_seconds", "From claim to reported end",
-                                     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, float("inf")))
+        self.run_seconds = Histogram(
+            "rai_worker_job_seconds", "From claim to reported end", buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, float("inf"))
+        )
         self.log_lines = Counter("rai_worker_log_lines_total", "Output lines shipped to Redis")
 
 

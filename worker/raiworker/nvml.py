@@ -23,13 +23,23 @@ log = logging.getLogger("raiworker")
 
 _SM, _MEM = 0, 2  # nvmlClockType_t: NVML_CLOCK_SM, NVML_CLOCK_MEM
 # nvmlClocksEventReasons (throttle reasons) that slow a run down, by bit
-SLOWDOWNS = {0x2: "applications clocks setting", 0x4: "software power cap", 0x8: "hardware slowdown",
-             0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+SLOWDOWNS = {
+    0x2: "applications clocks setting",
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+}
 
 
 class _Process(ctypes.Structure):  # nvmlProcessInfo_t (v2/v3 layout)
-    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
-                ("computeInstanceId", ctypes.c_uint)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
 
 
 class Nvml:

@@ -45,9 +45,15 @@ def recover(settings: WorkerSettings) -> list[str]:
             lost.append(marker.name)
             if attempt:
                 try:
-                    server.update(marker.name, JobUpdate(attempt=attempt, state=JobState.queued,
-                                                         message=f"Worker {settings.worker_name} restarted: the run it held was lost"),
-                                  retry_for=5.0)
+                    server.update(
+                        marker.name,
+                        JobUpdate(
+                            attempt=attempt,
+                            state=JobState.queued,
+                            message=f"Worker {settings.worker_name} restarted: the run it held was lost",
+                        ),
+                        retry_for=5.0,
+                    )
                 except (Refused, ServerUnreachable) as exc:  # over already, or the server is away
                     log.info("lost job %s not reported at start: %s", marker.name, exc)
     finally:

@@ -39,8 +39,9 @@ class ServerClient:
     def close(self) -> None:
         self.http.close()
 
-    def _call(self, method: str, url: str, retry_for: float = 120.0, on_wait: Callable[[str], None] | None = None,
-              **kw: Any) -> httpx.Response:
+    def _call(
+        self, method: str, url: str, retry_for: float = 120.0, on_wait: Callable[[str], None] | None = None, **kw: Any
+    ) -> httpx.Response:
         """The request, retried while the server is away (``retry_for``) and, for longer
         (``trouble_seconds``), while it answers that its storage is failing or it is busy (507, 503
         with Retry-After): ``on_wait`` hears the server's reason once, for the job's log."""
@@ -98,18 +99,21 @@ class ServerClient:
         return dest
 
     def claim(self, job_id: str, attempt: int) -> ClaimGranted:
-        resp = self._call("POST", f"/api/v1/worker/jobs/{job_id}/claim",
-                          json=Claim(worker=self.settings.worker_name, attempt=attempt).model_dump())
+        resp = self._call(
+            "POST", f"/api/v1/worker/jobs/{job_id}/claim", json=Claim(worker=self.settings.worker_name, attempt=attempt).model_dump()
+        )
         return ClaimGranted.model_validate(resp.json())
 
     def fetch_archive(self, job_id: str, dest: Path) -> Path:
         return self._download(f"/api/v1/worker/jobs/{job_id}/archive", dest, "archive")
 
-    def upload_build(self, job_id: str, attempt: int, tarball: Path, on_wait: Callable[[str], None] | None = None,
-                     seconds: float | None = None) -> None:
+    def upload_build(
+        self, job_id: str, attempt: int, tarball: Path, on_wait: Callable[[str], None] | None = None, seconds: float | None = None
+    ) -> None:
         """Send the packed build folder. Each try of the transfer may take ``seconds`` at most
         (UploadTooSlow past it); waits while the server says its storage is failing are not
         counted. A 413 is BuildTooLarge."""
+
         def body() -> Iterator[bytes]:
             started = time.monotonic()
             with tarball.open("rb") as fh:
@@ -119,8 +123,14 @@ class ServerClient:
                     yield chunk
 
         try:
-            self._call("PUT", f"/api/v1/worker/jobs/{job_id}/build", params={"attempt": attempt}, content_factory=body,
-                       on_wait=on_wait, headers={"Content-Length": str(tarball.stat().st_size), "Content-Type": "application/gzip"})
+            self._call(
+                "PUT",
+                f"/api/v1/worker/jobs/{job_id}/build",
+                params={"attempt": attempt},
+                content_factory=body,
+                on_wait=on_wait,
+                headers={"Content-Length": str(tarball.stat().st_size), "Content-Type": "application/gzip"},
+            )
         except httpx.HTTPStatusError as exc:
             if exc.response.status_code == 413:
                 raise BuildTooLarge(_detail(exc.response)) from None
@@ -136,8 +146,14 @@ class ServerClient:
                 while chunk := fh.read(1024 * 1024):
                     yield chunk
 
-        self._call("PUT", f"/api/v1/worker/jobs/{job_id}/log", retry_for=retry_for, params={"attempt": attempt},
-                   content_factory=body, headers={"Content-Length": str(spool.stat().st_size), "Content-Type": "application/x-ndjson"})
+        self._call(
+            "PUT",
+            f"/api/v1/worker/jobs/{job_id}/log",
+            retry_for=retry_for,
+            params={"attempt": attempt},
+            content_factory=body,
+            headers={"Content-Length": str(spool.stat().st_size), "Content-Type": "application/x-ndjson"},
+        )
 
     def update(self, job_id: str, update: JobUpdate, retry_for: float = 600.0) -> None:
         self._call("POST", f"/api/v1/worker/jobs/{job_id}/state", retry_for=retry_for, json=update.model_dump(mode="json"))

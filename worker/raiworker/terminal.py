@@ -121,14 +121,14 @@ class Frames:
         run: list[bytes] = []
         pos = 0
         while len(self.buf) - pos >= 8:
-            stream, size = self.buf[pos], struct.unpack(">I", self.buf[pos + 4:pos + 8])[0]
+            stream, size = self.buf[pos], struct.unpack(">I", self.buf[pos + 4 : pos + 8])[0]
             if len(self.buf) - pos < 8 + size:
                 break
             if stream != run_stream and run:
                 self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
                 run = []
             run_stream = stream
-            run.append(bytes(self.buf[pos + 8:pos + 8 + size]))
+            run.append(bytes(self.buf[pos + 8 : pos + 8 + size]))
             pos += 8 + size
         del self.buf[:pos]
         if run:

@@ -40,11 +40,17 @@ from raiserver.config import load_settings
 
 # how every server process is run (``raiserver serve``, ``raid dev``, the tests): this protocol, a
 # short keep-alive, and a bounded graceful stop (a stuck request must not keep a stopping server up)
-UVICORN_OPTIONS: dict[str, Any] = {"http": "raiserver.access.guard:GuardedHttpTools", "timeout_keep_alive": 5,
-                                   "timeout_graceful_shutdown": 5, "proxy_headers": False}
+UVICORN_OPTIONS: dict[str, Any] = {
+    "http": "raiserver.access.guard:GuardedHttpTools",
+    "timeout_keep_alive": 5,
+    "timeout_graceful_shutdown": 5,
+    "proxy_headers": False,
+}
 
-BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 10\r\n"
-        b"connection: close\r\ncontent-length: 43\r\n\r\ntoo many connections from your address\r\n\r\n")
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nretry-after: 10\r\n"
+    b"connection: close\r\ncontent-length: 43\r\n\r\ntoo many connections from your address\r\n\r\n"
+)
 
 
 # `raiserver serve` names its certificate and key here for every server process it starts (uvicorn's
@@ -159,8 +165,14 @@ class GuardedHttpTools(HttpToolsProtocol):
     def _start_tls(self, transport: asyncio.Transport, tls: ssl.SSLContext) -> None:
         """What asyncio does for a TLS server, by hand: the TLS layer between the TCP connection
         and uvicorn's side, which it calls connection_made on once the handshake is over."""
-        layer = SSLProtocol(self.loop, self, tls, None, server_side=True,  # type: ignore[arg-type]  # no waiter
-                            ssl_handshake_timeout=self.limits.header_seconds or None)  # type: ignore[arg-type]  # seconds
+        layer = SSLProtocol(
+            self.loop,
+            self,
+            tls,
+            None,  # type: ignore[arg-type]  # no waiter
+            server_side=True,
+            ssl_handshake_timeout=self.limits.header_seconds or None,  # type: ignore[arg-type]  # seconds
+        )
         tcp = _TcpSide(layer, self)
         transport.set_protocol(tcp)
         tcp.connection_made(transport)

@@ -33,8 +33,19 @@ def is_loopback(host: str) -> bool:
 
 
 # headers a proxy adds: a request carrying any of them came through one (whoever claims otherwise)
-FORWARDING_HEADERS = frozenset((b"x-forwarded-for", b"x-real-ip", b"forwarded", b"x-forwarded-proto",
-                                b"x-forwarded-host", b"x-forwarded-port", b"x-client-ip", b"true-client-ip", b"via"))
+FORWARDING_HEADERS = frozenset(
+    (
+        b"x-forwarded-for",
+        b"x-real-ip",
+        b"forwarded",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-forwarded-port",
+        b"x-client-ip",
+        b"true-client-ip",
+        b"via",
+    )
+)
 PEER = "rai.peer"  # scope key: {"host": the TCP peer's address, "via_proxy": whether a proxy forwarded the request}
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -161,7 +172,8 @@ def check_deployment(settings: Settings, host: str) -> None:
     if weak and not is_loopback(host):
         raise SystemExit(
             f"raiserver: refusing to listen on {host} with {', '.join(weak)} at the default or shorter than "
-            f"{MIN_SECRET_BYTES} bytes; set each (or RAI_SECRETS_FILE, which `raiserver secrets` writes); {GENERATE_HINT}")
+            f"{MIN_SECRET_BYTES} bytes; set each (or RAI_SECRETS_FILE, which `raiserver secrets` writes); {GENERATE_HINT}"
+        )
 
 
 def write_secrets_file(path: Path, redis_host: str | None = None) -> bool:
@@ -171,8 +183,12 @@ def write_secrets_file(path: Path, redis_host: str | None = None) -> bool:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     password = secrets.token_hex(24)
-    lines = [f"RAI_WORKER_TOKEN={secrets.token_urlsafe(32)}", f"RAI_SESSION_SECRET={secrets.token_urlsafe(32)}",
-             f"RAI_PSEUDONYM_SECRET={secrets.token_urlsafe(32)}", f"RAI_REDIS_PASSWORD={password}"]
+    lines = [
+        f"RAI_WORKER_TOKEN={secrets.token_urlsafe(32)}",
+        f"RAI_SESSION_SECRET={secrets.token_urlsafe(32)}",
+        f"RAI_PSEUDONYM_SECRET={secrets.token_urlsafe(32)}",
+        f"RAI_REDIS_PASSWORD={password}",
+    ]
     if redis_host:
         lines.append(f"RAI_REDIS_URL=redis://:{password}@{redis_host}/0")
     tmp = path.with_suffix(".tmp")
@@ -200,10 +216,12 @@ class SecurityHeaders:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers += [
-                    (b"content-security-policy",
-                     f"default-src 'self'; script-src 'self' 'nonce-{nonce}'; style-src 'self' 'unsafe-inline'; "
-                     "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; "
-                     "form-action 'self'; object-src 'none'".encode()),
+                    (
+                        b"content-security-policy",
+                        f"default-src 'self'; script-src 'self' 'nonce-{nonce}'; style-src 'self' 'unsafe-inline'; "
+                        "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; "
+                        "form-action 'self'; object-src 'none'".encode(),
+                    ),
                     (b"x-frame-options", b"DENY"),
                     (b"x-content-type-options", b"nosniff"),
                     (b"referrer-policy", b"same-origin"),

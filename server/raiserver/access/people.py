@@ -30,14 +30,27 @@ def find_people(db: Session, text: str = "", role: str = "", active: str = "") -
     for word in words:  # every word somewhere: "ada team-3" finds Ada in team-3
         literal = word.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         like = f"%{literal}%"
-        q = q.where(or_(*(func.lower(func.coalesce(col, "")).like(like, escape="\\") for col in (
-            User.username, User.firstname, User.lastname, User.email, User.team))))
+        q = q.where(
+            or_(
+                *(
+                    func.lower(func.coalesce(col, "")).like(like, escape="\\")
+                    for col in (User.username, User.firstname, User.lastname, User.email, User.team)
+                )
+            )
+        )
     if role in ROLES:
         q = q.where(User.role == role)
     if active in ("yes", "no"):
         q = q.where(User.active.is_(active == "yes"))
     total = db.scalar(select(func.count()).select_from(q.subquery())) or 0
     users = db.scalars(q.order_by(User.username).limit(MAX_SHOWN)).all()
-    counts = dict(db.execute(select(Job.owner_id, func.count()).where(Job.owner_id.in_([u.id for u in users]))
-                             .group_by(Job.owner_id)).tuples().all()) if users else {}
+    counts = (
+        dict(
+            db.execute(select(Job.owner_id, func.count()).where(Job.owner_id.in_([u.id for u in users])).group_by(Job.owner_id))
+            .tuples()
+            .all()
+        )
+        if users
+        else {}
+    )
     return [Person(u, counts.get(u.id, 0)) for u in users], total

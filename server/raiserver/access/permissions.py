@@ -80,8 +80,9 @@ def may_change(actor: User, target: User, where: str = "") -> None:
     if actor.role == Role.admin or actor.id == target.id:
         return
     if RANK[target.role] >= RANK[actor.role]:
-        raise Forbidden(f"{where}{actor.role}s cannot change {target.username}, who is "
-                        f"{'an' if target.role[0] in 'aeiou' else 'a'} {target.role}")
+        raise Forbidden(
+            f"{where}{actor.role}s cannot change {target.username}, who is {'an' if target.role[0] in 'aeiou' else 'a'} {target.role}"
+        )
 
 
 def may_grant(actor: User, role: str, where: str = "") -> None:

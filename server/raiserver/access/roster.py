@@ -19,8 +19,15 @@ from raiserver.store.tables import User
 
 def issued(user: User, secret: str) -> IssuedKeys:
     """A user's new keys with what a profile file holds (shown once)."""
-    return IssuedKeys(username=user.username, access_key=user.access_key, secret_key=secret, firstname=user.firstname,
-                      lastname=user.lastname, email=user.email, team=user.team)
+    return IssuedKeys(
+        username=user.username,
+        access_key=user.access_key,
+        secret_key=secret,
+        firstname=user.firstname,
+        lastname=user.lastname,
+        email=user.email,
+        team=user.team,
+    )
 
 
 def import_csv(db: Session, actor: User, csv_text: str) -> RosterResult:
@@ -45,8 +52,7 @@ def import_csv(db: Session, actor: User, csv_text: str) -> RosterResult:
         first, last = row.get("firstname"), row.get("lastname")
         if not first and row.get("name"):
             first, _, last = row["name"].partition(" ")
-        fields = {"firstname": first or None, "lastname": last or None, "email": row.get("email") or None,
-                  "team": row.get("team") or None}
+        fields = {"firstname": first or None, "lastname": last or None, "email": row.get("email") or None, "team": row.get("team") or None}
         if role is not None:
             fields["role"] = role
         listed.add(username)

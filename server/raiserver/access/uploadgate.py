@@ -43,11 +43,15 @@ class UploadGate:
             attempts, _, _, flying = pipe.execute()
             if attempts > self.attempts_per_minute:
                 wait = 60 - int(now % 60)
-                raise OverQuota(f"You tried {attempts} uploads in this minute (the limit is {self.attempts_per_minute}, "
-                                f"refused ones included); try again in {wait} s", wait)
+                raise OverQuota(
+                    f"You tried {attempts} uploads in this minute (the limit is {self.attempts_per_minute}, "
+                    f"refused ones included); try again in {wait} s",
+                    wait,
+                )
             if flying >= self.in_flight:
-                raise OverQuota(f"You already have {flying} uploads in progress (the limit is {self.in_flight}); "
-                                "wait for them to finish", 10)
+                raise OverQuota(
+                    f"You already have {flying} uploads in progress (the limit is {self.in_flight}); wait for them to finish", 10
+                )
             self.redis.zadd(flight_key, {token: now + LAPSE_SECONDS})
             self.redis.expire(flight_key, int(LAPSE_SECONDS) * 2)
         except redis.RedisError:

@@ -97,8 +97,9 @@ def _wheel(dist: str) -> tuple[str, bytes]:
     members.append((f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: raiserver\nRoot-Is-Purelib: true\nTag: py3-none-any\n"))
     scripts = [ep for ep in importlib.metadata.distribution(dist).entry_points if ep.group == "console_scripts"]
     if scripts:
-        members.append((f"{info}/entry_points.txt",
-                        ("[console_scripts]\n" + "".join(f"{ep.name} = {ep.value}\n" for ep in scripts)).encode()))
+        members.append(
+            (f"{info}/entry_points.txt", ("[console_scripts]\n" + "".join(f"{ep.name} = {ep.value}\n" for ep in scripts)).encode())
+        )
     record = "".join(_record_line(arc, data) + "\n" for arc, data in members) + f"{info}/RECORD,,\n"
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as whl:

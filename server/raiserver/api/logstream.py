@@ -31,8 +31,10 @@ async def plain_text(svc: Services, job_id: str) -> AsyncIterator[bytes]:
     offset = 0
     while offset >= 0:
         batches, offset = await run_in_threadpool(svc.logs.stored_page, job_id, offset, 0)
-        yield "".join(("".join(f"{SYSTEM_MARK} {t}\n" for t in b.lines()) if b.s == "sys"
-                       else "".join(f"{disarm(t)}\n" for t in b.lines())) for b in batches).encode()
+        yield "".join(
+            ("".join(f"{SYSTEM_MARK} {t}\n" for t in b.lines()) if b.s == "sys" else "".join(f"{disarm(t)}\n" for t in b.lines()))
+            for b in batches
+        ).encode()
 
 
 def lines_event(batches: list[Batch]) -> dict:
@@ -43,6 +45,7 @@ async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator
     """The stored log after line ``after``, a page at a time from disk: bounded memory however
     long the log, nothing more read once the client is gone, and the reading and encoding done
     off the event loop (the server keeps answering everyone else meanwhile)."""
+
     def page(offset: int) -> tuple[dict | None, int]:
         batches, offset = svc.logs.stored_page(job_id, offset, after, max_bytes=256 * 1024)
         return (lines_event(batches) if batches else None), offset
@@ -75,8 +78,9 @@ def merged_event(items: list[Shared], sent: int) -> tuple[dict | bytes | None, i
     return {"event": "lines", "id": str(last), "data": "[" + ",".join(parts) + "]"}, last
 
 
-async def log_events(svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot: Callable[[], JobOut], user_id: int,
-                     follow: bool = True) -> AsyncIterator[dict | bytes]:
+async def log_events(
+    svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot: Callable[[], JobOut], user_id: int, follow: bool = True
+) -> AsyncIterator[dict | bytes]:
     """Every event for one reader from line ``sent`` on; releases the reader's stream slot at the
     end, however the stream ends (finished, cut off as too slow, or the client gone)."""
     w = None

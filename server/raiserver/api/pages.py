@@ -71,8 +71,14 @@ def login_page(request: Request, error: str | None = None) -> HTMLResponse:
 
 
 @router.post("/login")
-def login(request: Request, access_key: Annotated[str, Form()], secret_key: Annotated[str, Form()], csrf: Annotated[str, Form()],
-          db: SessionDep, svc: ServicesDep) -> Response:
+def login(
+    request: Request,
+    access_key: Annotated[str, Form()],
+    secret_key: Annotated[str, Form()],
+    csrf: Annotated[str, Form()],
+    db: SessionDep,
+    svc: ServicesDep,
+) -> Response:
     check_csrf(request, csrf, FORM_EXPIRED)
     key = access_key.strip()
     user = authenticate(db, key, secret_key.strip())  # first: right keys are never refused by the limits
@@ -155,8 +161,10 @@ def workers_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep)
         raise Forbidden("the workers page is for staff")
     dead_after = svc.settings.worker_dead_after
     now = utcnow()
-    rows = [{"w": w, "alive": is_alive(w, dead_after, now), "age": round((now - w.last_seen).total_seconds())}
-            for w in db.scalars(select(Worker).order_by(Worker.name))]
+    rows = [
+        {"w": w, "alive": is_alive(w, dead_after, now), "age": round((now - w.last_seen).total_seconds())}
+        for w in db.scalars(select(Worker).order_by(Worker.name))
+    ]
     return render(request, "workers.html", p, workers=rows)
 
 
@@ -164,14 +172,21 @@ def workers_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep)
 def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     job = visible_job(db, p, job_id)
     asked = regrades.for_job(db, job)
-    return render(request, "job.html", p, job=job_out(db, job, QueueView(db, svc.settings)), spec=job.spec_yaml,
-                  can_cancel=can_cancel(p, job), regrades=[regrades.out(r) for r in asked],
-                  may_ask=regrades.may_ask(p, job, asked), message_chars=REGRADE_MESSAGE_CHARS)
+    return render(
+        request,
+        "job.html",
+        p,
+        job=job_out(db, job, QueueView(db, svc.settings)),
+        spec=job.spec_yaml,
+        can_cancel=can_cancel(p, job),
+        regrades=[regrades.out(r) for r in asked],
+        may_ask=regrades.may_ask(p, job, asked),
+        message_chars=REGRADE_MESSAGE_CHARS,
+    )
 
 
 @router.post("/jobs/{job_id}/cancel")
-def cancel_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()], p: WebUser,
-                    db: SessionDep, svc: ServicesDep) -> Response:
+def cancel_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()], p: WebUser, db: SessionDep, svc: ServicesDep) -> Response:
     check_csrf(request, csrf, FORM_EXPIRED)
     job = cancellable_job(db, p, job_id)
     cancel_job(db, svc, job, p.user)
@@ -183,10 +198,18 @@ def cancel_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()],
 def leaderboard_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     entries = leaderboard(db, svc.settings, p)
     unverified = leaderboard(db, svc.settings, p, board="unverified")
-    return render(request, "leaderboard.html", p, entries=entries, unverified=unverified,
-                  times=[round(e.op_time * 1000, 6) for e in entries], threshold=svc.settings.correctness_threshold,
-                  ranked_kinds=", ".join(sorted(svc.settings.ranked_kind_set)), policy=svc.settings.leaderboard_policy,
-                  only_mine=hidden(db, svc.settings, p))
+    return render(
+        request,
+        "leaderboard.html",
+        p,
+        entries=entries,
+        unverified=unverified,
+        times=[round(e.op_time * 1000, 6) for e in entries],
+        threshold=svc.settings.correctness_threshold,
+        ranked_kinds=", ".join(sorted(svc.settings.ranked_kind_set)),
+        policy=svc.settings.leaderboard_policy,
+        only_mine=hidden(db, svc.settings, p),
+    )
 
 
 @router.get("/users")
@@ -195,8 +218,7 @@ def users_page(request: Request, p: WebUser, db: SessionDep, q: str = "", role: 
     if not p.is_staff:
         raise Forbidden("the users list is for staff")
     people, total = find_people(db, q, role, active)
-    return render(request, "users.html", p, people=people, total=total, q=q[:MAX_QUERY], role=role, active=active,
-                  roles=ROLES)
+    return render(request, "users.html", p, people=people, total=total, q=q[:MAX_QUERY], role=role, active=active, roles=ROLES)
 
 
 @router.get("/users/{username}")
@@ -211,15 +233,28 @@ def user_page(username: str, request: Request, p: WebUser, db: SessionDep, svc: 
         for j in reversed(jobs)
         if j.results and j.results.get("op_time_total") is not None and j.finished_at
     ]
-    return render(request, "user.html", p, user=user, jobs=[job_out(db, j, view) for j in jobs], history=history,
-                  limits=limits_of(db, user, svc.settings, Deadlines(db, svc.settings)))
+    return render(
+        request,
+        "user.html",
+        p,
+        user=user,
+        jobs=[job_out(db, j, view) for j in jobs],
+        history=history,
+        limits=limits_of(db, user, svc.settings, Deadlines(db, svc.settings)),
+    )
 
 
 def install(app: FastAPI, settings: Settings) -> None:
     """Mount the pages, the static files and the login redirect on an app."""
     secure = settings.cookie_secure if settings.cookie_secure is not None else settings.public_url.startswith("https:")
-    app.add_middleware(SessionMiddleware, secret_key=settings.session_secret, same_site="strict", https_only=secure,
-                       max_age=int(timedelta(hours=12).total_seconds()), session_cookie="rai_session")
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=settings.session_secret,
+        same_site="strict",
+        https_only=secure,
+        max_age=int(timedelta(hours=12).total_seconds()),
+        session_cookie="rai_session",
+    )
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(router)
 
@@ -250,7 +285,8 @@ def error_page(request: Request, code: int, detail: str) -> HTMLResponse:
         if code == 404 and detail == "Not Found":
             detail = f"There is no page at {request.url.path}."
         back, label = ("/queue", "Back to the queue") if p else ("/login", "Log in")
-        response = render(request, "error.html", p, title=TITLES.get(code, "Something went wrong"), detail=detail,
-                          back=back, back_label=label)
+        response = render(
+            request, "error.html", p, title=TITLES.get(code, "Something went wrong"), detail=detail, back=back, back_label=label
+        )
     response.status_code = code
     return response

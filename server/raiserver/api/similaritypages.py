@@ -31,13 +31,26 @@ def _kinds(db: Session, ranked: set[str]) -> list[str]:
 @router.get("/similarity")
 def similarity_page(request: Request, p: WebStaff, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     rows = reports.recent(db, p)
-    return render(request, "similarity.html", p, rows=rows, kinds=_kinds(db, svc.settings.ranked_kind_set),
-                  progress=reports.progress_text, max_kib=reports.MAX_STARTER // 1024)
+    return render(
+        request,
+        "similarity.html",
+        p,
+        rows=rows,
+        kinds=_kinds(db, svc.settings.ranked_kind_set),
+        progress=reports.progress_text,
+        max_kib=reports.MAX_STARTER // 1024,
+    )
 
 
 @router.post("/similarity")
-async def start_from_web(request: Request, csrf: Annotated[str, Form()], p: WebStaff, svc: ServicesDep,
-                         kind: Annotated[str, Form(max_length=32)] = "", starter: UploadFile | None = None) -> Response:
+async def start_from_web(
+    request: Request,
+    csrf: Annotated[str, Form()],
+    p: WebStaff,
+    svc: ServicesDep,
+    kind: Annotated[str, Form(max_length=32)] = "",
+    starter: UploadFile | None = None,
+) -> Response:
     check_csrf(request, csrf, FORM_EXPIRED)
     text = ""
     if starter is not None and starter.filename:
@@ -67,6 +80,7 @@ def pair_page(report_id: int, n: int, request: Request, p: WebStaff, db: Session
     if not 1 <= n <= len(pairs):
         raise NotFound(f"report #{r.id} has no pair {n} (it has {len(pairs)})")
     pair, code = pairs[n - 1], r.code or {}
-    sides = [(pair[s], pair[f"{s}_job"], pair[f"share_{s}"], highlight(code[pair[f"{s}_job"]]["code"], pair[f"slices_{s}"]))
-             for s in ("a", "b")]
+    sides = [
+        (pair[s], pair[f"{s}_job"], pair[f"share_{s}"], highlight(code[pair[f"{s}_job"]]["code"], pair[f"slices_{s}"])) for s in ("a", "b")
+    ]
     return render(request, "similarity_pair.html", p, r=r, n=n, pair=pair, sides=sides, count=len(pairs))

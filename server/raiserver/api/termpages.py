@@ -29,15 +29,21 @@ router = APIRouter(include_in_schema=False)
 Field = Annotated[str, Form(max_length=256)]
 
 
-def kinds_page(request: Request, p: Principal, db: Session, svc: ServicesDep, error: str | None = None,
-               code: int = 200) -> HTMLResponse:
+def kinds_page(request: Request, p: Principal, db: Session, svc: ServicesDep, error: str | None = None, code: int = 200) -> HTMLResponse:
     deadlines = Deadlines(db, svc.settings)
     now = utcnow()
     rows = sorted(deadlines.kinds.values(), key=lambda k: (k.due_at is None, k.due_at or now, k.name))
     exts = list(db.scalars(select(Extension).order_by(Extension.kind, Extension.username, Extension.team))) if p.is_staff else []
-    response = render(request, "kinds.html", p, kinds=[deadlines.out(k, p.user, p.is_staff, now) for k in rows],
-                      limits=limits_of(db, p.user, svc.settings, deadlines), extensions=exts,
-                      manage=is_instructor(p.user.role), error=error)
+    response = render(
+        request,
+        "kinds.html",
+        p,
+        kinds=[deadlines.out(k, p.user, p.is_staff, now) for k in rows],
+        limits=limits_of(db, p.user, svc.settings, deadlines),
+        extensions=exts,
+        manage=is_instructor(p.user.role),
+        error=error,
+    )
     response.status_code = code
     return response
 
@@ -58,9 +64,18 @@ WebInstructor = Annotated[Principal, Depends(web_instructor)]
 
 
 @router.post("/kinds")
-def change_kind(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
-                name: Field, opens: Field = "", due: Field = "", late_policy: Field = "",
-                late_hours: Field = "") -> Response:
+def change_kind(
+    request: Request,
+    p: WebInstructor,
+    db: SessionDep,
+    svc: ServicesDep,
+    csrf: Annotated[str, Form()],
+    name: Field,
+    opens: Field = "",
+    due: Field = "",
+    late_policy: Field = "",
+    late_hours: Field = "",
+) -> Response:
     """Create a kind or change it, as ``raiclient admin kinds set``: an empty field leaves it as it
     is, "none" clears a date (and 0 the late window's end)."""
     check_csrf(request, csrf, FORM_EXPIRED)
@@ -79,13 +94,33 @@ def change_kind(request: Request, p: WebInstructor, db: SessionDep, svc: Service
 
 
 @router.post("/kinds/grading")
-def set_rule(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
-             kind: Field, rule: Field, points: Field = "100", threshold: Field = "", slow: Field = "", fast: Field = "",
-             at_median: Field = "0.8", per_sd: Field = "0.1", late_penalty: Field = "0") -> Response:
+def set_rule(
+    request: Request,
+    p: WebInstructor,
+    db: SessionDep,
+    svc: ServicesDep,
+    csrf: Annotated[str, Form()],
+    kind: Field,
+    rule: Field,
+    points: Field = "100",
+    threshold: Field = "",
+    slow: Field = "",
+    fast: Field = "",
+    at_median: Field = "0.8",
+    per_sd: Field = "0.1",
+    late_penalty: Field = "0",
+) -> Response:
     """A kind's grade rule, as ``raiclient admin kinds set KIND --grade …`` sets it."""
     check_csrf(request, csrf, FORM_EXPIRED)
-    numbers = {"points": points, "threshold": threshold, "slow": slow, "fast": fast, "at_median": at_median,
-               "per_sd": per_sd, "late_penalty": late_penalty}
+    numbers = {
+        "points": points,
+        "threshold": threshold,
+        "slow": slow,
+        "fast": fast,
+        "at_median": at_median,
+        "per_sd": per_sd,
+        "late_penalty": late_penalty,
+    }
     try:
         given = {k: float(v) for k, v in numbers.items() if v.strip()}
         change = KindIn(grading=GradeRule(rule=rule, **given))
@@ -99,27 +134,58 @@ def set_rule(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDe
 
 
 @router.post("/kinds/extensions")
-def extend(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
-           kind: Field, who: Field, until: Field = "", hours: Field = "", reason: Field = "") -> Response:
+def extend(
+    request: Request,
+    p: WebInstructor,
+    db: SessionDep,
+    svc: ServicesDep,
+    csrf: Annotated[str, Form()],
+    kind: Field,
+    who: Field,
+    until: Field = "",
+    hours: Field = "",
+    reason: Field = "",
+) -> Response:
     """``who``: a username, or "team NAME"."""
     check_csrf(request, csrf, FORM_EXPIRED)
     try:
         team = who.strip()[5:].strip() if who.strip().startswith("team ") else None
-        body = ExtensionIn(username=None if team else who.strip(), team=team, until=until.strip() or None,
-                           hours=float(hours) if hours.strip() else None, reason=reason)
+        body = ExtensionIn(
+            username=None if team else who.strip(),
+            team=team,
+            until=until.strip() or None,
+            hours=float(hours) if hours.strip() else None,
+            reason=reason,
+        )
         ext = grant(db, kind.strip(), body, p.user.username)
     except (ValueError, DomainError) as exc:
         db.rollback()
         return kinds_page(request, p, db, svc, _line(exc), 400)
-    audit(db, p.user.username, "kind.extend", ext.kind, username=ext.username, team=ext.team,
-          until=ext.due_at.isoformat(), reason=ext.reason, via="web")
+    audit(
+        db,
+        p.user.username,
+        "kind.extend",
+        ext.kind,
+        username=ext.username,
+        team=ext.team,
+        until=ext.due_at.isoformat(),
+        reason=ext.reason,
+        via="web",
+    )
     db.commit()
     return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/grades/{kind}.csv")
-def grades_download(*, kind: str, request: Request, fmt: Literal["csv", "canvas"] = Query("csv", alias="format"),
-                    p: WebUser, db: SessionDep, svc: ServicesDep) -> Response:
+def grades_download(
+    *,
+    kind: str,
+    request: Request,
+    fmt: Literal["csv", "canvas"] = Query("csv", alias="format"),
+    p: WebUser,
+    db: SessionDep,
+    svc: ServicesDep,
+) -> Response:
     """The grade sheet from the Deadlines page (staff)."""
     if not p.is_staff:
         raise Forbidden("grades are for staff")
@@ -127,8 +193,16 @@ def grades_download(*, kind: str, request: Request, fmt: Literal["csv", "canvas"
 
 
 @router.post("/kinds/extensions/end")
-def end(request: Request, p: WebInstructor, db: SessionDep, svc: ServicesDep, csrf: Annotated[str, Form()],
-        kind: Field, username: Field = "", team: Field = "") -> Response:
+def end(
+    request: Request,
+    p: WebInstructor,
+    db: SessionDep,
+    svc: ServicesDep,
+    csrf: Annotated[str, Form()],
+    kind: Field,
+    username: Field = "",
+    team: Field = "",
+) -> Response:
     """End one extension: the kind's own deadline applies to them again."""
     check_csrf(request, csrf, FORM_EXPIRED)
     try:

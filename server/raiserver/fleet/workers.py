@@ -66,8 +66,7 @@ def check_queue(db: Session, queue: str, default_queue: str) -> None:
 def check_image(image: str, queue: str, allowed: list[str] | None) -> None:
     """``allowed``: the images the operator allows on the queue (``Settings.images_allowed_on``), None for any."""
     if allowed is not None and image not in allowed:
-        raise Invalid(
-                            f"rai_build.yml: image '{image}' is not allowed on queue '{queue}'; use one of: {', '.join(allowed) or '(none)'}")
+        raise Invalid(f"rai_build.yml: image '{image}' is not allowed on queue '{queue}'; use one of: {', '.join(allowed) or '(none)'}")
 
 
 def queue_images(db: Session, dead_after: float) -> list[QueueImages]:
@@ -85,12 +84,18 @@ def queue_images(db: Session, dead_after: float) -> list[QueueImages]:
                 held[image] += 1
             for image, what in (w.pulls or {}).items():
                 pulling[image].append(what)
-        out.append(QueueImages(
-            queue=queue, workers=len(workers), any_image=any(w.images is None for w in workers),
-            images=[ImageOffer(image=i, workers=n) for i, n in sorted(held.items())],
-            pulling={i: (f"pulling on {whats.count('pulling')} worker(s)" if "pulling" in whats else whats[-1])
-                     for i, whats in sorted(pulling.items())},
-        ))
+        out.append(
+            QueueImages(
+                queue=queue,
+                workers=len(workers),
+                any_image=any(w.images is None for w in workers),
+                images=[ImageOffer(image=i, workers=n) for i, n in sorted(held.items())],
+                pulling={
+                    i: (f"pulling on {whats.count('pulling')} worker(s)" if "pulling" in whats else whats[-1])
+                    for i, whats in sorted(pulling.items())
+                },
+            )
+        )
     return out
 
 
@@ -104,9 +109,11 @@ def check_requirements(db: Session, queue: str, spec: BuildSpec, dead_after: flo
     unmet = []
     want, arch = spec.resources.gpu.count, spec.resources.gpu.architecture
     if want or arch:
+
         def fits(w: Worker) -> bool:
             gpus = [g for g in w.gpus or [] if not arch or arch.lower() in str(g.get("name", "")).lower()]
             return len(gpus) >= want
+
         if not any(fits(w) for w in live):
             what = f"{want} GPU{'s' if want != 1 else ''}" + (f" of model '{arch}'" if arch else "")
             unmet.append(f"{what} ({'; '.join(f'{w.name} has {_gpus_in_words(w)}' for w in live)})")

@@ -31,8 +31,10 @@ def labels_of(text: str) -> list[str]:
 def install(db: Session, kind: str, spec_text: str, labels: str, by: str, ranked_kinds: set[str]) -> CourseBuild:
     """Check and store a new version of ``kind``'s course build file; Invalid says what is wrong."""
     if kind not in ranked_kinds:
-        raise Invalid(f"'{kind}' is not a ranked kind of this course (ranked: {', '.join(sorted(ranked_kinds)) or 'none'}); "
-                      "set RAI_RANKED_KINDS to rank it")
+        raise Invalid(
+            f"'{kind}' is not a ranked kind of this course (ranked: {', '.join(sorted(ranked_kinds)) or 'none'}); "
+            "set RAI_RANKED_KINDS to rank it"
+        )
     try:
         parse_course_spec(spec_text)
     except SpecError as exc:

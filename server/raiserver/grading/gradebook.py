@@ -19,15 +19,45 @@ def _text(value: str) -> str:
 def rai_csv(rows: list[GradeRow], base_url: str) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["username", "name", "email", "team", "job", "link", "op_time_s", "accuracy", "measured",
-                "submitted", "on_time", "grade", "points", "reason"])
+    w.writerow(
+        [
+            "username",
+            "name",
+            "email",
+            "team",
+            "job",
+            "link",
+            "op_time_s",
+            "accuracy",
+            "measured",
+            "submitted",
+            "on_time",
+            "grade",
+            "points",
+            "reason",
+        ]
+    )
     for r in rows:
         g = r.run
         when = submitted(g)
-        w.writerow([r.username, _text(r.name), _text(r.email), _text(r.team), g.job.id if g else "",
-                    f"{base_url}/jobs/{g.job.id}" if g else "", f"{g.op_time:.9f}" if g and g.op_time is not None else "",
-                    f"{g.accuracy:.6g}" if g and g.accuracy is not None else "", ("yes" if g.measured else "no") if g else "",
-                    when.isoformat() if when else "", timing(g), f"{r.grade:g}", f"{r.points:g}", _text(r.reason)])
+        w.writerow(
+            [
+                r.username,
+                _text(r.name),
+                _text(r.email),
+                _text(r.team),
+                g.job.id if g else "",
+                f"{base_url}/jobs/{g.job.id}" if g else "",
+                f"{g.op_time:.9f}" if g and g.op_time is not None else "",
+                f"{g.accuracy:.6g}" if g and g.accuracy is not None else "",
+                ("yes" if g.measured else "no") if g else "",
+                when.isoformat() if when else "",
+                timing(g),
+                f"{r.grade:g}",
+                f"{r.points:g}",
+                _text(r.reason),
+            ]
+        )
     return buf.getvalue()
 
 

@@ -151,8 +151,19 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
             reason = f"late by {in_words(best.late or timedelta())}: −{best.penalty * 100:g} %"
         else:
             reason = ""
-        out.append(GradeRow(user.username, user.firstname or "", user.lastname or "", user.email or "", user.team or "",
-                            round(rule.points * best.fraction, 2) if best else 0.0, rule.points, best, reason))
+        out.append(
+            GradeRow(
+                user.username,
+                user.firstname or "",
+                user.lastname or "",
+                user.email or "",
+                user.team or "",
+                round(rule.points * best.fraction, 2) if best else 0.0,
+                rule.points,
+                best,
+                reason,
+            )
+        )
     return rule, out
 
 

@@ -38,8 +38,9 @@ def parse_when(text: str, what: str) -> datetime | None:
     try:
         t = aware(datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith(("Z", "z")) else text))
     except ValueError:
-        raise Invalid(f"{what}: {text[:64]!r} is not a date; write ISO 8601, e.g. 2026-05-01T23:59-05:00 "
-                      "(without an offset it is UTC)") from None
+        raise Invalid(
+            f"{what}: {text[:64]!r} is not a date; write ISO 8601, e.g. 2026-05-01T23:59-05:00 (without an offset it is UTC)"
+        ) from None
     if not 2000 <= t.year <= 2200:  # a typo, and one that would overflow when a late window is added
         raise Invalid(f"{what}: {text[:64]!r} is not a date of a term (years 2000 to 2200)")
     return t
@@ -145,9 +146,11 @@ class Deadlines:
             target[(e.kind, e.username or e.team or "")] = e.due_at
             self.count[e.kind] = self.count.get(e.kind, 0) + 1
         self.drawn: dict[tuple[int, str], int] = {
-            (owner, kind): int(n or 0) for owner, kind, n in
-            db.execute(select(Job.owner_id, Job.kind, func.sum(Job.late_days)).where(Job.late_days > 0)
-                       .group_by(Job.owner_id, Job.kind))}
+            (owner, kind): int(n or 0)
+            for owner, kind, n in db.execute(
+                select(Job.owner_id, Job.kind, func.sum(Job.late_days)).where(Job.late_days > 0).group_by(Job.owner_id, Job.kind)
+            )
+        }
 
     def due_for(self, kind: str, user: User) -> datetime | None:
         """The student's own deadline: the kind's, or the latest of their and their team's extensions."""
@@ -196,9 +199,17 @@ class Deadlines:
         return f"late: accepted{what if what.startswith(',') else ' ' + what}{rest}"
 
     def out(self, row: Kind, user: User, staff: bool, now: datetime) -> KindOut:
-        return KindOut(name=row.name, opens_at=row.opens_at, due_at=row.due_at, late_policy=row.late_policy,
-                       late_hours=row.late_hours, grading=rule_of(row), extensions=self.count.get(row.name, 0) if staff else 0,
-                       your_due_at=self.due_for(row.name, user), status=self.status(row.name, user, now))
+        return KindOut(
+            name=row.name,
+            opens_at=row.opens_at,
+            due_at=row.due_at,
+            late_policy=row.late_policy,
+            late_hours=row.late_hours,
+            grading=rule_of(row),
+            extensions=self.count.get(row.name, 0) if staff else 0,
+            your_due_at=self.due_for(row.name, user),
+            status=self.status(row.name, user, now),
+        )
 
     def admit(self, kind: str, user: User, now: datetime) -> Admission:
         """Whether ``user`` may submit ``kind`` now; raises Closed (one line) if not. Staff may
@@ -219,8 +230,11 @@ class Deadlines:
         yours = " (your extended deadline)" if row.due_at is not None and due > aware(row.due_at) else ""
         end = due + timedelta(hours=row.late_hours) if row.late_hours else None
         if not staff and (row.late_policy == "refuse" or (end is not None and now > end)):
-            after = f"; its late window closed {in_words(now - end)} ago" if end is not None and row.late_policy != "refuse" else \
-                "; late submissions are not accepted"
+            after = (
+                f"; its late window closed {in_words(now - end)} ago"
+                if end is not None and row.late_policy != "refuse"
+                else "; late submissions are not accepted"
+            )
             raise Closed(f"'{kind}' was due at {when(due)}{yours}, {in_words(late)} ago{after}")
         if row.late_policy == "days" and not staff:
             need = late_days_for(late)
@@ -229,13 +243,17 @@ class Deadlines:
             left = self.days_left(user)
             if extra > left:
                 more = f" ({extra} more than the {drawn} drawn for it)" if drawn else ""
-                raise Closed(f"'{kind}' was due at {when(due)}{yours}, {in_words(late)} ago: a submission now needs "
-                             f"{need} late day(s){more} and you have {left} left of {self.settings.late_days}")
+                raise Closed(
+                    f"'{kind}' was due at {when(due)}{yours}, {in_words(late)} ago: a submission now needs "
+                    f"{need} late day(s){more} and you have {left} left of {self.settings.late_days}"
+                )
             spent = f"{extra} late day(s) drawn, {left - extra} left" if extra else f"within the {drawn} late day(s) already drawn"
-            return Admission(late, extra, f"{kind} was due {in_words(late)} ago ({when(due)}{yours}): this submission is late; {spent}",
-                             due)
-        return Admission(late, 0, f"{kind} was due {in_words(late)} ago ({when(due)}{yours}): this submission is marked late",
-                         due, counts=False)
+            return Admission(
+                late, extra, f"{kind} was due {in_words(late)} ago ({when(due)}{yours}): this submission is late; {spent}", due
+            )
+        return Admission(
+            late, 0, f"{kind} was due {in_words(late)} ago ({when(due)}{yours}): this submission is marked late", due, counts=False
+        )
 
 
 def grant(db: Session, kind: str, body: ExtensionIn, by: str) -> Extension:
@@ -256,9 +274,11 @@ def grant(db: Session, kind: str, body: ExtensionIn, by: str) -> Extension:
     due = parse_when(body.until, "--until") if body.until is not None else aware(row.due_at) + timedelta(hours=body.hours or 0)
     if due is None or due <= aware(row.due_at):
         raise Invalid(f"an extension must end after '{kind}' is due ({when(row.due_at)})")
-    ext = db.scalar(select(Extension).where(Extension.kind == kind, Extension.username == body.username,
-                                            Extension.team == body.team)) if body.username else \
-        db.scalar(select(Extension).where(Extension.kind == kind, Extension.team == body.team, Extension.username.is_(None)))
+    ext = (
+        db.scalar(select(Extension).where(Extension.kind == kind, Extension.username == body.username, Extension.team == body.team))
+        if body.username
+        else db.scalar(select(Extension).where(Extension.kind == kind, Extension.team == body.team, Extension.username.is_(None)))
+    )
     if ext is None:
         ext = Extension(kind=kind, username=body.username, team=body.team, granted_by=by)
         db.add(ext)
@@ -272,8 +292,9 @@ def end_extension(db: Session, kind: str, username: str | None, team: str | None
     if (username is None) == (team is None):
         raise Invalid("name the student (--student) or the team (--team) whose extension ends")
     query = select(Extension).where(Extension.kind == kind)
-    ext = db.scalar(query.where(Extension.username == username) if username else
-                    query.where(Extension.team == team, Extension.username.is_(None)))
+    ext = db.scalar(
+        query.where(Extension.username == username) if username else query.where(Extension.team == team, Extension.username.is_(None))
+    )
     if ext is None:
         raise NotFound(f"no extension of '{kind}' for {username or 'team ' + (team or '')}")
     db.delete(ext)
@@ -281,5 +302,6 @@ def end_extension(db: Session, kind: str, username: str | None, team: str | None
 
 
 def extension_out(e: Extension) -> ExtensionOut:
-    return ExtensionOut(kind=e.kind, username=e.username, team=e.team, due_at=e.due_at, reason=e.reason,
-                        granted_by=e.granted_by, granted_at=e.granted_at)
+    return ExtensionOut(
+        kind=e.kind, username=e.username, team=e.team, due_at=e.due_at, reason=e.reason, granted_by=e.granted_by, granted_at=e.granted_at
+    )

@@ -71,8 +71,9 @@ def _ranks(job: Job) -> bool:
     return m.get("problem") is None and m.get("op_time") is not None and m.get("accuracy") is not None
 
 
-def board_run(job: Job, settings: Settings, deadlines: Deadlines, board: str = "ranked",
-              remeasured: frozenset[str] = frozenset()) -> Run | None:
+def board_run(
+    job: Job, settings: Settings, deadlines: Deadlines, board: str = "ranked", remeasured: frozenset[str] = frozenset()
+) -> Run | None:
     """The job as a run of this board, or None if it does not make it."""
     r = job.results or {}
     if job.state != JobState.succeeded or job.finished_at is None:
@@ -108,8 +109,7 @@ def best_runs(db: Session, settings: Settings, board: str = "ranked", kind: str 
         key = team_key(job)
         members.setdefault(key, set()).add(job.owner.username)
         cur = best.get(key)
-        if cur is None or (run.finished > cur.finished if last else
-                           (run.op_time, run.finished) < (cur.op_time, cur.finished)):
+        if cur is None or (run.finished > cur.finished if last else (run.op_time, run.finished) < (cur.op_time, cur.finished)):
             best[key] = run
     ranked = sorted(best.items(), key=lambda kv: (kv[1].op_time, kv[1].finished))
     return [(key, run, members[key]) for key, run in ranked]
@@ -123,8 +123,7 @@ def hidden(db: Session, settings: Settings, viewer: Principal) -> bool:
     return row is None or row.due_at is None or datetime.now(timezone.utc) < _aware(row.due_at)
 
 
-def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int | None = None,
-                board: str = "ranked") -> list[Entry]:
+def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int | None = None, board: str = "ranked") -> list[Entry]:
     mine_key = f"team:{viewer.user.team}" if viewer.user.team else f"user:{viewer.user.username}"
     only_mine = hidden(db, settings, viewer)
     out = []
@@ -134,26 +133,28 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
         if only_mine and not mine:
             continue
         real = key.split(":", 1)[1]
-        out.append(Entry(
-            rank=i,
-            name=real if (viewer.is_staff or mine) else pseudonym(key, settings.pseudonym_secret),
-            op_time=run.op_time,
-            op_times=[k["ms"] / 1e3 for k in m["kernels"]] if m and m.get("kernels") else results["op_times"],
-            spread=m["spread"] if m else results.get("op_time_spread"),
-            runs=len(m["runs"]) if m else (len(results.get("op_time_runs") or []) or 1),
-            correctness=run.correctness,
-            when=run.finished,
-            gpu=job.gpu_name,
-            kind=job.kind,
-            verified=m is not None,
-            flags=(m.get("flags") or []) if m is not None and viewer.is_staff else [],
-            ci=m.get("ci") if m else None,
-            mine=mine,
-            job_id=job.id if (viewer.is_staff or mine) else None,
-            members=sorted(names) if viewer.is_staff else None,
-            shared_gpu=m is None and bool(results.get("gpu_shared_with")),
-            staff=is_staff(job.owner.role) and not job.owner.team,
-        ))
+        out.append(
+            Entry(
+                rank=i,
+                name=real if (viewer.is_staff or mine) else pseudonym(key, settings.pseudonym_secret),
+                op_time=run.op_time,
+                op_times=[k["ms"] / 1e3 for k in m["kernels"]] if m and m.get("kernels") else results["op_times"],
+                spread=m["spread"] if m else results.get("op_time_spread"),
+                runs=len(m["runs"]) if m else (len(results.get("op_time_runs") or []) or 1),
+                correctness=run.correctness,
+                when=run.finished,
+                gpu=job.gpu_name,
+                kind=job.kind,
+                verified=m is not None,
+                flags=(m.get("flags") or []) if m is not None and viewer.is_staff else [],
+                ci=m.get("ci") if m else None,
+                mine=mine,
+                job_id=job.id if (viewer.is_staff or mine) else None,
+                members=sorted(names) if viewer.is_staff else None,
+                shared_gpu=m is None and bool(results.get("gpu_shared_with")),
+                staff=is_staff(job.owner.role) and not job.owner.team,
+            )
+        )
     for above, below in zip(out, out[1:]):  # intervals that overlap: a tie, not a lead (issue 32)
         if above.ci is not None and below.ci is not None and below.op_time - above.op_time <= above.ci + below.ci:
             below.tie = above.tie = True
@@ -186,6 +187,5 @@ def verdict(db: Session, settings: Settings, job: Job) -> str | None:
         ci = f" ± {in_words(m['ci'])}" if m.get("ci") else ""
         if run.job.id == job.id:
             return f"Ranked #{i} of {len(runs)}: {in_words(m['op_time'])}{ci}"
-        return (f"This run: {in_words(m['op_time'])}{ci}; your best run ({in_words(run.op_time)}) stays ranked "
-                f"#{i} of {len(runs)}")
+        return f"This run: {in_words(m['op_time'])}{ci}; your best run ({in_words(run.op_time)}) stays ranked #{i} of {len(runs)}"
     return "Not ranked"

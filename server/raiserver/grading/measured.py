@@ -26,8 +26,7 @@ from raiserver.grading.course import labels_of
 MAX_REPORT_BYTES = 1024 * 1024  # the CSV of one timed run; the worker cuts it there too
 MAX_ROWS = 100_000
 NAME_CHARS = 200
-_UNIT_SECONDS = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3,
-                 "s": 1.0, "second": 1.0}
+_UNIT_SECONDS = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1.0, "second": 1.0}
 DURATION = "gpu__time_duration.sum"
 
 
@@ -73,8 +72,14 @@ def accuracy(predictions: str, labels: list[str]) -> float:
     return right / len(labels)
 
 
-def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, labels_text: str,
-              printed_op_time: float | None, seeds: list[int] | None = None) -> Measured:
+def summarize(
+    runs: list[MeasuredRun] | None,
+    spec: CourseSpec,
+    version: int,
+    labels_text: str,
+    printed_op_time: float | None,
+    seeds: list[int] | None = None,
+) -> Measured:
     """``seeds``: each timed run's secret input order (a seeded course): its answers are checked
     against the labels in that order."""
     ranked = spec.ranked
@@ -155,8 +160,27 @@ def summarize(runs: list[MeasuredRun] | None, spec: CourseSpec, version: int, la
 
 
 # Student's t at 97.5 % for n - 1 degrees of freedom (n = 2 … 20 timed runs): a 95 % interval
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093]
+_T975 = [
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+]
 
 
 def half_width(totals: list[float]) -> float:

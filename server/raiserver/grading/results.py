@@ -36,8 +36,8 @@ def pattern(regex: str, marker: str) -> re2._Regexp:
 OP_TIME = pattern(r"Op Time:\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)", "Op Time")
 CORRECTNESS = pattern(r"Correctness:\s*([0-9]*\.?[0-9]+)\s+Model:\s*(\S+)", "Correctness")
 GNU_TIME = pattern(
-    r"(?P<user>[\d.]+)\s*user\s+(?P<sys>[\d.]+)\s*system\s+(?P<elapsed>[\d:.]+)\s*elapsed.*?(?P<rss>\d+)\s*maxresident",
-    "elapsed")
+    r"(?P<user>[\d.]+)\s*user\s+(?P<sys>[\d.]+)\s*system\s+(?P<elapsed>[\d:.]+)\s*elapsed.*?(?P<rss>\d+)\s*maxresident", "elapsed"
+)
 
 
 NCU_KERNEL = pattern(r"^\s{1,4}([A-Za-z_][\w:<>, ]*?)(?:\(.*\))?\s+\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context", "Context")
@@ -154,7 +154,8 @@ def relevant_lines(batches: Iterable[tuple[str, str]]) -> Iterator[Line]:
         if stream != "sys":
             last = next((t for t in reversed(lines) if t.strip()), "")
             table = (table or "Total Time (ns)" in text) and bool(
-                NSYS_ROW.match(last) or "Total Time (ns)" in last or set(last.strip()) <= set("- "))
+                NSYS_ROW.match(last) or "Total Time (ns)" in last or set(last.strip()) <= set("- ")
+            )
 
 
 def parse_log(lines: Iterable[LogLine | Line]) -> JobResultSummary:
@@ -176,7 +177,7 @@ def parse_log(lines: Iterable[LogLine | Line]) -> JobResultSummary:
         if not parsed.op_times:
             summary.correctness.update(parsed.correctness)
             continue
-        timed = [parsed] + [parse_text_lines(r) for c, rep, r in runs[i + 1:] if rep and c == command]
+        timed = [parsed] + [parse_text_lines(r) for c, rep, r in runs[i + 1 :] if rep and c == command]
         timed = [t for t in timed if t.op_times]
         best = timed[0]
         if len(timed) > 1:  # the median run stands for the job; the spread says how noisy it was

@@ -62,8 +62,7 @@ def boilerplate(starter: str) -> np.ndarray:
 
 
 def fingerprint(doc: Doc, starter_hashes: np.ndarray) -> CodeFingerprint:
-    return CodeFingerprint(f"{doc.job_id}.cu", NOISE, WINDOW, boilerplate=starter_hashes, language=LANGUAGE,
-                           fp=io.StringIO(doc.code))
+    return CodeFingerprint(f"{doc.job_id}.cu", NOISE, WINDOW, boilerplate=starter_hashes, language=LANGUAGE, fp=io.StringIO(doc.code))
 
 
 def compare(docs: list[Doc], starter: str, progress: Progress, top: int = TOP) -> list[Pair]:
@@ -85,8 +84,16 @@ def compare(docs: list[Doc], starter: str, progress: Progress, top: int = TOP) -
             score = float(max(share_a, share_b))
             if tokens <= 0 or (len(best) >= top and score <= best[0][0]):
                 continue
-            pair = Pair(i, j, score, float(share_a), float(share_b), int(tokens),
-                        [[int(v) for v in row] for row in sa], [[int(v) for v in row] for row in sb])
+            pair = Pair(
+                i,
+                j,
+                score,
+                float(share_a),
+                float(share_b),
+                int(tokens),
+                [[int(v) for v in row] for row in sa],
+                [[int(v) for v in row] for row in sb],
+            )
             item = (score, -i, -j, pair)
             heapq.heappush(best, item) if len(best) < top else heapq.heapreplace(best, item)
         done += n - 1 - i

@@ -47,8 +47,10 @@ def start(db: Session, p: Principal, kind: str, starter: str) -> SimilarityRepor
         raise Forbidden("similarity reports are for staff")
     row = course.current(db, kind)
     if row is None:
-        raise Invalid(f"'{kind[:32]}' has no course build file installed, so its student files are not known "
-                      "('raiclient admin course show' lists the kinds that have one)")
+        raise Invalid(
+            f"'{kind[:32]}' has no course build file installed, so its student files are not known "
+            "('raiclient admin course show' lists the kinds that have one)"
+        )
     files = code_files(course.spec_of(row).ranked.student_files)
     if not files:
         raise Invalid(f"none of '{kind}''s student files ({', '.join(course.spec_of(row).ranked.student_files)}) is code")
@@ -56,10 +58,11 @@ def start(db: Session, p: Principal, kind: str, starter: str) -> SimilarityRepor
         raise TooLarge(f"the starter code is larger than {MAX_STARTER // 1024} KiB")
     busy = db.scalar(select(SimilarityReport).where(SimilarityReport.state.in_(BUSY)).limit(1))
     if busy is not None:
-        raise Conflict(f"similarity report #{busy.id} ('{busy.kind}') is {busy.state}{progress_text(busy)}: "
-                       "one is made at a time; start this one when it is done")
-    report = SimilarityReport(kind=kind, state="queued", started_by=p.user.username, starter=starter, files=files,
-                              done=0, total=0, teams=0)
+        raise Conflict(
+            f"similarity report #{busy.id} ('{busy.kind}') is {busy.state}{progress_text(busy)}: "
+            "one is made at a time; start this one when it is done"
+        )
+    report = SimilarityReport(kind=kind, state="queued", started_by=p.user.username, starter=starter, files=files, done=0, total=0, teams=0)
     db.add(report)
     db.flush()
     audit(db, p.user.username, "similarity.start", kind, report=report.id, files=files, starter_bytes=len(starter.encode()))
@@ -82,9 +85,12 @@ def next_report(db: Session) -> int | None:
 
 def latest_per_team(db: Session, kind: str) -> list[tuple[str, Job]]:
     """Each team's latest submission of ``kind`` whose archive is kept, by team name."""
-    rows = db.execute(select(Job, User).join(User, Job.owner_id == User.id)
-                      .where(Job.kind == kind, Job.remeasure_of.is_(None), Job.archive_kept.is_(True))
-                      .order_by(Job.created_at.desc())).all()
+    rows = db.execute(
+        select(Job, User)
+        .join(User, Job.owner_id == User.id)
+        .where(Job.kind == kind, Job.remeasure_of.is_(None), Job.archive_kept.is_(True))
+        .order_by(Job.created_at.desc())
+    ).all()
     latest: dict[str, Job] = {}
     for job, user in rows:
         if is_staff(user.role):
@@ -143,8 +149,9 @@ def make(db: Database, storage: Storage, report_id: int, beat: Callable[[], None
             r.pairs = [_pair_json(docs, p) for p in pairs]
             r.code = {d.job_id: {"team": d.team, "code": d.code} for d in docs if d.job_id in kept}
             skipped = len(teams) - len(docs)
-            r.message = (f"{len(docs)} teams compared" + (f"; {skipped} left out (archive no longer kept, or no "
-                         f"{', '.join(files)} in it)" if skipped else ""))
+            r.message = f"{len(docs)} teams compared" + (
+                f"; {skipped} left out (archive no longer kept, or no {', '.join(files)} in it)" if skipped else ""
+            )
     except Exception as exc:  # the report says it failed, and why; the server goes on
         log.exception("similarity report %s failed", report_id)
         with db.session() as s:
@@ -154,8 +161,18 @@ def make(db: Database, storage: Storage, report_id: int, beat: Callable[[], None
 
 def _pair_json(docs: list[Doc], p: Any) -> dict[str, Any]:
     a, b = docs[p.a], docs[p.b]
-    return {"a": a.team, "b": b.team, "a_job": a.job_id, "b_job": b.job_id, "score": p.score, "share_a": p.share_a,
-            "share_b": p.share_b, "tokens": p.tokens, "slices_a": p.slices_a, "slices_b": p.slices_b}
+    return {
+        "a": a.team,
+        "b": b.team,
+        "a_job": a.job_id,
+        "b_job": b.job_id,
+        "score": p.score,
+        "share_a": p.share_a,
+        "share_b": p.share_b,
+        "tokens": p.tokens,
+        "slices_a": p.slices_a,
+        "slices_b": p.slices_b,
+    }
 
 
 def get(db: Session, p: Principal, report_id: int) -> SimilarityReport:
@@ -174,7 +191,19 @@ def recent(db: Session, p: Principal, limit: int = 50) -> list[SimilarityReport]
 
 
 def report_out(r: SimilarityReport, pairs: int = 50) -> SimilarityOut:
-    return SimilarityOut(id=r.id, kind=r.kind, state=r.state, started_by=r.started_by, created_at=r.created_at,
-                         started_at=r.started_at, finished_at=r.finished_at, phase=r.phase, done=r.done, total=r.total,
-                         teams=r.teams, message=r.message, files=r.files or [],
-                         pairs=[SimilarityPair.model_validate(p) for p in (r.pairs or [])[:pairs]])
+    return SimilarityOut(
+        id=r.id,
+        kind=r.kind,
+        state=r.state,
+        started_by=r.started_by,
+        created_at=r.created_at,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
+        phase=r.phase,
+        done=r.done,
+        total=r.total,
+        teams=r.teams,
+        message=r.message,
+        files=r.files or [],
+        pairs=[SimilarityPair.model_validate(p) for p in (r.pairs or [])[:pairs]],
+    )

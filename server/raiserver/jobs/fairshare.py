@@ -33,17 +33,21 @@ def _priority(job: Job, staff_priority: bool, priority_kinds: set[str]) -> int:
 def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> list[Job]:
     """The queue's waiting (not yet released) jobs in the order they will be released."""
     waiting = db.scalars(
-        select(Job).options(joinedload(Job.owner))
+        select(Job)
+        .options(joinedload(Job.owner))
         .where(Job.queue == queue, Job.state == JobState.queued, Job.released_at.is_(None))
         .order_by(Job.created_at, Job.id)
     ).all()
     if not waiting:
         return []
     owners = {j.owner_id for j in waiting}
-    last = dict(db.execute(
-        select(Job.owner_id, func.max(Job.released_at)).where(Job.owner_id.in_(owners), Job.released_at.is_not(None))
-        .group_by(Job.owner_id)
-    ).all())
+    last = dict(
+        db.execute(
+            select(Job.owner_id, func.max(Job.released_at))
+            .where(Job.owner_id.in_(owners), Job.released_at.is_not(None))
+            .group_by(Job.owner_id)
+        ).all()
+    )
     per_owner: dict[int, list[Job]] = {}
     for job in waiting:
         per_owner.setdefault(job.owner_id, []).append(job)
@@ -51,8 +55,17 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
     heap: list[tuple[int, tuple[int, float], datetime, str, int, int]] = []
     for owner, jobs in per_owner.items():
         served = last.get(owner)
-        heapq.heappush(heap, (_priority(jobs[0], staff_priority, priority_kinds or set()),
-                              (1, served.timestamp()) if served else (0, 0.0), jobs[0].created_at, jobs[0].id, owner, 0))
+        heapq.heappush(
+            heap,
+            (
+                _priority(jobs[0], staff_priority, priority_kinds or set()),
+                (1, served.timestamp()) if served else (0, 0.0),
+                jobs[0].created_at,
+                jobs[0].id,
+                owner,
+                0,
+            ),
+        )
     order: list[Job] = []
     tick = 0
     while heap:
@@ -62,18 +75,20 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
         tick += 1
         if i + 1 < len(jobs):  # served now: to the back of the round
             nxt = jobs[i + 1]
-            heapq.heappush(heap, (_priority(nxt, staff_priority, priority_kinds or set()), (2, float(tick)),
-                                  nxt.created_at, nxt.id, owner, i + 1))
+            heapq.heappush(
+                heap, (_priority(nxt, staff_priority, priority_kinds or set()), (2, float(tick)), nxt.created_at, nxt.id, owner, i + 1)
+            )
     return order
 
 
 def free_slots(db: Session, queue: str, dead_after: float) -> int:
     slots = live_slots(db, queue, dead_after)
     busy = db.scalar(
-        select(func.count()).select_from(Job).where(
+        select(func.count())
+        .select_from(Job)
+        .where(
             Job.queue == queue,
-            or_(Job.state == JobState.running,
-                (Job.state == JobState.queued) & Job.released_at.is_not(None)),
+            or_(Job.state == JobState.running, (Job.state == JobState.queued) & Job.released_at.is_not(None)),
         )
     )
     return max(slots - int(busy or 0), 0)

@@ -69,8 +69,17 @@ def phases_of(job: Job) -> list[Phase]:
 
 
 def create_job(
-    db: Session, svc: Services, owner: User, spec: BuildSpec, spec_text: str, sha256: str, size: int, queue: str, kind: str,
-    course: CourseBuild | None = None, admission: Admission | None = None,
+    db: Session,
+    svc: Services,
+    owner: User,
+    spec: BuildSpec,
+    spec_text: str,
+    sha256: str,
+    size: int,
+    queue: str,
+    kind: str,
+    course: CourseBuild | None = None,
+    admission: Admission | None = None,
 ) -> Job:
     """A new queued job; ``admission``: what its kind's deadline made of it (late, late days drawn)."""
     job = Job(
@@ -93,18 +102,27 @@ def create_job(
     s = svc.settings
     if course is not None:
         files = ", ".join(spec_of(course).ranked.student_files)
-        svc.logs.system(job.id, f"A ranked '{kind}' run: built and timed by the course's build file (version {course.version}); "
-                                f"your rai_build.yml is not used, only your {files}")
+        svc.logs.system(
+            job.id,
+            f"A ranked '{kind}' run: built and timed by the course's build file (version {course.version}); "
+            f"your rai_build.yml is not used, only your {files}",
+        )
     elif kind in s.ranked_kind_set:
-        svc.logs.system(job.id, f"The course has not installed its build file for '{kind}' yet: this run is kept "
-                                "but does not rank (only runs the service builds and measures itself rank)")
+        svc.logs.system(
+            job.id,
+            f"The course has not installed its build file for '{kind}' yet: this run is kept "
+            "but does not rank (only runs the service builds and measures itself rank)",
+        )
     if admission is not None and admission.late is not None and admission.due is not None:
         if not admission.counts:
             what = "does not rank" if kind in s.ranked_kind_set else f"is marked late ({in_words(admission.late)})"
             svc.logs.system(job.id, f"Submitted after the deadline ({when(admission.due)}): this '{kind}' run is kept but {what}")
         else:
-            svc.logs.system(job.id, f"Submitted {in_words(admission.late)} after the deadline ({when(admission.due)}): "
-                                    f"{job.late_days} late day(s) drawn for it")
+            svc.logs.system(
+                job.id,
+                f"Submitted {in_words(admission.late)} after the deadline ({when(admission.due)}): "
+                f"{job.late_days} late day(s) drawn for it",
+            )
     svc.kick()
     return job
 
@@ -144,8 +162,11 @@ def finish_job(
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)
         spec = spec_of(course)
-        seeds = [run_seed(svc.settings.session_secret, job.id, run_attempt or job.attempt, r)
-                 for r in range(1, len(measured or []) + 1)] if spec.ranked.seeded else None
+        seeds = (
+            [run_seed(svc.settings.session_secret, job.id, run_attempt or job.attempt, r) for r in range(1, len(measured or []) + 1)]
+            if spec.ranked.seeded
+            else None
+        )
         summary.measured = summarize(measured, spec, course.version, course.labels, summary.op_time_total, seeds)
         if state is not JobState.succeeded and summary.measured.problem is None:
             summary.measured.problem = f"the job {state.value.replace('_', ' ')}"
@@ -175,15 +196,31 @@ def remeasure(db: Session, svc: Services, original: Job, by: User, repeats: int)
         raise Conflict(f"job {original.id} has not ended yet")
     if not svc.storage.archive_path(original.archive_sha256).exists():
         raise Missing("the project archive of that run is no longer kept")
-    job = Job(id=str(ULID()), owner_id=original.owner_id, queue=original.queue, kind=original.kind, state=JobState.queued,
-              image=original.image, spec_yaml=original.spec_yaml, archive_sha256=original.archive_sha256,
-              archive_bytes=original.archive_bytes, gpu_count=original.gpu_count, attempt=1,
-              course_build_id=original.course_build_id, remeasure_of=original.id, repeats=repeats, created_at=original.created_at)
+    job = Job(
+        id=str(ULID()),
+        owner_id=original.owner_id,
+        queue=original.queue,
+        kind=original.kind,
+        state=JobState.queued,
+        image=original.image,
+        spec_yaml=original.spec_yaml,
+        archive_sha256=original.archive_sha256,
+        archive_bytes=original.archive_bytes,
+        gpu_count=original.gpu_count,
+        attempt=1,
+        course_build_id=original.course_build_id,
+        remeasure_of=original.id,
+        repeats=repeats,
+        created_at=original.created_at,
+    )
     db.add(job)
     audit(db, by.username, "job.remeasure", original.id, new_job=job.id, repeats=repeats, owner=original.owner.username)
     db.commit()
-    svc.logs.system(job.id, f"A re-measure of job {original.id}, asked for by {by.username}: the same files and course build, "
-                            f"{repeats} timed runs on an idle GPU; its result replaces that run's on the board")
+    svc.logs.system(
+        job.id,
+        f"A re-measure of job {original.id}, asked for by {by.username}: the same files and course build, "
+        f"{repeats} timed runs on an idle GPU; its result replaces that run's on the board",
+    )
     svc.kick()
     return job
 
@@ -242,8 +279,9 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         ranked = course_spec.ranked
         runs = job.repeats or ranked.repeats
         seeds = [run_seed(s.session_secret, job.id, job.attempt, r) for r in range(1, runs + 1)] if ranked.seeded else None
-        timed = TimedRun(command=ranked.timed, repeats=runs, measure=ranked.measure, predictions=ranked.predictions,
-                         keep=ranked.keep, seeds=seeds)
+        timed = TimedRun(
+            command=ranked.timed, repeats=runs, measure=ranked.measure, predictions=ranked.predictions, keep=ranked.keep, seeds=seeds
+        )
         repeats = 1
     return ClaimGranted(
         job_id=job.id,
@@ -268,8 +306,11 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
     if job is None:
         raise NotFound("no such job")
     if _late_end(job, update):  # its run ended before the server, stalled or cut off, heard it
-        svc.logs.system(job.id, f"The run of attempt {update.attempt} had ended after all ({update.state.value}): "
-                                "its result is kept and the job does not run again")
+        svc.logs.system(
+            job.id,
+            f"The run of attempt {update.attempt} had ended after all ({update.state.value}): "
+            "its result is kept and the job does not run again",
+        )
         job.attempt = update.attempt
     elif update.attempt != job.attempt or job.state.finished:
         raise Conflict(f"job {job.id} is {job.state.value} on attempt {job.attempt}; this update is stale")
@@ -284,8 +325,19 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
         state = update.state
         if job.cancel_requested and state in (JobState.failed, JobState.error):
             state = JobState.cancelled  # killed because of the cancel, not of its own accord
-        finish_job(db, svc, job, state, update.exit_code, update.failed_command, update.message, announce=False,
-                   measured=update.measured, run_attempt=update.attempt, gpu_shared_with=update.gpu_shared_with)
+        finish_job(
+            db,
+            svc,
+            job,
+            state,
+            update.exit_code,
+            update.failed_command,
+            update.message,
+            announce=False,
+            measured=update.measured,
+            run_attempt=update.attempt,
+            gpu_shared_with=update.gpu_shared_with,
+        )
     return job
 
 
@@ -293,8 +345,13 @@ def _late_end(job: Job, update: JobUpdate) -> bool:
     """The end report of the attempt just before the job's, which was put back in the queue and
     not yet claimed again: that run ended whole (a run still writing when it was superseded is
     refused its next line and never reports an end), so its result is kept, not run again."""
-    return (update.state.finished and job.state is JobState.queued and job.worker is None
-            and update.attempt == job.attempt - 1 and not job.cancel_requested)
+    return (
+        update.state.finished
+        and job.state is JobState.queued
+        and job.worker is None
+        and update.attempt == job.attempt - 1
+        and not job.cancel_requested
+    )
 
 
 def renew_lease(db: Session, svc: Services, job_id: str, worker: str, attempt: int) -> bool:
@@ -414,8 +471,9 @@ def reap(db: Session, svc: Services, awake_since: datetime | None = None) -> int
 def restore_fences(db: Session, svc: Services) -> int:
     """Put back the fences Redis lost (a flush, a wiped Redis) for the jobs a worker may hold:
     raised from the database, never lowered. Returns how many jobs were checked."""
-    rows = db.execute(select(Job.id, Job.attempt).where(
-        (Job.state == JobState.running) | ((Job.state == JobState.queued) & Job.released_at.is_not(None)))).all()
+    rows = db.execute(
+        select(Job.id, Job.attempt).where((Job.state == JobState.running) | ((Job.state == JobState.queued) & Job.released_at.is_not(None)))
+    ).all()
     svc.logs.restore_fences(dict(rows), svc.settings.visibility_timeout)
     return len(rows)
 
@@ -441,9 +499,7 @@ def release_again(db: Session, svc: Services) -> int:
     lost: the worker that took it died, Redis lost it): release it again under a new attempt
     number, so the lost message, should it reappear, is refused. Returns how many."""
     cutoff = utcnow() - timedelta(seconds=svc.settings.release_again_seconds)
-    stale = db.scalars(
-        select(Job).where(Job.state == JobState.queued, Job.released_at.is_not(None), Job.released_at < cutoff)
-    ).all()
+    stale = db.scalars(select(Job).where(Job.state == JobState.queued, Job.released_at.is_not(None), Job.released_at < cutoff)).all()
     for job in stale:
         job.attempt += 1
         job.released_at = None

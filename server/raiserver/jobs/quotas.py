@@ -24,10 +24,7 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
     with the user's row locked, when the job is created (so two racing uploads cannot both pass)."""
     if settings.staff_exempt and user.role in STAFF:
         return
-    active = db.scalars(
-        select(Job.id).where(Job.owner_id == user.id, Job.state.in_(UNFINISHED))
-        .order_by(Job.created_at)
-    ).all()
+    active = db.scalars(select(Job.id).where(Job.owner_id == user.id, Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
     if len(active) >= settings.max_active_jobs:
         ids = ", ".join(active[:5])
         raise OverQuota(f"You already have {len(active)} jobs in the queue ({ids}); wait for one to finish or cancel it", 30)
@@ -37,27 +34,33 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
     ).all()
     if len(recent) >= settings.submissions_per_minute:
         wait = math.ceil((recent[0] + timedelta(minutes=1) - now).total_seconds())
-        raise OverQuota(f"You submitted {len(recent)} jobs in the last minute (the limit is {settings.submissions_per_minute}); "
-                       f"try again in {wait} s", wait)
+        raise OverQuota(
+            f"You submitted {len(recent)} jobs in the last minute (the limit is {settings.submissions_per_minute}); try again in {wait} s",
+            wait,
+        )
     if settings.submissions_per_day > 0:
-        today = db.scalars(select(Job.created_at).where(Job.owner_id == user.id, Job.created_at > now - timedelta(days=1))
-                           .order_by(Job.created_at)).all()
+        today = db.scalars(
+            select(Job.created_at).where(Job.owner_id == user.id, Job.created_at > now - timedelta(days=1)).order_by(Job.created_at)
+        ).all()
         if len(today) >= settings.submissions_per_day:
             wait = math.ceil((today[0] + timedelta(days=1) - now).total_seconds())
-            raise OverQuota(f"You submitted {len(today)} jobs in the last 24 hours (the limit is {settings.submissions_per_day}); "
-                            f"try again in {wait // 3600} h {wait % 3600 // 60} min", wait)
+            raise OverQuota(
+                f"You submitted {len(today)} jobs in the last 24 hours (the limit is {settings.submissions_per_day}); "
+                f"try again in {wait // 3600} h {wait % 3600 // 60} min",
+                wait,
+            )
     if settings.gpu_minutes_per_day > 0:
         used = gpu_minutes(db, user, now)
         if used >= settings.gpu_minutes_per_day:
-            raise OverQuota(f"You used {used:.0f} of your {settings.gpu_minutes_per_day:g} GPU minutes in the last 24 hours; "
-                           "try again later", 3600)
+            raise OverQuota(
+                f"You used {used:.0f} of your {settings.gpu_minutes_per_day:g} GPU minutes in the last 24 hours; try again later", 3600
+            )
 
 
 def gpu_minutes(db: Session, user: User, now: datetime) -> float:
     """GPU minutes the user's jobs ran in the last 24 hours (a running one until now)."""
     day = db.execute(
-        select(Job.started_at, Job.finished_at).where(
-            Job.owner_id == user.id, Job.gpu_count > 0, Job.started_at > now - timedelta(days=1))
+        select(Job.started_at, Job.finished_at).where(Job.owner_id == user.id, Job.gpu_count > 0, Job.started_at > now - timedelta(days=1))
     ).all()
     return sum(((f or now) - s).total_seconds() for s, f in day if s is not None) / 60
 
@@ -67,9 +70,16 @@ def limits_of(db: Session, user: User, settings: Settings, deadlines: Deadlines)
     now = utcnow()
     recent = db.scalars(select(Job.created_at).where(Job.owner_id == user.id, Job.created_at > now - timedelta(days=1))).all()
     active = db.scalar(select(func.count()).select_from(Job).where(Job.owner_id == user.id, Job.state.in_(UNFINISHED)))
-    return Limits(exempt=settings.staff_exempt and user.role in STAFF, jobs_active=active or 0, max_active_jobs=settings.max_active_jobs,
-                  submissions_last_minute=sum(1 for t in recent if t > now - timedelta(minutes=1)),
-                  submissions_per_minute=settings.submissions_per_minute, submissions_last_day=len(recent),
-                  submissions_per_day=settings.submissions_per_day, gpu_minutes_used=round(gpu_minutes(db, user, now), 1),
-                  gpu_minutes_per_day=settings.gpu_minutes_per_day, late_days_used=deadlines.days_used(user),
-                  late_days=settings.late_days)
+    return Limits(
+        exempt=settings.staff_exempt and user.role in STAFF,
+        jobs_active=active or 0,
+        max_active_jobs=settings.max_active_jobs,
+        submissions_last_minute=sum(1 for t in recent if t > now - timedelta(minutes=1)),
+        submissions_per_minute=settings.submissions_per_minute,
+        submissions_last_day=len(recent),
+        submissions_per_day=settings.submissions_per_day,
+        gpu_minutes_used=round(gpu_minutes(db, user, now), 1),
+        gpu_minutes_per_day=settings.gpu_minutes_per_day,
+        late_days_used=deadlines.days_used(user),
+        late_days=settings.late_days,
+    )

@@ -43,8 +43,9 @@ def ask(db: Session, p: Principal, job: Job, message: str) -> RegradeRequest:
         raise Conflict(f"job {job.id} has not ended yet; ask for a regrade once it has")
     held = _open_of(db, job.id, p.user.id)
     if held is not None:
-        raise Conflict(f"you already have an open regrade request (#{held.id}) for job {job.id}; "
-                       "its answer comes first (raiclient regrades)")
+        raise Conflict(
+            f"you already have an open regrade request (#{held.id}) for job {job.id}; its answer comes first (raiclient regrades)"
+        )
     req = RegradeRequest(job_id=job.id, student_id=p.user.id, message=text, state="open")
     db.add(req)
     try:
@@ -58,8 +59,11 @@ def ask(db: Session, p: Principal, job: Job, message: str) -> RegradeRequest:
 
 
 def _open_of(db: Session, job_id: str, student_id: int) -> RegradeRequest | None:
-    return db.scalar(select(RegradeRequest).where(RegradeRequest.job_id == job_id, RegradeRequest.student_id == student_id,
-                                                  RegradeRequest.state == "open"))
+    return db.scalar(
+        select(RegradeRequest).where(
+            RegradeRequest.job_id == job_id, RegradeRequest.student_id == student_id, RegradeRequest.state == "open"
+        )
+    )
 
 
 def answer(db: Session, svc: Services, p: Principal, request_id: int, act: RegradeAction) -> RegradeRequest:
@@ -115,11 +119,23 @@ def for_staff(db: Session, p: Principal, everything: bool = False, limit: int = 
 
 def may_ask(p: Principal, job: Job, requests: list[RegradeRequest]) -> bool:
     """Whether the job page offers this user the form: their run, ended, and none of theirs open."""
-    return (can_request_regrade(p, job) and job.state.finished
-            and not any(r.state == "open" and r.student_id == p.user.id for r in requests))
+    return can_request_regrade(p, job) and job.state.finished and not any(r.state == "open" and r.student_id == p.user.id for r in requests)
 
 
 def out(req: RegradeRequest) -> RegradeOut:
-    return RegradeOut(id=req.id, job_id=req.job_id, kind=req.job.kind, student=req.student.username, message=req.message,
-                      created_at=req.created_at, state=req.state, outcome=req.outcome, answer=req.answer, grade=req.grade,
-                      reason=req.reason, remeasure_job=req.remeasure_job, closed_by=req.closed_by, closed_at=req.closed_at)
+    return RegradeOut(
+        id=req.id,
+        job_id=req.job_id,
+        kind=req.job.kind,
+        student=req.student.username,
+        message=req.message,
+        created_at=req.created_at,
+        state=req.state,
+        outcome=req.outcome,
+        answer=req.answer,
+        grade=req.grade,
+        reason=req.reason,
+        remeasure_job=req.remeasure_job,
+        closed_by=req.closed_by,
+        closed_at=req.closed_at,
+    )

@@ -44,14 +44,21 @@ class Usage:
 
 def usage(db: Session, user_id: int) -> Usage:
     """Bytes this user keeps: each distinct archive once, every build folder."""
-    distinct = (select(Job.archive_sha256, func.max(Job.archive_bytes).label("size"))
-                .where(Job.owner_id == user_id, Job.archive_kept.is_(True)).group_by(Job.archive_sha256).subquery())
+    distinct = (
+        select(Job.archive_sha256, func.max(Job.archive_bytes).label("size"))
+        .where(Job.owner_id == user_id, Job.archive_kept.is_(True))
+        .group_by(Job.archive_sha256)
+        .subquery()
+    )
     archives = db.scalar(select(func.coalesce(func.sum(distinct.c.size), 0))) or 0
     builds = db.scalar(select(func.coalesce(func.sum(Job.build_bytes), 0)).where(Job.owner_id == user_id, Job.has_build.is_(True))) or 0
     size = Job.build_bytes + Job.archive_bytes
-    largest = db.execute(select(Job.id, size).where(Job.owner_id == user_id, Job.state.in_(FINISHED),
-                                                    (Job.has_build.is_(True)) | (Job.archive_kept.is_(True)))
-                         .order_by(size.desc()).limit(3)).all()
+    largest = db.execute(
+        select(Job.id, size)
+        .where(Job.owner_id == user_id, Job.state.in_(FINISHED), (Job.has_build.is_(True)) | (Job.archive_kept.is_(True)))
+        .order_by(size.desc())
+        .limit(3)
+    ).all()
     return Usage(int(archives), int(builds), [(jid, int(n)) for jid, n in largest])
 
 
@@ -67,7 +74,9 @@ def check_storage(db: Session, user: User, settings: Settings, incoming: int = 0
     raise OverQuota(
         f"You store {mib(u.total)} of your {mib(limit)} (archives {mib(u.archives)}, build folders {mib(u.builds)})"
         + (f" and this upload is {mib(incoming)}" if incoming else "")
-        + f"; free space with 'raiclient delete JOB' (your largest: {biggest})", 60)
+        + f"; free space with 'raiclient delete JOB' (your largest: {biggest})",
+        60,
+    )
 
 
 def delete_files(db: Session, storage: Storage, job: Job, keep_log: bool = True) -> int:
@@ -82,8 +91,11 @@ def delete_files(db: Session, storage: Storage, job: Job, keep_log: bool = True)
         job.has_build, job.build_bytes = False, 0
     if job.archive_kept:
         job.archive_kept = False
-        others = db.scalar(select(func.count()).select_from(Job).where(
-            Job.archive_sha256 == job.archive_sha256, Job.archive_kept.is_(True), Job.id != job.id))
+        others = db.scalar(
+            select(func.count())
+            .select_from(Job)
+            .where(Job.archive_sha256 == job.archive_sha256, Job.archive_kept.is_(True), Job.id != job.id)
+        )
         if not others:
             storage.archive_path(job.archive_sha256).unlink(missing_ok=True)
             freed += job.archive_bytes
@@ -112,9 +124,14 @@ def apply_retention(db: Session, storage: Storage, settings: Settings, apply: bo
     for days, logs_too in rules:
         if days <= 0:
             continue
-        old = db.scalars(select(Job).where(
-            Job.state.in_(FINISHED), Job.kind != settings.verified_kind, Job.finished_at < now - timedelta(days=days),
-            (Job.has_build.is_(True)) | (Job.archive_kept.is_(True)) if not logs_too else Job.id.is_not(None))).all()
+        old = db.scalars(
+            select(Job).where(
+                Job.state.in_(FINISHED),
+                Job.kind != settings.verified_kind,
+                Job.finished_at < now - timedelta(days=days),
+                (Job.has_build.is_(True)) | (Job.archive_kept.is_(True)) if not logs_too else Job.id.is_not(None),
+            )
+        ).all()
         for job in old:
             log = storage.log_path(job.id)
             if logs_too and not log.exists():
@@ -128,4 +145,3 @@ def apply_retention(db: Session, storage: Storage, settings: Settings, apply: bo
             else:
                 sweep.freed += (job.build_bytes if job.has_build else 0) + (job.archive_bytes if job.archive_kept else 0)
     return sweep
-

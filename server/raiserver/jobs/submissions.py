@@ -37,20 +37,30 @@ KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-async def accept_submission(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int,
-                            queue: str | None, kind: str, content_length: int | None, gate: UploadGate | None = None) -> JobOut:
+async def accept_submission(
+    svc: Services,
+    database: Database,
+    body: AsyncIterator[bytes],
+    user_id: int,
+    queue: str | None,
+    kind: str,
+    content_length: int | None,
+    gate: UploadGate | None = None,
+) -> JobOut:
     """``gate``: the student's upload limits (None for staff, when they are exempt)."""
     token = await run_in_threadpool(gate.admit, user_id) if gate is not None else None
     try:
-        return await _accept(svc, database, gate.renewing(body, user_id, token) if gate is not None else body,
-                             user_id, queue, kind, content_length)
+        return await _accept(
+            svc, database, gate.renewing(body, user_id, token) if gate is not None else body, user_id, queue, kind, content_length
+        )
     finally:
         if gate is not None:
             await run_in_threadpool(gate.release, user_id, token)
 
 
-async def _accept(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int,
-                  queue: str | None, kind: str, content_length: int | None) -> JobOut:
+async def _accept(
+    svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int, queue: str | None, kind: str, content_length: int | None
+) -> JobOut:
     limit = svc.settings.max_upload_bytes
     if content_length is not None and content_length > limit:
         raise TooLarge(f"archive is {human_size(content_length)}; the limit is {human_size(limit)}")
@@ -114,8 +124,19 @@ async def _accept(svc: Services, database: Database, body: AsyncIterator[bytes],
                 check_requirements(db, queue, spec, svc.settings.worker_dead_after)
                 admission = Deadlines(db, svc.settings).admit(kind, owner, utcnow())  # again: late days, under the lock
                 svc.storage.keep_archive(run_archive, run_sha)  # only now: a refused upload leaves nothing behind
-                job = create_job(db, svc, owner, spec, spec_text, run_sha, run_size, queue, kind,
-                                 course=db.merge(course) if course is not None else None, admission=admission)
+                job = create_job(
+                    db,
+                    svc,
+                    owner,
+                    spec,
+                    spec_text,
+                    run_sha,
+                    run_size,
+                    queue,
+                    kind,
+                    course=db.merge(course) if course is not None else None,
+                    admission=admission,
+                )
                 out = job_out(db, job, QueueView(db, svc.settings))
                 out.deadline_note = admission.note
                 return out

@@ -85,7 +85,7 @@ class QueueView:
         if position is None or job.released_at is not None:
             return None
         order = self._order(job.queue)
-        later = [j for j in order[:position - 1] if (j.created_at, j.id) > (job.created_at, job.id)]
+        later = [j for j in order[: position - 1] if (j.created_at, j.id) > (job.created_at, job.id)]
         if not later:
             return None
         s = self.settings
@@ -96,8 +96,9 @@ class QueueView:
         if first:
             reasons.append(f"{len(first)} of staff or of a kind that goes first ({', '.join(sorted(s.priority_kinds)) or 'none'})")
         if len(first) < n:
-            reasons.append("students take turns (fair share): a student whose last job ran longer ago goes before one "
-                           "whose job ran more recently")
+            reasons.append(
+                "students take turns (fair share): a student whose last job ran longer ago goes before one whose job ran more recently"
+            )
         return text + "; ".join(reasons)
 
     def eta(self, job: Job, position: int | None) -> float | None:
@@ -133,9 +134,14 @@ class QueueView:
         if queue not in self._runs:
             rows = self.db.execute(
                 select(Job.kind, Job.started_at, Job.finished_at)
-                .where(Job.queue == queue, Job.finished_at.is_not(None), Job.started_at.is_not(None),
-                       Job.state.in_((JobState.succeeded, JobState.failed, JobState.timed_out)))
-                .order_by(Job.finished_at.desc()).limit(200)
+                .where(
+                    Job.queue == queue,
+                    Job.finished_at.is_not(None),
+                    Job.started_at.is_not(None),
+                    Job.state.in_((JobState.succeeded, JobState.failed, JobState.timed_out)),
+                )
+                .order_by(Job.finished_at.desc())
+                .limit(200)
             ).all()
             runs: dict[str, list[float]] = {}
             for kind, started, ended in rows:
@@ -157,14 +163,14 @@ class QueueView:
             return None
         now = utcnow()
         frees = []
-        for running in self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.running,
-                                                         Job.waiting.is_(None))):
+        for running in self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.running, Job.waiting.is_(None))):
             claimed = claimed_at(running)
             frees.append(self.remaining(running, (now - claimed).total_seconds() if claimed else 0.0))
         frees += [0.0] * max(slots - len(frees), 0)  # idle slots free now
         heapq.heapify(frees)
-        released = self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.queued,
-                                                      Job.released_at.is_not(None)).order_by(Job.released_at)).all()
+        released = self.db.scalars(
+            select(Job).where(Job.queue == queue, Job.state == JobState.queued, Job.released_at.is_not(None)).order_by(Job.released_at)
+        ).all()
         etas: dict[str, float] = {}
         for waiting in [*released, *self._order(queue)]:
             start = heapq.heappop(frees)
@@ -213,49 +219,67 @@ def summaries(db: Session, settings: Settings, user: User) -> list[QueueSummary]
     dead_after = settings.worker_dead_after
     counts: Counter[tuple[str, JobState]] = Counter()
     held = Job.waiting.is_not(None)  # claimed, but still waiting in Slurm: shown as waiting
-    for queue, state, waits, n in db.execute(select(Job.queue, Job.state, held, func.count()).where(
-            Job.state.in_(UNFINISHED)).group_by(Job.queue, Job.state, held)):
+    for queue, state, waits, n in db.execute(
+        select(Job.queue, Job.state, held, func.count()).where(Job.state.in_(UNFINISHED)).group_by(Job.queue, Job.state, held)
+    ):
         counts[queue, shown_state(state, waits)] += n
     live = live_workers(db, dead_after)
     served = {q for w in live for q in (w.queues or [])}
     view = QueueView(db, settings)
-    mine = db.scalars(select(Job).where(Job.owner_id == user.id,
-                                        Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
+    mine = db.scalars(select(Job).where(Job.owner_id == user.id, Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
     # answering: alive, and heard from within a few heartbeats (a killed worker is silent long
     # before it is declared dead)
     recent = utcnow() - timedelta(seconds=2.5 * settings.heartbeat_seconds)
     answering = {w.name for w in live if w.last_seen >= recent}
-    unanswered: Counter[str] = Counter(q for q, worker in db.execute(select(Job.queue, Job.worker).where(
-        Job.state == JobState.running, Job.waiting.is_(None))) if worker not in answering)
+    unanswered: Counter[str] = Counter(
+        q
+        for q, worker in db.execute(select(Job.queue, Job.worker).where(Job.state == JobState.running, Job.waiting.is_(None)))
+        if worker not in answering
+    )
     out = []
     for queue in sorted(served | {q for q, _ in counts} | {j.queue for j in mine}):
         serving = [w for w in live if queue in (w.queues or [])]
-        out.append(QueueSummary(queue=queue, waiting=counts[queue, JobState.queued], running=counts[queue, JobState.running],
-                                slots=sum(w.slots for w in serving), workers=len(serving),
-                                mine=[job_out(db, j, view) for j in mine if j.queue == queue],
-                                unanswered=unanswered[queue], dead_after=dead_after))
+        out.append(
+            QueueSummary(
+                queue=queue,
+                waiting=counts[queue, JobState.queued],
+                running=counts[queue, JobState.running],
+                slots=sum(w.slots for w in serving),
+                workers=len(serving),
+                mine=[job_out(db, j, view) for j in mine if j.queue == queue],
+                unanswered=unanswered[queue],
+                dead_after=dead_after,
+            )
+        )
     return out
 
 
 def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
     """Every waiting and running job, as staff see it (``owner_id`` to tell whose it is)."""
-    jobs = db.scalars(
-        select(Job).options(joinedload(Job.owner))
-        .where(Job.state.in_(UNFINISHED)).order_by(Job.created_at)
-    ).all()
+    jobs = db.scalars(select(Job).options(joinedload(Job.owner)).where(Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
     now = utcnow()
     rows: dict[str, list[dict]] = {"queued": [], "running": []}
     view = QueueView(db, settings)
     for job in jobs:
         out = job_out(db, job, view)
         since = job.started_at if out.state is JobState.running else job.created_at
-        rows[out.state.value].append({
-            "id": job.id, "short": short_id(job.id), "owner": job.owner.username, "owner_id": job.owner_id, "queue": job.queue, "kind": job.kind,
-            "image": job.image, "worker": job.worker or "", "position": out.position, "eta": out.eta_seconds,
-            "why": out.position_why,
-            "waiting": job.waiting,
-            "seconds": round((now - since).total_seconds()) if since else 0,
-        })
+        rows[out.state.value].append(
+            {
+                "id": job.id,
+                "short": short_id(job.id),
+                "owner": job.owner.username,
+                "owner_id": job.owner_id,
+                "queue": job.queue,
+                "kind": job.kind,
+                "image": job.image,
+                "worker": job.worker or "",
+                "position": out.position,
+                "eta": out.eta_seconds,
+                "why": out.position_why,
+                "waiting": job.waiting,
+                "seconds": round((now - since).total_seconds()) if since else 0,
+            }
+        )
     rows["queued"].sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["queue"]))  # who goes next first
     return rows
 
@@ -268,9 +292,15 @@ def shown_to(rows: dict[str, list[dict]], user_id: int, staff: bool) -> dict[str
         for row in jobs:
             mine = row["owner_id"] == user_id
             shown = staff or mine
-            view[state].append({**{k: v for k, v in row.items() if k != "owner_id"}, "mine": mine,
-                                "id": row["id"] if shown else None,
-                                "short": row["short"] if shown else None, "owner": row["owner"] if shown else "another student"})
+            view[state].append(
+                {
+                    **{k: v for k, v in row.items() if k != "owner_id"},
+                    "mine": mine,
+                    "id": row["id"] if shown else None,
+                    "short": row["short"] if shown else None,
+                    "owner": row["owner"] if shown else "another student",
+                }
+            )
     return view
 
 

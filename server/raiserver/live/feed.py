@@ -85,9 +85,17 @@ class Watcher:
 
 
 class LogHub:
-    def __init__(self, logs: LogStore, status: Callable[[list[str]], dict[str, JobOut]], *,
-                 per_student: int, per_staff: int, per_process: int, buffer_lines: int,
-                 status_interval: float = 2.0):
+    def __init__(
+        self,
+        logs: LogStore,
+        status: Callable[[list[str]], dict[str, JobOut]],
+        *,
+        per_student: int,
+        per_staff: int,
+        per_process: int,
+        buffer_lines: int,
+        status_interval: float = 2.0,
+    ):
         self.logs = logs
         self.status = status
         self.per_student, self.per_staff, self.per_process = per_student, per_staff, per_process
@@ -109,8 +117,11 @@ class LogHub:
             raise Busy(f"this server is at its limit of {self.per_process} open log streams; retry shortly", 5)
         cap = self.per_staff if staff else self.per_student
         if self.streams[user_id] >= cap:
-            raise OverQuota(f"you have {self.streams[user_id]} log streams open (the limit is {cap}); "
-                            "close some (other terminals or browser tabs) and retry", 5)
+            raise OverQuota(
+                f"you have {self.streams[user_id]} log streams open (the limit is {cap}); "
+                "close some (other terminals or browser tabs) and retry",
+                5,
+            )
         self.streams[user_id] += 1
         self.open_streams += 1
 

@@ -26,6 +26,7 @@ from raiserver.store.storage import Storage
 PAGE_ENTRIES = 500  # Redis entries per XRANGE page
 PAGE_BYTES = 1024**2  # bytes of stored log per replay page
 
+
 def read_copy(path: Path) -> list[Batch]:
     """A worker's copy of its run's lines: JSON lines of batches (``n`` 0 for batches Redis never
     numbered); a line that does not parse ends it (a cut upload keeps what came whole)."""
@@ -80,7 +81,7 @@ def merge(stream: list[Batch], copy: list[Batch]) -> list[Batch]:
 def _covered(spans: list[tuple[int, int]], first: int, last: int) -> bool:
     """Every line from ``first`` to ``last`` is in ``spans`` (sorted, not overlapping)."""
     want = first
-    for a, z in spans[max(bisect_right([a for a, _ in spans], first) - 1, 0):]:
+    for a, z in spans[max(bisect_right([a for a, _ in spans], first) - 1, 0) :]:
         if a > want:
             return False
         want = max(want, z + 1)
@@ -93,10 +94,10 @@ class LogStore:
     def __init__(self, redis_url: str, storage: Storage, ttl: int, pool_size: int = 16):
         # Both clients share small pools and wait for a free connection rather than fail: the
         # connections a server process holds never grow with the number of people watching.
-        self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
-            redis_url, max_connections=pool_size, timeout=20))
-        self.aredis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool.from_url(
-            redis_url, max_connections=pool_size, timeout=20))
+        self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(redis_url, max_connections=pool_size, timeout=20))
+        self.aredis = aioredis.Redis(
+            connection_pool=aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=pool_size, timeout=20)
+        )
         self.storage = storage
         self.ttl = ttl
         self._append = self.redis.register_script(APPEND_LUA)

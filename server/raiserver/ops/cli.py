@@ -37,9 +37,13 @@ def checked_settings() -> Settings:
 
 
 @app.command()
-def serve(host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
-          ssl_certfile: Path | None = typer.Option(None, "--ssl-certfile", help="serve HTTPS with this certificate (PEM)"),
-          ssl_keyfile: Path | None = typer.Option(None, "--ssl-keyfile", help="and this key (PEM)")) -> None:
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    ssl_certfile: Path | None = typer.Option(None, "--ssl-certfile", help="serve HTTPS with this certificate (PEM)"),
+    ssl_keyfile: Path | None = typer.Option(None, "--ssl-keyfile", help="and this key (PEM)"),
+) -> None:
     """Run the API (migrates the database first). Off loopback, refuses default or short secrets.
     Behind a TLS-terminating proxy (the usual way) it serves plain HTTP; without one, give it a
     certificate and key."""
@@ -99,7 +103,9 @@ def add_user(
             user, secret = create_user(s, username, role, team=team, email=email)
         else:
             secret = rotate_keys(s, user)
-        prof = Profile(username=user.username, access_key=user.access_key, secret_key=secret, server=server_url, team=user.team, email=user.email)
+        prof = Profile(
+            username=user.username, access_key=user.access_key, secret_key=secret, server=server_url, team=user.team, email=user.email
+        )
     if profile:
         write_profile(prof, profile)
         console.print(f"profile for {username} written to {profile}")
@@ -122,9 +128,11 @@ def retention_cmd(
     with db.session() as s:
         sweep = apply_retention(s, storage, settings, apply)
     verb = "freed" if apply else "would free"
-    console.print(f"{verb} {mib(sweep.freed)}: files of {sweep.jobs} run(s) older than {settings.retain_days} days, "
-                  f"logs of {sweep.logs} run(s) older than {settings.retain_log_days} days "
-                  f"('{settings.verified_kind}' runs are kept)" + ("" if apply else "; run again with --apply to delete them"))
+    console.print(
+        f"{verb} {mib(sweep.freed)}: files of {sweep.jobs} run(s) older than {settings.retain_days} days, "
+        f"logs of {sweep.logs} run(s) older than {settings.retain_log_days} days "
+        f"('{settings.verified_kind}' runs are kept)" + ("" if apply else "; run again with --apply to delete them")
+    )
 
 
 def main() -> None:

@@ -27,8 +27,9 @@ from raiprotocol.profile import read_profile_file
 from raiserver.access.hardening import write_secrets_file
 from raiserver.ops.launch import Instance, Part, add_user, free_port, port_taken, start_server, start_worker
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run rai on this machine for trying and developing.",
-                  rich_markup_mode=None)
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, help="Run rai on this machine for trying and developing.", rich_markup_mode=None
+)
 console = Console(highlight=False, soft_wrap=True)  # never fold a command in two (not on a terminal: 80 columns)
 
 
@@ -47,11 +48,12 @@ def redis_binary() -> str:
 def docker_ready() -> tuple[bool, str]:
     """Asks the worker's own check (``raiworker docker-check``): the server imports no worker code."""
     try:
-        res = subprocess.run([sys.executable, "-m", "raiworker.cli", "docker-check"], capture_output=True, text=True,
-                             timeout=180)
+        res = subprocess.run([sys.executable, "-m", "raiworker.cli", "docker-check"], capture_output=True, text=True, timeout=180)
     except subprocess.TimeoutExpired:
         return False, "the Docker engine did not answer within 180 s"
-    lines = res.stdout.strip().splitlines() or [res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "the worker is not installed"]
+    lines = res.stdout.strip().splitlines() or [
+        res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "the worker is not installed"
+    ]
     return res.returncode == 0, lines[-1]
 
 
@@ -93,8 +95,10 @@ def dev(
         console.print(Text(f"✱ stopped {what}, left running by an earlier raid dev on {data} that was killed", "yellow"))
     if port_taken(host, port):
         instance_lock.release()
-        raise SystemExit(f"raid: port {port} on {host} is already in use (another rai, or another program); "
-                         f"choose a free one with --port, e.g. --port {free_port()}")
+        raise SystemExit(
+            f"raid: port {port} on {host} is already in use (another rai, or another program); "
+            f"choose a free one with --port, e.g. --port {free_port()}"
+        )
     server_url = f"http://{host}:{port}"
     redis_port = free_port()
     secrets_file = data / "secrets.env"
@@ -109,12 +113,20 @@ def dev(
     env = dict(os.environ)
     # one name per data folder: two `raid dev` on one host never remove each other's containers
     instance = hashlib.sha256(str(data).encode()).hexdigest()[:6]
-    env.update({
-        "RAI_DATA_DIR": str(data), "RAI_REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
-        "RAI_SECRETS_FILE": str(secrets_file),
-        "RAI_SERVER_URL": server_url, "RAI_EXECUTOR": executor, "RAI_GPUS": gpus, "RAI_WORK_DIR": str(data / "worker"),
-        "RAI_WORKER_NAME": f"dev-{socket.gethostname()}-{instance}", "RAI_QUEUES": "gpu", "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "RAI_DATA_DIR": str(data),
+            "RAI_REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
+            "RAI_SECRETS_FILE": str(secrets_file),
+            "RAI_SERVER_URL": server_url,
+            "RAI_EXECUTOR": executor,
+            "RAI_GPUS": gpus,
+            "RAI_WORK_DIR": str(data / "worker"),
+            "RAI_WORKER_NAME": f"dev-{socket.gethostname()}-{instance}",
+            "RAI_QUEUES": "gpu",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.pop("DATABASE_URL", None)
     logs = data / "logs"
     logs.mkdir(exist_ok=True)
@@ -127,8 +139,10 @@ def dev(
                 part.stop()
                 continue
             # Celery's warm shutdown: the worker takes no new job and finishes those it runs
-            console.print(f"[bold cyan]✱[/] stopping: running jobs get up to {stop_grace:.0f} s to finish "
-                          "(Ctrl-C again to abandon them: they run again at the next start)")
+            console.print(
+                f"[bold cyan]✱[/] stopping: running jobs get up to {stop_grace:.0f} s to finish "
+                "(Ctrl-C again to abandon them: they run again at the next start)"
+            )
             if not part.stop(wait=stop_grace, group=False, give_up=lambda: len(signals) > 1):
                 console.print(Text("✱ the worker's running jobs were abandoned; they go back in the queue at the next start", "yellow"))
         instance_lock.release()
@@ -144,12 +158,31 @@ def dev(
     try:
         redis_dir = data / "redis"
         redis_dir.mkdir(exist_ok=True)
-        parts.append(Part("redis", [redis_binary(), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                                    "--appendonly", "yes", "--requirepass", password, "--dir", str(redis_dir)],
-                          env, logs / "redis.log", die_with=signal.SIGTERM).start())
+        parts.append(
+            Part(
+                "redis",
+                [
+                    redis_binary(),
+                    "--port",
+                    str(redis_port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "yes",
+                    "--requirepass",
+                    password,
+                    "--dir",
+                    str(redis_dir),
+                ],
+                env,
+                logs / "redis.log",
+                die_with=signal.SIGTERM,
+            ).start()
+        )
         instance_lock.remember(parts[-1])
-        parts.append(start_server(env, host, port, logs / "server.log", processes=workers, started=instance_lock.remember,
-                                  tied=True))
+        parts.append(start_server(env, host, port, logs / "server.log", processes=workers, started=instance_lock.remember, tied=True))
         profile_path = ensure_admin(env, data, server_url)
         parts.append(start_worker(env, env["RAI_WORKER_NAME"], data / "worker", logs / "worker.log", tied=True))
         instance_lock.remember(parts[-1])
@@ -167,12 +200,15 @@ def dev(
             profile_hint = f"RAI_PROFILE={profile_path} "
             console.print(f"[bold cyan]✱[/] admin profile: {profile_path} (your {home_profile} holds other keys and was left as it is)")
         client = "raiclient" if shutil.which("raiclient") else str(Path(sys.executable).parent / "raiclient")
-        console.print(f"[bold cyan]✱[/] web view: {server_url}/login (keys from the profile); next: "
-                      f"{profile_hint}{client} submit -p examples/hello")
+        console.print(
+            f"[bold cyan]✱[/] web view: {server_url}/login (keys from the profile); next: {profile_hint}{client} submit -p examples/hello"
+        )
         if submit is not None:
             time.sleep(1.0)
-            code = subprocess.call([sys.executable, "-m", "raiclient", "submit", "-p", str(submit)],
-                                   env={**os.environ, "RAI_PROFILE": str(profile_path), "RAI_SERVER": server_url})
+            code = subprocess.call(
+                [sys.executable, "-m", "raiclient", "submit", "-p", str(submit)],
+                env={**os.environ, "RAI_PROFILE": str(profile_path), "RAI_SERVER": server_url},
+            )
             if exit_after_submit:
                 raise typer.Exit(code)
         while True:  # supervise: a part that stops is started again, after a growing pause
@@ -197,7 +233,6 @@ def _root() -> None:
 
 def main() -> None:
     app()
-
 
 
 if __name__ == "__main__":

@@ -45,8 +45,10 @@ class Instance:
         except BlockingIOError:
             self._fh.seek(0)
             holder = self._fh.read().strip() or "?"
-            raise SystemExit(f"raid: another `raid dev` (pid {holder}) runs on {self.lock_path.parent}; "
-                             "stop it first, or give this one its own --data-dir") from None
+            raise SystemExit(
+                f"raid: another `raid dev` (pid {holder}) runs on {self.lock_path.parent}; "
+                "stop it first, or give this one its own --data-dir"
+            ) from None
         self._fh.seek(0)
         self._fh.truncate()
         self._fh.write(str(os.getpid()))
@@ -163,8 +165,14 @@ class Part:
 
     def start(self) -> Part:
         with self.log.open("ab") as fh:
-            self.proc = subprocess.Popen(self.args, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                         preexec_fn=_die_with_parent(self.die_with) if self.die_with else None)
+            self.proc = subprocess.Popen(
+                self.args,
+                env=self.env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(self.die_with) if self.die_with else None,
+            )
         self.started = time.monotonic()
         return self
 
@@ -188,8 +196,7 @@ class Part:
         self.delay = min(self.delay * 2, 30.0)
         return message
 
-    def stop(self, sig: int = signal.SIGTERM, wait: float = 20.0, group: bool = True,
-             give_up: Callable[[], bool] = lambda: False) -> bool:
+    def stop(self, sig: int = signal.SIGTERM, wait: float = 20.0, group: bool = True, give_up: Callable[[], bool] = lambda: False) -> bool:
         """Signal the part's whole session (SIGKILL: a box that dies), or with ``group`` False its
         main process only (a worker's warm shutdown: it finishes its jobs); SIGKILL the session if
         it lingers past ``wait`` or ``give_up()`` says so. Returns whether it stopped by itself."""
@@ -242,8 +249,16 @@ def answers(url: str) -> Callable[[], bool]:
     return ready
 
 
-def start_server(env: dict[str, str], host: str, port: int, log: Path, processes: int = 1, timeout: float = 60.0,
-                 started: Callable[[Part], None] = lambda part: None, tied: bool = False) -> Part:
+def start_server(
+    env: dict[str, str],
+    host: str,
+    port: int,
+    log: Path,
+    processes: int = 1,
+    timeout: float = 60.0,
+    started: Callable[[Part], None] = lambda part: None,
+    tied: bool = False,
+) -> Part:
     """The API server, up once its /healthz answers (``started``: told as soon as it runs; ``tied``:
     it ends when its starter dies, with SIGTERM, so that uvicorn stops its own processes)."""
     part = Part("server", server_command(host, port, processes), env, log, die_with=signal.SIGTERM if tied else None).start()
@@ -260,14 +275,30 @@ def start_worker(env: dict[str, str], name: str, work_dir: Path, log: Path, tied
     """A worker; it is up once the server lists it alive (callers that can ask wait for that).
     ``tied``: it ends when its starter dies, with SIGTERM, Celery's warm shutdown, as when `raid dev`
     stops it: it takes no new job, lets those it runs finish, and ends."""
-    return Part("worker", worker_command(), {**env, "RAI_WORKER_NAME": name, "RAI_WORK_DIR": str(work_dir)}, log,
-                die_with=signal.SIGTERM if tied else None).start()
+    return Part(
+        "worker",
+        worker_command(),
+        {**env, "RAI_WORKER_NAME": name, "RAI_WORK_DIR": str(work_dir)},
+        log,
+        die_with=signal.SIGTERM if tied else None,
+    ).start()
 
 
 def add_user(env: dict[str, str], name: str, role: str, server_url: str, profile: Path, team: str | None = None) -> Path:
     """A user with fresh keys, written to ``profile`` (``raiserver add-user``)."""
-    args = [sys.executable, "-m", "raiserver.ops.cli", "add-user", name, "--role", role, "--server-url", server_url,
-            "--profile", str(profile)]
+    args = [
+        sys.executable,
+        "-m",
+        "raiserver.ops.cli",
+        "add-user",
+        name,
+        "--role",
+        role,
+        "--server-url",
+        server_url,
+        "--profile",
+        str(profile),
+    ]
     if team:
         args += ["--team", team]
     out = subprocess.run(args, env=env, capture_output=True, text=True)

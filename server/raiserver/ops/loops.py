@@ -109,8 +109,13 @@ def dispatch_pass(svc: AppServices) -> int:
             return 0
         with svc.db.session() as db:
             release_again(db, svc)
-            return release_jobs(db, lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
-                            s.worker_dead_after, s.staff_priority, set(s.priority_kinds))
+            return release_jobs(
+                db,
+                lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue),
+                s.worker_dead_after,
+                s.staff_priority,
+                set(s.priority_kinds),
+            )
 
 
 async def dispatcher(svc: AppServices, wake: asyncio.Event) -> None:
@@ -139,6 +144,7 @@ def similarity_pass(svc: AppServices) -> int | None:
             report = next_report(db)
         if report is None:
             return None
+
         def beat() -> None:
             svc.logs.redis.expire("rai:similarity-lock", SIMILARITY_LOCK_SECONDS)
 

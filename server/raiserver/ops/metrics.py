@@ -89,17 +89,21 @@ class Collector:
                 depth.add_metric([queue], n)
             yield depth
             rows = db.execute(select(Job.created_at, Job.started_at, Job.finished_at).where(Job.started_at.is_not(None))).all()
-            yield _histogram("rai_job_wait_seconds", "From submission to a worker starting the job",
-                             [(s - c).total_seconds() for c, s, _ in rows if s is not None])
-            yield _histogram("rai_job_run_seconds", "From a worker starting the job to its end",
-                             [(f - s).total_seconds() for _, s, f in rows if s is not None and f is not None])
+            yield _histogram(
+                "rai_job_wait_seconds",
+                "From submission to a worker starting the job",
+                [(s - c).total_seconds() for c, s, _ in rows if s is not None],
+            )
+            yield _histogram(
+                "rai_job_run_seconds",
+                "From a worker starting the job to its end",
+                [(f - s).total_seconds() for _, s, f in rows if s is not None and f is not None],
+            )
             live = live_workers(db, settings.worker_dead_after)
             yield GaugeMetricFamily("rai_workers_live", "Workers sending heartbeats", value=len(live))
             gpus = GaugeMetricFamily("rai_gpus", "GPUs of live workers", labels=["state"])
-            per_gpu = GaugeMetricFamily("rai_gpu_jobs", "Jobs running on each GPU of a live worker (shares held)",
-                                        labels=["worker", "gpu"])
-            shares = GaugeMetricFamily("rai_gpu_shares", "Jobs each GPU may run at once (RAI_JOBS_PER_GPU)",
-                                       labels=["worker", "gpu"])
+            per_gpu = GaugeMetricFamily("rai_gpu_jobs", "Jobs running on each GPU of a live worker (shares held)", labels=["worker", "gpu"])
+            shares = GaugeMetricFamily("rai_gpu_shares", "Jobs each GPU may run at once (RAI_JOBS_PER_GPU)", labels=["worker", "gpu"])
             total = busy = 0
             for w in live:
                 infos = [GpuInfo.model_validate(g) for g in (w.gpus or [])]

@@ -39,8 +39,9 @@ class Job(Base):
     queue: Mapped[str] = mapped_column(String(64), index=True)
     kind: Mapped[str] = mapped_column(String(32), default="dev")
     # stored as the state's name in a VARCHAR(16), as before (no database enum type to migrate)
-    state: Mapped[JobState] = mapped_column(Enum(JobState, native_enum=False, length=16, create_constraint=False),
-                                            index=True, default=JobState.queued)
+    state: Mapped[JobState] = mapped_column(
+        Enum(JobState, native_enum=False, length=16, create_constraint=False), index=True, default=JobState.queued
+    )
     image: Mapped[str] = mapped_column(String(256))
     spec_yaml: Mapped[str] = mapped_column(Text)
     archive_sha256: Mapped[str] = mapped_column(String(64))
@@ -168,8 +169,16 @@ class RegradeRequest(Base):
     grade with a reason, or answer. One open request per run per student (the partial index)."""
 
     __tablename__ = "regrade_requests"
-    __table_args__ = (Index("one_open_regrade", "job_id", "student_id", unique=True,
-                            postgresql_where=text("state = 'open'"), sqlite_where=text("state = 'open'")),)
+    __table_args__ = (
+        Index(
+            "one_open_regrade",
+            "job_id",
+            "student_id",
+            unique=True,
+            postgresql_where=text("state = 'open'"),
+            sqlite_where=text("state = 'open'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)

@@ -128,8 +128,9 @@ class Executor(ABC):
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
         """Timed run ``r`` of a ranked job, measured from outside the job's processes, its
         predictions read once every process of the job has ended (issue 23)."""
-        return MeasuredRun(exit_code=-1, wall_seconds=0.0,
-                           problem=f"the {self.name} executor cannot measure ranked runs; they need the Docker executor")
+        return MeasuredRun(
+            exit_code=-1, wall_seconds=0.0, problem=f"the {self.name} executor cannot measure ranked runs; they need the Docker executor"
+        )
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         """A reason for a command that died of a signal (e.g. out of memory), if known."""
@@ -241,8 +242,9 @@ def _timed_runs(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watc
             why = run.problem or executor.explain_kill(run.exit_code, ctx)
             if why:
                 sink.system(f"Timed run {r}: {why}")
-            return Outcome(JobState.failed, exit_code=run.exit_code if run.exit_code > 0 else None,
-                           failed_command=timed.command, message=why)
+            return Outcome(
+                JobState.failed, exit_code=run.exit_code if run.exit_code > 0 else None, failed_command=timed.command, message=why
+            )
     return None
 
 
@@ -251,9 +253,15 @@ def _watched_end(watch: _Watch, ctx: JobContext) -> Outcome:
     if watch.reason == "cancel":
         return Outcome(JobState.cancelled, failed_command=watch.command, message=f"stopped while '{watch.command}' was running")
     if watch.reason == "wall":
-        return Outcome(JobState.timed_out, failed_command=watch.command,
-                       message=f"timed out: '{watch.command}' was running when the job hit its wall-time limit of {ctx.wall_seconds} s")
+        return Outcome(
+            JobState.timed_out,
+            failed_command=watch.command,
+            message=f"timed out: '{watch.command}' was running when the job hit its wall-time limit of {ctx.wall_seconds} s",
+        )
     if watch.reason == "command":
-        return Outcome(JobState.timed_out, failed_command=watch.command,
-                       message=f"timed out: '{watch.command}' hit the per-command limit of {ctx.command_seconds} s")
+        return Outcome(
+            JobState.timed_out,
+            failed_command=watch.command,
+            message=f"timed out: '{watch.command}' hit the per-command limit of {ctx.command_seconds} s",
+        )
     return Outcome(JobState.succeeded, exit_code=0)

@@ -39,8 +39,7 @@ class ProcessExecutor(Executor):
         if self.helper is None:
             sink.system(no_terminal_note())
         gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
-        return (f"Worker {ctx.settings.worker_name} started the job as processes (no container; "
-                f"image {ctx.image} not used{gpu})")
+        return f"Worker {ctx.settings.worker_name} started the job as processes (no container; image {ctx.image} not used{gpu})"
 
     def _limits(self, ctx: JobContext) -> Callable[[], None]:
         s = ctx.settings
@@ -76,8 +75,14 @@ class ProcessExecutor(Executor):
         real = rewrite_paths(command, str(ctx.src_dir), str(ctx.build_dir))
         argv = ["/bin/sh", "-c", real]
         self.proc = subprocess.Popen(
-            [str(self.helper), *argv] if self.helper else argv, cwd=ctx.build_dir, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._limits(ctx),
+            [str(self.helper), *argv] if self.helper else argv,
+            cwd=ctx.build_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=self._limits(ctx),
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None  # both are pipes
         sel = selectors.DefaultSelector()

@@ -37,8 +37,18 @@ from .base import Executor, JobContext, Outcome
 
 POLL = 0.02  # how often the growing output file is read: well under the ~1 s promise
 # reasons a pending job never leaves: the request does not fit the partition or the account
-NEVER = {"BadConstraints", "PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "InvalidAccount", "InvalidQOS",
-         "QOSMaxCpuPerJobLimit", "QOSMaxMemoryPerJob", "QOSMaxGRESPerJob", "AssocMaxCpuPerJobLimit"}
+NEVER = {
+    "BadConstraints",
+    "PartitionConfig",
+    "PartitionNodeLimit",
+    "PartitionTimeLimit",
+    "InvalidAccount",
+    "InvalidQOS",
+    "QOSMaxCpuPerJobLimit",
+    "QOSMaxMemoryPerJob",
+    "QOSMaxGRESPerJob",
+    "AssocMaxCpuPerJobLimit",
+}
 GONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
 AGENT = """#!/bin/sh
@@ -118,11 +128,19 @@ class SlurmExecutor(Executor):
             inner_ctl = "/opt/rai/ctl"
             binds = f"{ctx.src_dir}:/src:ro,{ctx.build_dir}:/build,{self.ctl}:{inner_ctl}:ro"
             env = ",".join(f"{k}={v}" for k, v in self._env(ctx).items() if k not in ("PATH", "HOME"))
-            runner = (f"{shlex.quote(s.slurm_apptainer)} exec --containall --no-home --cleanenv --pwd /build "
-                      f"{'--nv ' if ctx.gpu_count else ''}--env {shlex.quote(env + ',HOME=/build')} "
-                      f"--bind {shlex.quote(binds)} {shlex.quote(self._image_ref(ctx))}")
-        return AGENT.format(job_id=ctx.job_id, ctl=shlex.quote(str(self.ctl)), build=shlex.quote(str(ctx.build_dir)),
-                            pty=shlex.quote(str(helper)), runner=runner, inner_ctl=shlex.quote(inner_ctl))
+            runner = (
+                f"{shlex.quote(s.slurm_apptainer)} exec --containall --no-home --cleanenv --pwd /build "
+                f"{'--nv ' if ctx.gpu_count else ''}--env {shlex.quote(env + ',HOME=/build')} "
+                f"--bind {shlex.quote(binds)} {shlex.quote(self._image_ref(ctx))}"
+            )
+        return AGENT.format(
+            job_id=ctx.job_id,
+            ctl=shlex.quote(str(self.ctl)),
+            build=shlex.quote(str(ctx.build_dir)),
+            pty=shlex.quote(str(helper)),
+            runner=runner,
+            inner_ctl=shlex.quote(inner_ctl),
+        )
 
     @staticmethod
     def _image_ref(ctx: JobContext) -> str:
@@ -135,10 +153,18 @@ class SlurmExecutor(Executor):
         s = ctx.settings
         assert self.ctl is not None, "start() makes the control folder first"
         minutes = max(1, -(-(ctx.wall_seconds + s.slurm_grace_seconds) // 60))
-        args = ["sbatch", "--parsable", f"--job-name=rai-{ctx.job_id}", f"--time={minutes}",
-                f"--mem={ctx.memory_mb}M", f"--cpus-per-task={max(1, int(s.cpus))}",
-                f"--output={self.ctl / 'agent.log'}", f"--chdir={ctx.build_dir}", "--no-requeue",
-                "--export=NONE," + ",".join(f"{k}={v}" for k, v in self._env(ctx).items())]
+        args = [
+            "sbatch",
+            "--parsable",
+            f"--job-name=rai-{ctx.job_id}",
+            f"--time={minutes}",
+            f"--mem={ctx.memory_mb}M",
+            f"--cpus-per-task={max(1, int(s.cpus))}",
+            f"--output={self.ctl / 'agent.log'}",
+            f"--chdir={ctx.build_dir}",
+            "--no-requeue",
+            "--export=NONE," + ",".join(f"{k}={v}" for k, v in self._env(ctx).items()),
+        ]
         if ctx.gpu_count:
             args.append(f"--gres=gpu:{ctx.gpu_count}")
         if s.slurm_partition:
@@ -148,9 +174,14 @@ class SlurmExecutor(Executor):
         return [*args, *shlex.split(s.slurm_extra), str(script)]
 
     def _env(self, ctx: JobContext) -> dict[str, str]:
-        env = {**ctx.settings.job_env, **terminal_env(ctx.settings.columns), "RAI_JOB_ID": ctx.job_id,
-               "HOME": "/build" if self.container == "apptainer" else str(ctx.build_dir),
-               "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        env = {
+            **ctx.settings.job_env,
+            **terminal_env(ctx.settings.columns),
+            "RAI_JOB_ID": ctx.job_id,
+            "HOME": "/build" if self.container == "apptainer" else str(ctx.build_dir),
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "LANG": "C.UTF-8",
+        }
         return {k: v for k, v in env.items() if "," not in v and "=" not in k}  # --export's own syntax
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
@@ -165,8 +196,10 @@ class SlurmExecutor(Executor):
         script.chmod(0o755)
         self.slurm_id = _run(self._sbatch_args(ctx, script)).strip().split(";")[0]
         ctx.phase("slurm submitted", f"Slurm job {self.slurm_id}")
-        sink.system(f"Submitted to Slurm as job {self.slurm_id}" + (f" (partition {ctx.settings.slurm_partition})"
-                                                                   if ctx.settings.slurm_partition else ""))
+        sink.system(
+            f"Submitted to Slurm as job {self.slurm_id}"
+            + (f" (partition {ctx.settings.slurm_partition})" if ctx.settings.slurm_partition else "")
+        )
         self._wait_running(ctx, sink)
         gpu = f", {ctx.gpu_count} GPU(s)" if ctx.gpu_count else ""
         where = self.final.get("NodeList") or "?"
@@ -187,15 +220,19 @@ class SlurmExecutor(Executor):
             if state == "PENDING" and fields.get("Reason") in NEVER:
                 self.kill()
                 self.killed = False
-                raise SlurmError(f"Slurm cannot run this request ({fields.get('Reason')}: CPUs {fields.get('NumCPUs', '?')}, "
-                                 f"memory {ctx.memory_mb} MB, {ctx.gpu_count} GPU(s)); the operator must fit RAI_CPUS, "
-                                 "RAI_MEMORY_MB or RAI_SLURM_PARTITION to the cluster")
+                raise SlurmError(
+                    f"Slurm cannot run this request ({fields.get('Reason')}: CPUs {fields.get('NumCPUs', '?')}, "
+                    f"memory {ctx.memory_mb} MB, {ctx.gpu_count} GPU(s)); the operator must fit RAI_CPUS, "
+                    "RAI_MEMORY_MB or RAI_SLURM_PARTITION to the cluster"
+                )
             if state == "PENDING":
                 pos = pending_position(self.slurm_id or "", ctx.settings.slurm_partition or None)
                 start = fields.get("StartTime", "Unknown")
-                words = (f"Queued in Slurm: {fields.get('Reason', '?')}"
-                         + (f", position {pos[0]} of {pos[1]} pending" if pos else "")
-                         + (f", estimated start {start.replace('T', ' ')}" if start not in ("Unknown", "N/A", "") else ""))
+                words = (
+                    f"Queued in Slurm: {fields.get('Reason', '?')}"
+                    + (f", position {pos[0]} of {pos[1]} pending" if pos else "")
+                    + (f", estimated start {start.replace('T', ' ')}" if start not in ("Unknown", "N/A", "") else "")
+                )
                 if words != said:
                     sink.system(words)
                     ctx.phase("slurm pending", words)

@@ -24,13 +24,20 @@ router = APIRouter(prefix="/api/v1/admin", tags=["admin"])
 
 
 @router.post("/roster", response_model=RosterResult)
-def import_roster(*, csv_text: str = Body(..., media_type="text/csv"), p: InstructorUser,
-                  db: SessionDep) -> RosterResult:
+def import_roster(*, csv_text: str = Body(..., media_type="text/csv"), p: InstructorUser, db: SessionDep) -> RosterResult:
     """CSV with a header: username (required), name or firstname/lastname, email, team, role.
     New users get keys (returned once); students missing from the CSV are deactivated, history kept."""
     result = import_csv(db, p.user, csv_text)
-    audit(db, p.user.username, "roster.import", "", created=[c.username for c in result.created],
-          updated=result.updated, deactivated=result.deactivated, reactivated=result.reactivated)
+    audit(
+        db,
+        p.user.username,
+        "roster.import",
+        "",
+        created=[c.username for c in result.created],
+        updated=result.updated,
+        deactivated=result.deactivated,
+        reactivated=result.reactivated,
+    )
     return result
 
 
@@ -63,20 +70,20 @@ def revoke(username: str, p: InstructorUser, db: SessionDep) -> UserRow:
 
 @router.get("/users", response_model=list[UserRow])
 def users(_: StaffUser, db: SessionDep) -> list[UserRow]:
-    return [UserRow(username=u.username, role=u.role, team=u.team, email=u.email, active=u.active)
-            for u in db.scalars(select(User).order_by(User.username))]
+    return [
+        UserRow(username=u.username, role=u.role, team=u.team, email=u.email, active=u.active)
+        for u in db.scalars(select(User).order_by(User.username))
+    ]
 
 
 @router.get("/audit", response_model=list[AuditRow])
-def audit_log(*, limit: int = Query(100, ge=1, le=1000), _: InstructorUser,
-              db: SessionDep) -> list[AuditRow]:
+def audit_log(*, limit: int = Query(100, ge=1, le=1000), _: InstructorUser, db: SessionDep) -> list[AuditRow]:
     rows = db.scalars(select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit))
     return [AuditRow(at=r.at, actor=r.actor, action=r.action, target=r.target, detail=r.detail) for r in rows]
 
 
 @router.post("/images/pull", response_model=PullRequest)
-def pull_image(body: PullBody, svc: ServicesDep, p: InstructorUser,
-               db: SessionDep) -> PullRequest:
+def pull_image(body: PullBody, svc: ServicesDep, p: InstructorUser, db: SessionDep) -> PullRequest:
     """Ask every worker to pull an image from its registry (on the worker host: jobs have no network)."""
     req = request_pull(svc.logs.redis, body.image)
     audit(db, p.user.username, "image.pull", req.image)
@@ -87,8 +94,7 @@ def pull_image(body: PullBody, svc: ServicesDep, p: InstructorUser,
 @router.post("/images/load", response_model=list[PullRequest])
 async def load_image(request: Request, p: InstructorUser, svc: ServicesDep) -> list[PullRequest]:
     """Body: a `docker save` tar. Every worker downloads it from here and loads it (no registry needed)."""
-    tmp, sha, _ = await svc.storage.receive(request.stream(), svc.settings.max_image_bytes,
-                                            "the image archive (RAI_MAX_IMAGE_BYTES)")
+    tmp, sha, _ = await svc.storage.receive(request.stream(), svc.settings.max_image_bytes, "the image archive (RAI_MAX_IMAGE_BYTES)")
 
     def _keep() -> list[PullRequest]:
         names = tar_images(tmp)
@@ -109,9 +115,18 @@ async def load_image(request: Request, p: InstructorUser, svc: ServicesDep) -> l
 
 def _course_out(row: CourseBuild) -> CourseBuildOut:
     spec = course.spec_of(row)
-    return CourseBuildOut(kind=row.kind, version=row.version, installed_by=row.installed_by, installed_at=row.installed_at,
-                          image=spec.image, student_files=spec.ranked.student_files, timed=spec.ranked.timed,
-                          measure=spec.ranked.measure, repeats=spec.ranked.repeats, labels=len(course.labels_of(row.labels)))
+    return CourseBuildOut(
+        kind=row.kind,
+        version=row.version,
+        installed_by=row.installed_by,
+        installed_at=row.installed_at,
+        image=spec.image,
+        student_files=spec.ranked.student_files,
+        timed=spec.ranked.timed,
+        measure=spec.ranked.measure,
+        repeats=spec.ranked.repeats,
+        labels=len(course.labels_of(row.labels)),
+    )
 
 
 @router.put("/course/{kind}", response_model=CourseBuildOut)
@@ -130,10 +145,8 @@ def course_builds(_: StaffUser, db: SessionDep, svc: ServicesDep) -> list[Course
     return [_course_out(row) for row in rows if row is not None]
 
 
-
 @router.post("/jobs/{job_id}/remeasure", response_model=JobOut)
-def remeasure_job(job_id: str, p: StaffUser, db: SessionDep, svc: ServicesDep,
-                  repeats: int = Query(10, ge=2, le=20)) -> JobOut:
+def remeasure_job(job_id: str, p: StaffUser, db: SessionDep, svc: ServicesDep, repeats: int = Query(10, ge=2, le=20)) -> JobOut:
     """Measure a ranked entry again (issue 32): more timed runs on an idle GPU; its result replaces
     the original's on the board once it ends. Audited."""
     original = db.get(Job, job_id)

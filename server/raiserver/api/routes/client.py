@@ -18,11 +18,14 @@ router = APIRouter(tags=["client"])
 @router.get("/client/", response_class=HTMLResponse)
 async def listing() -> HTMLResponse:
     files = await run_in_threadpool(downloads)
-    rows = "".join(f'<li><a href="{escape(f.name)}">{escape(f.name)}</a> ({len(f.data) // 1024} KiB): {escape(f.what)}</li>\n'
-                   for f in files.values())
-    return HTMLResponse(f"<!doctype html>\n<html><head><title>raiclient</title></head><body>\n<h1>raiclient</h1>\n"
-                        f"<p><code>curl -O SERVER/client/raiclient.pyz &amp;&amp; python3 raiclient.pyz submit</code>, or "
-                        f"<code>pip install --find-links SERVER/client/ raiclient</code></p>\n<ul>\n{rows}</ul>\n</body></html>\n")
+    rows = "".join(
+        f'<li><a href="{escape(f.name)}">{escape(f.name)}</a> ({len(f.data) // 1024} KiB): {escape(f.what)}</li>\n' for f in files.values()
+    )
+    return HTMLResponse(
+        f"<!doctype html>\n<html><head><title>raiclient</title></head><body>\n<h1>raiclient</h1>\n"
+        f"<p><code>curl -O SERVER/client/raiclient.pyz &amp;&amp; python3 raiclient.pyz submit</code>, or "
+        f"<code>pip install --find-links SERVER/client/ raiclient</code></p>\n<ul>\n{rows}</ul>\n</body></html>\n"
+    )
 
 
 @router.get("/client/{name}")
@@ -31,5 +34,8 @@ async def download(name: str) -> Response:
     found = files.get(name)
     if found is None:
         raise HTTPException(404, f"no {name} here; /client/ lists what there is")
-    return Response(found.data, media_type=found.media_type,
-                    headers={"Content-Disposition": f'attachment; filename="{found.name}"', "Cache-Control": "no-cache"})
+    return Response(
+        found.data,
+        media_type=found.media_type,
+        headers={"Content-Disposition": f'attachment; filename="{found.name}"', "Cache-Control": "no-cache"},
+    )

@@ -25,7 +25,14 @@ def grade_sheet(request: Request, db: SessionDep, svc: ServicesDep, kind: str, f
 
 
 @router.get("/grades/{kind}", response_class=PlainTextResponse)
-def grade_kind(*, kind: str, request: Request, fmt: Literal["csv", "canvas"] = Query("csv", alias="format"),
-               assignment: str | None = Query(None, max_length=200, description="Canvas: the assignment's column name"),
-               _: StaffUser, db: SessionDep, svc: ServicesDep) -> PlainTextResponse:
+def grade_kind(
+    *,
+    kind: str,
+    request: Request,
+    fmt: Literal["csv", "canvas"] = Query("csv", alias="format"),
+    assignment: str | None = Query(None, max_length=200, description="Canvas: the assignment's column name"),
+    _: StaffUser,
+    db: SessionDep,
+    svc: ServicesDep,
+) -> PlainTextResponse:
     return grade_sheet(request, db, svc, kind, fmt, assignment)

@@ -29,6 +29,7 @@ router = APIRouter(prefix="/api/v1", tags=["jobs"])
 def job_snapshot(svc: AppServices, p: Principal, job_id: str) -> Callable[[], JobOut]:
     """The job as this user may see it, read with a short session of its own (for streams that
     outlive any one database session)."""
+
     def snapshot() -> JobOut:
         with svc.db.session() as db:
             return job_out(db, visible_job(db, p, job_id), QueueView(db, svc.settings))
@@ -37,7 +38,9 @@ def job_snapshot(svc: AppServices, p: Principal, job_id: str) -> Callable[[], Jo
 
 
 def user_out(user: User) -> UserOut:
-    return UserOut(username=user.username, role=user.role, firstname=user.firstname, lastname=user.lastname, email=user.email, team=user.team)
+    return UserOut(
+        username=user.username, role=user.role, firstname=user.firstname, lastname=user.lastname, email=user.email, team=user.team
+    )
 
 
 @router.get("/me", response_model=UserOut)
@@ -113,8 +116,7 @@ def delete_job_files(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesD
         raise Conflict(f"job {job.id} is a '{job.kind}' run: it is kept for grading")
     freed = delete_files(db, svc.storage, job)
     left = usage(db, p.user.id)
-    return FilesFreed(job_id=job.id, freed_bytes=freed, stored_bytes=left.total,
-                      quota_bytes=settings.storage_mb_per_student * 1024**2)
+    return FilesFreed(job_id=job.id, freed_bytes=freed, stored_bytes=left.total, quota_bytes=settings.storage_mb_per_student * 1024**2)
 
 
 @router.get("/jobs/{job_id}/build.tar.gz")
@@ -155,5 +157,8 @@ async def log_text(job_id: str, p: CurrentUser, svc: ServicesDep) -> StreamingRe
     job = await run_in_threadpool(job_snapshot(svc, p, job_id))
     if not job.state.finished:
         raise Conflict(f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
-    return StreamingResponse(plain_text(svc, job.id), media_type="text/plain; charset=utf-8",
-                             headers={"Content-Disposition": f'attachment; filename="log-{job.id}.txt"'})
+    return StreamingResponse(
+        plain_text(svc, job.id),
+        media_type="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="log-{job.id}.txt"'},
+    )

@@ -24,8 +24,7 @@ def kinds(p: CurrentUser, db: SessionDep, svc: ServicesDep) -> KindsView:
     deadlines = Deadlines(db, svc.settings)
     now = utcnow()
     rows = sorted(deadlines.kinds.values(), key=lambda k: (k.due_at is None, k.due_at or now, k.name))
-    return KindsView(kinds=[deadlines.out(k, p.user, p.is_staff, now) for k in rows],
-                     limits=limits_of(db, p.user, svc.settings, deadlines))
+    return KindsView(kinds=[deadlines.out(k, p.user, p.is_staff, now) for k in rows], limits=limits_of(db, p.user, svc.settings, deadlines))
 
 
 @router.get("/limits", response_model=Limits)
@@ -38,8 +37,7 @@ def set_kind(kind: str, body: KindIn, p: InstructorUser, db: SessionDep, svc: Se
     """Create a kind or change what the body gives (dates, late policy and window, grade rule)."""
     created = db.get(Kind, kind) is None
     row = update_kind(db, kind, body, create=True)
-    audit(db, p.user.username, "kind.create" if created else "kind.change", kind,
-          **body.model_dump(mode="json", exclude_unset=True))
+    audit(db, p.user.username, "kind.create" if created else "kind.change", kind, **body.model_dump(mode="json", exclude_unset=True))
     db.commit()
     return Deadlines(db, svc.settings).out(row, p.user, True, utcnow())
 
@@ -61,8 +59,7 @@ def remove_kind(kind: str, p: InstructorUser, db: SessionDep) -> dict[str, str]:
 def extend(kind: str, body: ExtensionIn, p: InstructorUser, db: SessionDep) -> ExtensionOut:
     """A later deadline for one student or team (replacing theirs, if any)."""
     ext = grant(db, kind, body, p.user.username)
-    audit(db, p.user.username, "kind.extend", kind, username=ext.username, team=ext.team,
-          until=ext.due_at.isoformat(), reason=ext.reason)
+    audit(db, p.user.username, "kind.extend", kind, username=ext.username, team=ext.team, until=ext.due_at.isoformat(), reason=ext.reason)
     db.commit()
     return extension_out(ext)
 
@@ -75,8 +72,14 @@ def extensions(kind: str, _: StaffUser, db: SessionDep) -> list[ExtensionOut]:
 
 
 @router.delete("/admin/kinds/{kind}/extensions", response_model=ExtensionOut)
-def revoke_extension(*, kind: str, username: str | None = Query(None, max_length=64), team: str | None = Query(None, max_length=128),
-                     p: InstructorUser, db: SessionDep) -> ExtensionOut:
+def revoke_extension(
+    *,
+    kind: str,
+    username: str | None = Query(None, max_length=64),
+    team: str | None = Query(None, max_length=128),
+    p: InstructorUser,
+    db: SessionDep,
+) -> ExtensionOut:
     ext = end_extension(db, kind, username, team)
     out = extension_out(ext)
     db.delete(ext)

@@ -39,8 +39,15 @@ def workers(_: StaffUser, db: SessionDep, svc: ServicesDep) -> list[WorkerOut]:
     now = utcnow()
     return [
         WorkerOut(
-            name=w.name, queues=w.queues, executor=w.executor, slots=w.slots, busy=w.busy, gpus=w.gpus,
-            running=w.running, last_seen=w.last_seen.isoformat(), alive=is_alive(w, dead_after, now),
+            name=w.name,
+            queues=w.queues,
+            executor=w.executor,
+            slots=w.slots,
+            busy=w.busy,
+            gpus=w.gpus,
+            running=w.running,
+            last_seen=w.last_seen.isoformat(),
+            alive=is_alive(w, dead_after, now),
             jobs_done=w.jobs_done,
         )
         for w in db.scalars(select(Worker).order_by(Worker.name))

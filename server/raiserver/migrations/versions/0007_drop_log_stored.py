@@ -4,6 +4,7 @@ always stored: finish_job archives it before it commits the state)
 Revision ID: 0007
 Revises: 0006
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -6,6 +6,7 @@ the CPU architecture a worker's jobs run on (a build file's cpu.architecture is 
 Revision ID: 0008
 Revises: 0007
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -4,6 +4,7 @@ jobs.course_build_id: the version a ranked run was built and timed with (issue 2
 Revision ID: 0009
 Revises: 0008
 """
+
 import sqlalchemy as sa
 from alembic import op
 

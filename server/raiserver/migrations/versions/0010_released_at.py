@@ -4,6 +4,7 @@ workers' queue, as the API and the web view already said (issue 27)
 Revision ID: 0010
 Revises: 0009
 """
+
 from alembic import op
 
 revision = "0010"

@@ -4,6 +4,7 @@ the job to another worker only once neither this nor the run's Redis renewals ar
 Revision ID: 0011
 Revises: 0010
 """
+
 import sqlalchemy as sa
 from alembic import op
 

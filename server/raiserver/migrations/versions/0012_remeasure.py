@@ -5,6 +5,7 @@ original on the board once it ends
 Revision ID: 0012
 Revises: 0011
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -7,6 +7,7 @@ they said; from then on the table is the truth (`raiclient admin kinds`).
 Revision ID: 0013
 Revises: 0012
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -45,10 +46,17 @@ def upgrade() -> None:
     from raiserver.config import load_settings
 
     s = load_settings()
-    rows = [{"name": name, "opens_at": None, "late_hours": None, "grading": None,
-             "due_at": s.deadline if name == s.verified_kind else None,
-             "late_policy": "mark" if name == s.verified_kind and s.deadline else "refuse"}
-            for name in sorted(s.kind_set)]
+    rows = [
+        {
+            "name": name,
+            "opens_at": None,
+            "late_hours": None,
+            "grading": None,
+            "due_at": s.deadline if name == s.verified_kind else None,
+            "late_policy": "mark" if name == s.verified_kind and s.deadline else "refuse",
+        }
+        for name in sorted(s.kind_set)
+    ]
     op.bulk_insert(kinds, rows)
 
 

@@ -5,6 +5,7 @@ similarity_reports: staff's pairwise similarity reports over each team's latest 
 Revision ID: 0014
 Revises: 0012
 """
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -31,8 +32,14 @@ def upgrade() -> None:
         sa.Column("closed_by", sa.String(64), nullable=True),
         sa.Column("closed_at", sa.DateTime(timezone=True), nullable=True),
     )
-    op.create_index("one_open_regrade", "regrade_requests", ["job_id", "student_id"], unique=True,
-                    postgresql_where=sa.text("state = 'open'"), sqlite_where=sa.text("state = 'open'"))
+    op.create_index(
+        "one_open_regrade",
+        "regrade_requests",
+        ["job_id", "student_id"],
+        unique=True,
+        postgresql_where=sa.text("state = 'open'"),
+        sqlite_where=sa.text("state = 'open'"),
+    )
     op.create_table(
         "similarity_reports",
         sa.Column("id", sa.Integer(), primary_key=True),

@@ -24,7 +24,9 @@ def docker_client() -> docker.DockerClient:
         client.ping()
         return client
     except DockerException as exc:
-        raise ExecutorUnavailable(f"no Docker engine answers ({exc.__class__.__name__}); start dockerd or set RAI_EXECUTOR=process") from None
+        raise ExecutorUnavailable(
+            f"no Docker engine answers ({exc.__class__.__name__}); start dockerd or set RAI_EXECUTOR=process"
+        ) from None
 
 
 _shared: dict[int, docker.DockerClient] = {}  # per process: a client's sockets must not cross a fork
@@ -94,4 +96,3 @@ def _remove_later(container: Any) -> None:
             container.remove(force=True)
 
     threading.Thread(target=remove, name=f"remove-{container.short_id}", daemon=True).start()
-

@@ -79,8 +79,7 @@ class _Guard:
                 return
 
 
-def collect_build(api: Any, container: Any, user: str, ctx: JobContext,
-                  cancel: threading.Event) -> tuple[Outcome | None, bool | None]:
+def collect_build(api: Any, container: Any, user: str, ctx: JobContext, cancel: threading.Event) -> tuple[Outcome | None, bool | None]:
     """Stop the job's processes and copy /build (a tmpfs: it dies with the container, and
     `docker cp` cannot read it) out through the image's own tar into ``ctx.build_dir`` (a 1 TiB
     sparse file or 300,000 small files once held a slot for hours). Returns an Outcome when the
@@ -97,8 +96,10 @@ def collect_build(api: Any, container: Any, user: str, ctx: JobContext,
             if code not in (0, LEFT_OVER) and not guard.why:
                 problem = f"the copy ended with status {code}"
         except OverLimit as exc:
-            return Outcome(JobState.failed, message=f"the build folder was cut: it holds {exc} (RAI_BUILD_FILES / RAI_BUILD_MB); "
-                                                    "what was copied until then is kept"), contained
+            return Outcome(
+                JobState.failed,
+                message=f"the build folder was cut: it holds {exc} (RAI_BUILD_FILES / RAI_BUILD_MB); what was copied until then is kept",
+            ), contained
         except (DockerException, tarfile.TarError, OSError) as exc:
             problem = f"{exc.__class__.__name__}: {str(exc)[:200]}"
     return _collected(ctx, guard.why, problem), contained
@@ -109,14 +110,19 @@ def _collected(ctx: JobContext, why: str | None, problem: str | None) -> Outcome
     if why == "cancel":
         return Outcome(JobState.cancelled, message="cancelled while the build folder was being copied")
     if why == "wall":
-        return Outcome(JobState.timed_out, message=f"timed out: the build folder was being copied when the job hit its "
-                                                   f"wall-time limit of {ctx.wall_seconds} s; it is incomplete")
+        return Outcome(
+            JobState.timed_out,
+            message=f"timed out: the build folder was being copied when the job hit its "
+            f"wall-time limit of {ctx.wall_seconds} s; it is incomplete",
+        )
     if why == "time":
-        return Outcome(JobState.failed, message=f"the build folder was cut: copying it took more than {ctx.settings.collect_seconds} s; "
-                                                "what was copied until then is kept")
+        return Outcome(
+            JobState.failed,
+            message=f"the build folder was cut: copying it took more than {ctx.settings.collect_seconds} s; "
+            "what was copied until then is kept",
+        )
     if problem is not None:
-        return Outcome(JobState.error, message=f"the build folder could not be copied completely ({problem}); "
-                                               "it is incomplete")
+        return Outcome(JobState.error, message=f"the build folder could not be copied completely ({problem}); it is incomplete")
     return None
 
 
@@ -158,4 +164,3 @@ class _IterReader(io.RawIOBase):
         view[:n] = self.rest[:n]
         self.rest = self.rest[n:]
         return n
-

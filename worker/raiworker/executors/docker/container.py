@@ -52,8 +52,10 @@ class ContainerJob(Executor):
         if helper is not None:
             mounts.append(Mount(IN_CONTAINER, str(helper), type="bind", read_only=True))
         if timed is not None:
-            mounts += [Mount(TIMED_IN_CONTAINER, str(timed[0]), type="bind", read_only=True),
-                       Mount(KEPT_IN_CONTAINER, str(timed[1]), type="bind", read_only=True)]
+            mounts += [
+                Mount(TIMED_IN_CONTAINER, str(timed[0]), type="bind", read_only=True),
+                Mount(KEPT_IN_CONTAINER, str(timed[1]), type="bind", read_only=True),
+            ]
         mem = f"{ctx.memory_mb}m"
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
@@ -85,7 +87,8 @@ class ContainerJob(Executor):
         }
         if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu_access)
             gpu = gpu_access.current(s, [int(i) for i in ctx.gpu_ids], lambda: _runtimes(self.client)).container_options(
-                ctx.gpu_ids, self.client.images.get(ctx.image).attrs.get("Config", {}).get("Env") or [])
+                ctx.gpu_ids, self.client.images.get(ctx.image).attrs.get("Config", {}).get("Env") or []
+            )
             kwargs["mounts"] = kwargs["mounts"] + gpu.pop("mounts", [])
             kwargs["environment"] = {**kwargs["environment"], **gpu.pop("environment", {})}
             kwargs.update(gpu)
@@ -94,8 +97,9 @@ class ContainerJob(Executor):
     def _run_exec(self, ctx: JobContext, argv: list[str], user: str, sink: LogSink, env: dict[str, str] | None = None) -> int:
         api = self.client.api
         try:
-            exec_id = api.exec_create(self.container.id, argv, workdir="/build", user=user,
-                                      environment={"RAI_JOB_ID": ctx.job_id, **(env or {})})["Id"]
+            exec_id = api.exec_create(
+                self.container.id, argv, workdir="/build", user=user, environment={"RAI_JOB_ID": ctx.job_id, **(env or {})}
+            )["Id"]
             conn = api.exec_start(exec_id, socket=True)
         except (APIError, NotFound):
             return 137  # the container is gone (killed under us)
@@ -166,9 +170,11 @@ class ContainerJob(Executor):
     def _oom_kills(self) -> int | None:
         """The container cgroup's OOM-kill count (cgroup v1 or v2), when the host's cgroups are visible."""
         cid = self.container.id
-        for path in (f"/sys/fs/cgroup/memory/docker/{cid}/memory.oom_control",
-                     f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.events",
-                     f"/sys/fs/cgroup/docker/{cid}/memory.events"):
+        for path in (
+            f"/sys/fs/cgroup/memory/docker/{cid}/memory.oom_control",
+            f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/memory.events",
+            f"/sys/fs/cgroup/docker/{cid}/memory.events",
+        ):
             try:
                 with open(path) as fh:
                     for line in fh:

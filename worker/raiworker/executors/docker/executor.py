@@ -105,8 +105,10 @@ class DockerExecutor(TimedRuns):
         except ImageNotFound:
             raise ExecutorUnavailable(f"image {ctx.image} is not on worker {s.worker_name}; the operator must load it") from None
         if not is_offered(image, s):  # by its id: a label (inherited by images built FROM it) grants nothing
-            raise ExecutorUnavailable(f"image {ctx.image} is not offered to jobs on worker {s.worker_name}: only images its "
-                                      "operator published are (raiworker publish, RAI_WORKER_IMAGES, or pulled through rai)")
+            raise ExecutorUnavailable(
+                f"image {ctx.image} is not offered to jobs on worker {s.worker_name}: only images its "
+                "operator published are (raiworker publish, RAI_WORKER_IMAGES, or pulled through rai)"
+            )
         self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper)
         return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
 
@@ -201,4 +203,3 @@ class DockerExecutor(TimedRuns):
         if self.spares and self.ctx is not None:
             ctx, helper = self.ctx, self.helper
             _slot.prepare(lambda: self._make_spare(ctx, helper))
-

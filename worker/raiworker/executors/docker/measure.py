@@ -73,8 +73,13 @@ class TimedRuns(ContainerJob):
     def _measure_fresh(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink, helper: Path) -> MeasuredRun:
         build_container = self.container
         try:
-            self.container = self._create(ctx, ctx.src_dir if self.slot_src is None else self.slot_src, ctx.job_id, self.helper,
-                                          timed=(helper, self.kept, r) if self.kept is not None else None)
+            self.container = self._create(
+                ctx,
+                ctx.src_dir if self.slot_src is None else self.slot_src,
+                ctx.job_id,
+                self.helper,
+                timed=(helper, self.kept, r) if self.kept is not None else None,
+            )
             return self._measure_in(ctx, r, timed, sink)
         except DockerException as exc:
             return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=f"the timed run's container could not start: {str(exc)[:200]}")
@@ -91,8 +96,9 @@ class TimedRuns(ContainerJob):
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True)
         try:
-            code = copy_out(self.client.api, self.container.id, ["/bin/sh", "-c", KEEP_OUT, "sh", *(timed.keep or ["."])],
-                            self.user, dest, ctx.settings)
+            code = copy_out(
+                self.client.api, self.container.id, ["/bin/sh", "-c", KEEP_OUT, "sh", *(timed.keep or ["."])], self.user, dest, ctx.settings
+            )
         except OverLimit as exc:
             return f"the build's result is too large to time: {exc}"
         except (DockerException, tarfile.TarError, OSError) as exc:
@@ -108,7 +114,11 @@ class TimedRuns(ContainerJob):
     def _measure_in(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
         code, out = self._exec_as(self.user, KEEP_IN)
         if code != 0:
-            return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=f"the build's result could not be put in place ({out[-200:].decode('utf-8', 'replace')})")
+            return MeasuredRun(
+                exit_code=-1,
+                wall_seconds=0.0,
+                problem=f"the build's result could not be put in place ({out[-200:].decode('utf-8', 'replace')})",
+            )
         uid, _, gid = self.user.partition(":")
         cpu_file = f"{MEASURE_DIR}/cpu{r}"  # rai-timed writes the run's CPU time there (root's folder)
         freeze = [TIMED_IN_CONTAINER, uid, gid or uid, cpu_file, *self.wrap, "/bin/sh", "-c"]
@@ -121,16 +131,25 @@ class TimedRuns(ContainerJob):
         gpu = {"before": watch.states[0], "after": watch.states[-1]} if watch is not None else None
         cpu = self._cpu_seconds(cpu_file)
         if code == FROZE_NOT:
-            return MeasuredRun(exit_code=code, wall_seconds=wall, cpu_seconds=cpu,
-                               problem="a process of the job kept running after the end of its timed run")
+            return MeasuredRun(
+                exit_code=code,
+                wall_seconds=wall,
+                cpu_seconds=cpu,
+                problem="a process of the job kept running after the end of its timed run",
+            )
         status, out = self._exec_as(self.user, READ_PREDICTIONS.format(limit=READ_LIMIT), timed.predictions)
         predictions = out.decode("utf-8", "replace") if status == 0 else None
         report = None
         if timed.measure == "kernels":
             if not attached or attached[-1] != 0:  # the last try decides: the first may come before the launcher listens
-                return MeasuredRun(exit_code=code, wall_seconds=wall, predictions=predictions, cpu_seconds=cpu,
-                                   problem=f"the profiler could not attach to the timed run (ncu status "
-                                           f"{attached[-1] if attached else 'none'}: {self.attach_said.strip()})")
+                return MeasuredRun(
+                    exit_code=code,
+                    wall_seconds=wall,
+                    predictions=predictions,
+                    cpu_seconds=cpu,
+                    problem=f"the profiler could not attach to the timed run (ncu status "
+                    f"{attached[-1] if attached else 'none'}: {self.attach_said.strip()})",
+                )
             status, out = self._exec_as("0:0", NCU_EXPORT.format(dir=self.measure_dir, r=r, limit=READ_LIMIT))
             report = out.decode("utf-8", "replace")
             profiled = profiled_pids(report)
@@ -138,11 +157,16 @@ class TimedRuns(ContainerJob):
             # not taken for hidden work: a process that only allocated memory is in no report
             hidden = unprofiled(watch.users, profiled) if watch is not None and profiled else []
             if hidden:
-                return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), predictions=predictions, cpu_seconds=cpu, gpu=gpu,
-                                   problem=f"a process used the GPU outside the measurement (pid {', '.join(map(str, hidden))} "
-                                           "in the container, not in the profiler's report)")
-        return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions, cpu_seconds=cpu,
-                           gpu=gpu)
+                return MeasuredRun(
+                    exit_code=code,
+                    wall_seconds=round(wall, 6),
+                    predictions=predictions,
+                    cpu_seconds=cpu,
+                    gpu=gpu,
+                    problem=f"a process used the GPU outside the measurement (pid {', '.join(map(str, hidden))} "
+                    "in the container, not in the profiler's report)",
+                )
+        return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions, cpu_seconds=cpu, gpu=gpu)
 
     def _gpu_watch(self, ctx: JobContext, timed: TimedRun, uid: int) -> GpuWatch | None:
         """Who uses the job's GPUs during a kernels run, and how they run (issue 32); None without NVML."""
@@ -152,8 +176,9 @@ class TimedRuns(ContainerJob):
                 return GpuWatch(lib, [int(i) for i in ctx.gpu_ids], self.container.id, uid).start()
         return None
 
-    def _run_timed(self, ctx: JobContext, r: int, timed: TimedRun, freeze: list[str], sink: LogSink,
-                   seed: dict[str, str] | None) -> tuple[int, float, list[int]]:
+    def _run_timed(
+        self, ctx: JobContext, r: int, timed: TimedRun, freeze: list[str], sink: LogSink, seed: dict[str, str] | None
+    ) -> tuple[int, float, list[int]]:
         """The timed command under rai-timed (``freeze``), as root there: its exit status, its wall
         time and, for a kernels run (under ncu's launcher, root's ncu attaching), each attach try's status."""
         attached: list[int] = []

@@ -25,7 +25,7 @@ COLLECT = (
     KILL_JOB.removesuffix("; true") + "; left=1; n=0; while [ $left = 1 ] && [ $n -lt 40 ]; do left=0; "
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && '
     'read -r st < "$d/stat" 2>/dev/null && case "${st##*) }" in Z*) ;; *) left=1; kill -9 "$p" 2>/dev/null ;; esac; done; '
-    '[ $left = 1 ] && sleep 0.05; n=$((n+1)); done; '  # SIGKILL lands when the process next runs: wait up to 2 s
+    "[ $left = 1 ] && sleep 0.05; n=$((n+1)); done; "  # SIGKILL lands when the process next runs: wait up to 2 s
     f'tar -C /build -cf - .; t=$?; [ "$left" = 1 ] && exit {LEFT_OVER}; exit $t'
 )
 # Between a ranked job's timed runs: every process of the job ended (as at the end), nothing copied
@@ -53,7 +53,11 @@ NCU_LAUNCH = "exec ncu --mode launch --target-processes all -- /bin/sh -c {comma
 # mounted when the timed run's container is made: it exists before any process of the job does, so
 # no job process can make it first, look into it or guess at it (issue 34)
 MEASURE_DIR = "/opt/rai/measure"
-NCU_ATTACH = ("cd {dir} && export HOME={dir} && "
-              "exec ncu --mode attach --hostname 127.0.0.1 --metrics gpu__time_duration.sum --export {dir}/run{r} --force-overwrite")
-NCU_EXPORT = ("cd {dir} && HOME={dir} ncu --import {dir}/run{r}.ncu-rep --csv --page raw --metrics gpu__time_duration.sum 2>/dev/null "
-              "| head -c {limit}")
+NCU_ATTACH = (
+    "cd {dir} && export HOME={dir} && "
+    "exec ncu --mode attach --hostname 127.0.0.1 --metrics gpu__time_duration.sum --export {dir}/run{r} --force-overwrite"
+)
+NCU_EXPORT = (
+    "cd {dir} && HOME={dir} ncu --import {dir}/run{r}.ncu-rep --csv --page raw --metrics gpu__time_duration.sum 2>/dev/null "
+    "| head -c {limit}"
+)
