@@ -119,7 +119,7 @@ def run_rush(
             if len(done) == len(submitted):
                 result = [mine[i] for _, i in submitted]
                 if followers is not None:
-                    for job, broke in zip(result, followers.result(timeout=300)):
+                    for job, broke in zip(result, followers.result(timeout=300), strict=False):
                         job["stream_problem"] = broke
                 return result
             if time.monotonic() > deadline:

@@ -69,7 +69,8 @@ def probe() -> None:
     """What this GPU host has: its GPUs, driver, and where (if anywhere) Nsight Systems lives."""
     out = sh(
         "nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1; "
-        "grep RmProfilingAdminOnly /proc/driver/nvidia/params; command -v nsys ncu nvcc; ls -d /opt/nvidia/* /usr/local/cuda*/nsight* 2>/dev/null; "
+        "grep RmProfilingAdminOnly /proc/driver/nvidia/params; command -v nsys ncu nvcc; "
+        "ls -d /opt/nvidia/* /usr/local/cuda*/nsight* 2>/dev/null; "
         "find / -xdev -name nsys -type f -perm -u+x 2>/dev/null | head -5"
     ).stdout
     figures["probe"] = out
@@ -104,7 +105,7 @@ def setup() -> None:
     try:
         engine().ping()
     except Exception:  # noqa: BLE001 - not up yet: start it
-        log = open("/tmp/rai-dockerd.log", "ab")
+        log = open("/tmp/rai-dockerd.log", "ab")  # noqa: SIM115 - the child process writes to it for its whole life
         subprocess.Popen(
             ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false"],
             stdout=log,
@@ -119,7 +120,7 @@ def setup() -> None:
             except Exception:  # noqa: BLE001
                 time.sleep(0.5)
         else:
-            raise SystemExit("dockerd did not start:\n" + open("/tmp/rai-dockerd.log").read()[-3000:])
+            raise SystemExit("dockerd did not start:\n" + Path("/tmp/rai-dockerd.log").read_text()[-3000:])
     client = engine()
     figures["engine"] = client.version()["Version"]
     figures["runtimes"] = sorted(client.info().get("Runtimes") or {})
@@ -247,12 +248,12 @@ def service(w: Path, token: str, extra: dict[str, str] | None = None) -> tuple[d
         subprocess.Popen(
             [sys.executable, "-m", "raiserver.ops.cli", "serve", "--port", str(port)],
             env=env,
-            stdout=open(w / "server.log", "w"),
+            stdout=open(w / "server.log", "w"),  # noqa: SIM115 - the child process writes to it for its whole life
             stderr=subprocess.STDOUT,
         )
     )
     procs.append(
-        subprocess.Popen([sys.executable, "-m", "raiworker.cli"], env=env, stdout=open(w / "worker.log", "w"), stderr=subprocess.STDOUT)
+        subprocess.Popen([sys.executable, "-m", "raiworker.cli"], env=env, stdout=open(w / "worker.log", "w"), stderr=subprocess.STDOUT)  # noqa: SIM115 - the child process writes to it for its whole life
     )
     for _ in range(200):
         try:
@@ -351,11 +352,12 @@ def job() -> None:
             say(f"raiclient download: {dl.stdout.strip()}{dl.stderr.strip()}\n{listing}")
         say(f"raiclient submit: exit {sub.returncode}; runs {spans}\n{sub.stdout[-3000:]}")
         figures["service_op_times"] = re.findall(r"^Op Time: ([\d.e-]+)", sub.stdout, re.M)
-        figures["worker_line"] = next((line for line in open(w / "worker.log") if "GPU access" in line), "").strip()
+        worker_log = (w / "worker.log").read_text().splitlines()
+        figures["worker_line"] = next((line for line in worker_log if "GPU access" in line), "").strip()
         figures["docker_run_op_times"] = re.findall(r"^Op Time: ([\d.e-]+)", plain, re.M)
         figures["docker_run_nsys"] = [line for line in plain.splitlines() if "nsys" in line.lower()][:5]
         figures["ratio_service_to_docker_run"] = round(figures["service_s"] / figures["docker_run_s"], 3)
-        figures["ratio_pairs"] = [round(a / b, 3) for a, b in zip(spans, plain_spans)]
+        figures["ratio_pairs"] = [round(a / b, 3) for a, b in zip(spans, plain_spans, strict=False)]
         say(
             f"plain docker run: runs {plain_spans}; median service/docker run = {figures['ratio_service_to_docker_run']}; "
             f"pairs {figures['ratio_pairs']}\ntimelines (s between phases): {timelines}"
@@ -429,7 +431,7 @@ def _gaps(phases: list[dict], start: float, end: float) -> list[tuple[str, float
     from datetime import datetime
 
     at = [("client started", start), *((p["name"], datetime.fromisoformat(p["at"]).timestamp()) for p in phases), ("client exited", end)]
-    return [(b[0], round(b[1] - a[1], 3)) for a, b in zip(at, at[1:])]
+    return [(b[0], round(b[1] - a[1], 3)) for a, b in zip(at, at[1:], strict=False)]
 
 
 def twojobs() -> None:
@@ -555,7 +557,7 @@ def twogpu() -> None:
         return out
 
     alone = {g: finish(start(g)) for g in ("0", "1")}
-    together = dict(zip(("0", "1"), map(finish, [start("0"), start("1")])))
+    together = dict(zip(("0", "1"), map(finish, [start("0"), start("1")]), strict=False))
     for g in ("0", "1"):
         listed = [line for line in together[g].splitlines() if line.startswith("GPU ")]
         a, t = (statistics.median(_per_run(out)) for out in (alone[g], together[g]))
@@ -566,7 +568,7 @@ def twogpu() -> None:
 def _per_run(output: str) -> list[float]:
     """Each run's op time: its two layers' lines added."""
     v = [float(x) for x in re.findall(r"Op Time: ([\d.e-]+)", output)]
-    return [a + b for a, b in zip(v[::2], v[1::2])]
+    return [a + b for a, b in zip(v[::2], v[1::2], strict=False)]
 
 
 def _auth(w: Path) -> tuple[str, str]:

@@ -178,12 +178,12 @@ def drain(k: int, with_exclusive: bool) -> None:
             "wait_p95_s": round(waits[int(0.95 * (len(waits) - 1))], 1),
             "states": sorted({j["state"] for j in jobs.values()}),
             "accuracy": sorted(set(acc)),
-            "all_correct": all(jobs[i]["state"] == "succeeded" and a >= 0.8 for i, a in zip(ids, acc)),
+            "all_correct": all(jobs[i]["state"] == "succeeded" and a >= 0.8 for i, a in zip(ids, acc, strict=False)),
             "ncu_errors": sum("==ERROR==" in logs[i] for i in ids),
             "gpu_memory_most_mib": mem.most,
             "gpu_shared_with_most": max(((jobs[i]["results"] or {}).get("gpu_shared_with") or 0) for i in ids),
             "op_times_ms": sorted(round(1000 * t, 3) for t in (op_time(logs[i]) for i in ids) if t is not None),
-            "worker_line": next((line for line in open(w / "worker.log") if "slots" in line), "").strip()[:300],
+            "worker_line": next((line for line in Path(w / "worker.log").read_text().splitlines() if "slots" in line), "").strip()[:300],
             "metrics_gpu": [line for line in metrics.splitlines() if line.startswith("rai_gpu_")],
         }
         if ranked:
@@ -241,7 +241,7 @@ def ratios() -> None:
     if 1 in ks:
         figures["drain_vs_k1"] = {f"k{k}": round(v["drain_s"] / ks[1]["drain_s"], 3) for k, v in ks.items()}
     idle_ms = figures.get("idle_exclusive_op_ms")
-    for k, v in ks.items():
+    for _k, v in ks.items():
         if idle_ms and v.get("exclusive", {}).get("op_time_ms"):
             v["exclusive"]["vs_idle"] = round(v["exclusive"]["op_time_ms"] / statistics.median(idle_ms), 4)  # type: ignore[arg-type]
     save()

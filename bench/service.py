@@ -62,7 +62,7 @@ def raid_dev(
         ],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=open(tmp / "raid.log", "wb"),
+        stderr=open(tmp / "raid.log", "wb"),  # noqa: SIM115 - the child process writes to it for its whole life
         start_new_session=True,
     )
     try:

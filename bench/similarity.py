@@ -63,11 +63,13 @@ def kernel(rng: random.Random, team: int) -> str:
         elif kind < 0.7:
             u = rng.choice([2, 4, 8])
             lines.append(
-                f"  #pragma unroll {u}\n  for (int q = 0; q < {rng.randint(2, 7)}; ++q) {{ {target} = fmaf(x[i + q], k[q * {u}], {target}); }}"
+                f"  #pragma unroll {u}\n  for (int q = 0; q < {rng.randint(2, 7)}; ++q) "
+                f"{{ {target} = fmaf(x[i + q], k[q * {u}], {target}); }}"
             )
         else:
             lines.append(
-                f"  if ({target} > {rng.randint(0, 9)}.0f) {{ {target} = {expr(rng, names[:3])}; }} else {{ {rng.choice(names[:3])} -= 1.0f; }}"
+                f"  if ({target} > {rng.randint(0, 9)}.0f) {{ {target} = {expr(rng, names[:3])}; }} "
+                f"else {{ {rng.choice(names[:3])} -= 1.0f; }}"
             )
         if rng.random() < 0.3:
             lines.append(f"  // team {team}: {rng.choice(['tiling', 'try unrolling', 'TODO faster', 'constant memory next'])}")

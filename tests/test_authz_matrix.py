@@ -223,11 +223,11 @@ def world(docker_service, tmp_path_factory):
     proj = make_project(tmp_path_factory.mktemp("mx") / "p", ["echo hi > out.txt"])
     res = svc.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(profiles["owner"])})
     assert res.returncode == 0, res.stderr
-    job_id = next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l)
+    job_id = next(ln.split()[2] for ln in res.stdout.splitlines() if " queued on " in ln)
     # deleting a job's files is for good: that route gets a job of its own, so the others still find them
     res = svc.client("submit", "-p", str(proj), env={"RAI_PROFILE": str(profiles["owner"])})
     assert res.returncode == 0, res.stderr
-    DESTRUCTIVE_JOB[0] = next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l)
+    DESTRUCTIVE_JOB[0] = next(ln.split()[2] for ln in res.stdout.splitlines() if " queued on " in ln)
     return svc, profiles, job_id
 
 

@@ -157,7 +157,7 @@ def test_ten_concurrent_submissions_all_finish_with_their_own_logs(docker_servic
         results = list(pool.map(lambda p: docker_service.client("submit", "-p", str(p), timeout=240), projects))
     for i, res in enumerate(results):
         assert res.returncode == 0, res.stdout + res.stderr
-        mine = [l for l in res.stdout.splitlines() if l.startswith("job")]
+        mine = [ln for ln in res.stdout.splitlines() if ln.startswith("job")]
         assert mine == [f"job{i} line {k}" for k in range(1, 6)]
 
 
@@ -187,9 +187,9 @@ def test_reconnecting_reader_gets_every_line_exactly_once(docker_service, tmp_pa
                         break
             if ended:
                 break
-    ns = [l["n"] for l in seen]
+    ns = [ln["n"] for ln in seen]
     assert ns == list(range(1, len(ns) + 1)), "a line was lost or repeated"
-    outs = [l["text"] for l in seen if l["s"] == "out"]
+    outs = [ln["text"] for ln in seen if ln["s"] == "out"]
     assert outs == [f"line {k}" for k in range(1, 41)]
 
 

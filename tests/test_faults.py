@@ -23,7 +23,7 @@ def test_job_of_a_dead_worker_is_requeued_and_finishes_elsewhere(tmp_path, redis
     try:
         proj = make_project(tmp_path / "p", ["sh -c 'echo attempt on $(hostname); sleep 4; echo done'"])
         res = svc.client("submit", "-p", str(proj), "--detach")
-        jid = next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l)
+        jid = next(ln.split()[2] for ln in res.stdout.splitlines() if " queued on " in ln)
         wait_for(lambda: docker_engine.containers.list(filters={"label": "rai.worker=w1"}), what="w1's job container")
         svc.stop("worker-w1", signal.SIGKILL)  # the box dies
         svc.start_worker("w2")
@@ -54,7 +54,7 @@ def test_server_restart_mid_job_loses_no_line(tmp_path, redis_url, docker_engine
         svc.start_server()
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, out + err
-        ticks = [l for l in out.splitlines() if l.startswith("tick")]
+        ticks = [ln for ln in out.splitlines() if ln.startswith("tick")]
         assert ticks == [f"tick {k}" for k in range(1, 31)]
         assert "reconnecting" in err
     finally:
@@ -92,7 +92,7 @@ def test_a_5_s_server_restart_is_one_line_on_a_pipe_and_one_updating_line_on_a_t
     finally:
         svc.shutdown()
     assert piped.returncode == 0 and tty.returncode == 0, out + err
-    assert [l for l in out.splitlines() if l.startswith("tick")] == [f"tick {k}" for k in range(1, 61)]
+    assert [ln for ln in out.splitlines() if ln.startswith("tick")] == [f"tick {k}" for k in range(1, 61)]
     notes = [line for line in err.splitlines() if line.strip()]
     assert len(notes) == 2 and "connection lost; reconnecting (resuming after line" in notes[0], err
     assert re.fullmatch(r"✱ reconnected after \d+\.\d s; resuming after line \d+", notes[1]), err
@@ -101,7 +101,7 @@ def test_a_5_s_server_restart_is_one_line_on_a_pipe_and_one_updating_line_on_a_t
     about = [line for line in lines if "connection lost" in line or "reconnected" in line]
     assert len(about) == 1, about  # one line, rewritten in place while it retried
     assert about[0].count("\r\x1b[K") >= 2 and "reconnected after" in about[0].rsplit("\r\x1b[K", 1)[1], repr(about[0])
-    assert [l.strip() for l in lines if l.startswith("tick")] == [f"tick {k}" for k in range(1, 61)]
+    assert [ln.strip() for ln in lines if ln.startswith("tick")] == [f"tick {k}" for k in range(1, 61)]
 
 
 def test_a_server_gone_for_good_ends_the_submit_with_one_line(tmp_path, redis_url):
@@ -165,8 +165,8 @@ def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
                     if (
-                        b"raiworker.cli" in open(f"/proc/{pid}/cmdline", "rb").read()
-                        and str(tmp_path).encode() in open(f"/proc/{pid}/environ", "rb").read()
+                        b"raiworker.cli" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                        and str(tmp_path).encode() in Path(f"/proc/{pid}/environ").read_bytes()
                     ):
                         found.append(int(pid))
                 except OSError:
@@ -174,7 +174,7 @@ def test_raid_dev_restarts_a_crashed_part_and_names_its_worker_after_its_folder(
             return found
 
         first = wait_for(workers, what="the worker process")
-        name = re.search(rb"RAI_WORKER_NAME=([^\0]+)", open(f"/proc/{first[0]}/environ", "rb").read()).group(1).decode()
+        name = re.search(rb"RAI_WORKER_NAME=([^\0]+)", Path(f"/proc/{first[0]}/environ").read_bytes()).group(1).decode()
         assert re.fullmatch(r"dev-.+-[0-9a-f]{6}", name), name
         os.killpg(first[0], signal.SIGKILL)
         wait_for(
@@ -229,7 +229,7 @@ def test_a_killed_pool_process_leaves_no_container_running_beside_the_rerun(tmp_
         while "started" not in (line := proc.stdout.readline()):
             assert line, "the client ended before the job started"
         main = svc.procs["worker-w1"].pid
-        pool = [int(p) for p in open(f"/proc/{main}/task/{main}/children").read().split()]  # one slot: one pool process
+        pool = [int(p) for p in Path(f"/proc/{main}/task/{main}/children").read_text().split()]  # one slot: one pool process
         os.kill(pool[0], signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, out + err

@@ -4,6 +4,7 @@ in which case it is killed before."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 
@@ -49,10 +50,8 @@ def started(docker_engine, redis_url, tmp_path) -> Iterator:
     try:
         yield ex, ctx, sink, container
     finally:
-        try:
+        with contextlib.suppress(Exception):  # already gone: what the tests want
             container.remove(force=True)
-        except Exception:  # noqa: BLE001 - already gone: what the tests want
-            pass
         r.close()
 
 

@@ -108,10 +108,10 @@ def _check_live(svc, tmp_path: Path, ticker: Path) -> None:
     # the stored log holds stdout and stderr in the order they were printed
     jid = next(line.split()[2] for line in out if line.startswith("✱ Job ") and "queued" in line)
     with svc.http() as h:
-        stored = [l for l in read_log(h, jid) if l["s"] in ("out", "err")]
-    order = [l["text"].split()[0] + l["text"].split()[1] for l in stored if l["text"].startswith(("out ", "err "))]
+        stored = [ln for ln in read_log(h, jid) if ln["s"] in ("out", "err")]
+    order = [ln["text"].split()[0] + ln["text"].split()[1] for ln in stored if ln["text"].startswith(("out ", "err "))]
     assert order == [f"{s}{i}" for i in range(N) for s in ("out", "err")]
-    assert [l["n"] for l in read_log(svc.http(), jid)] == list(range(1, len(read_log(svc.http(), jid)) + 1))
+    assert [ln["n"] for ln in read_log(svc.http(), jid)] == list(range(1, len(read_log(svc.http(), jid)) + 1))
 
     # `raiclient logs` prints what the program printed, line for line (colours kept, controls not)
     res = svc.client("logs", jid)

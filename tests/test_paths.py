@@ -26,7 +26,7 @@ def test_process_executor_runs_the_same_build_file(process_service, tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "started the job as processes (no container" in res.stdout
     assert "step 3 of 3" in res.stdout and res.stderr.count("on stderr") == 3
-    jid = next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l)
+    jid = next(ln.split()[2] for ln in res.stdout.splitlines() if " queued on " in ln)
     out = tmp_path / "b.tgz"
     assert process_service.client("download", jid, "-o", str(out)).returncode == 0
     with tarfile.open(out) as tar:

@@ -101,7 +101,7 @@ def test_quota_of_two_waiting_jobs_and_submission_rate(svc, tmp_path):
     for _ in range(2):
         res = svc.client("submit", "-p", str(slow), "--detach", env={"RAI_PROFILE": str(eve)})
         assert res.returncode == 0, res.stderr
-        ids.append(next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l))
+        ids.append(next(ln.split()[2] for ln in res.stdout.splitlines() if " queued on " in ln))
     res = svc.client("submit", "-p", str(slow), "--detach", env={"RAI_PROFILE": str(eve)})
     assert res.returncode == 2
     assert f"You already have 2 jobs in the queue ({ids[0]}, {ids[1]}); wait for one to finish or cancel it" in res.stderr
@@ -147,7 +147,7 @@ def test_every_unmet_requirement_is_named_at_once(svc, tmp_path):
 def test_staff_cancel_of_a_students_job_is_audited(svc, tmp_path):
     fay = svc.add_user("fay")
     res = svc.client("submit", "-p", str(make_project(tmp_path / "p", ["sleep 30"])), "--detach", env={"RAI_PROFILE": str(fay)})
-    jid = next(l.split()[2] for l in res.stdout.splitlines() if " queued on " in l)
+    jid = next(ln.split()[2] for ln in res.stdout.splitlines() if " queued on " in ln)
     assert svc.client("cancel", jid, env={"RAI_PROFILE": str(svc.prof)}).returncode == 0
     with svc.http(svc.prof) as h:
         entries = h.get("/api/v1/admin/audit").json()

@@ -84,7 +84,7 @@ def test_two_hundred_watchers_of_one_job_all_get_every_line_over_one_reader(svc,
     before = _clients(svc)
     asyncio.run(main())
     assert broken == [] and len(got) == 200
-    expected = [l["n"] for l in read_log(svc.http(), jid)]
+    expected = [ln["n"] for ln in read_log(svc.http(), jid)]
     assert all(lines == expected for lines in got), "every watcher got every line exactly once"
     assert peak[0] - before < 40, f"Redis connections grew with the watchers: {before} -> {peak[0]}"
 
@@ -130,13 +130,13 @@ def test_a_slow_watcher_is_cut_off_and_others_go_on(redis_url, tmp_path):
 
         async def read_fast() -> None:
             while True:
-                for kind, payload in await fast.next():
+                for _kind, payload in await fast.next():
                     seen.extend(b.last for b in payload.batches)
                 if seen and seen[-1] >= 20_000:
                     return
 
         reader = asyncio.create_task(read_fast())
-        for i in range(20):
+        for _i in range(20):
             await asyncio.to_thread(sink.feed, LogStream.out, b"x\n" * 1000)
             await asyncio.sleep(0.02)
         await asyncio.wait_for(reader, 20)
@@ -224,7 +224,7 @@ def test_redis_restart_mid_job_loses_no_job_and_says_what_was_lost(tmp_path):
         assert client.returncode == 0
         ticks = [int(line.split()[1]) for line in out.splitlines() if line.startswith("tick ")]
         assert ticks[-1] == 40 and ticks == sorted(set(ticks)), "no line twice, the end arrived"
-        stored = [l["text"] for l in read_log(svc.http(), job["id"])]
+        stored = [ln["text"] for ln in read_log(svc.http(), job["id"])]
         assert any("were lost when Redis restarted" in t for t in stored), stored[:20]
         # issue 33: and the finished log is whole all the same, from the worker's copy of its lines
         assert [int(t.split()[1]) for t in stored if t.startswith("tick ")] == list(range(1, 41)), stored

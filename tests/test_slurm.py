@@ -49,7 +49,7 @@ def svc(tmp_path_factory, redis_url, cluster):
 
 
 def job_id_of(out: str) -> str:
-    return next(l.split()[2] for l in out.splitlines() if l.startswith("✱ Job ") and " queued on " in l)
+    return next(ln.split()[2] for ln in out.splitlines() if ln.startswith("✱ Job ") and " queued on " in ln)
 
 
 def job(svc, jid: str) -> dict:
@@ -104,7 +104,7 @@ def test_cancel_runs_scancel(svc, cluster, tmp_path):
     proj = make_project(tmp_path / "p", ["echo started; sleep 120"])
     res = svc.client("submit", "-p", str(proj), "--detach")
     jid = job_id_of(res.stdout)
-    wait_for(lambda: any("started" in l for l in svc.client("logs", jid).stdout.splitlines()), timeout=60, what="job running")
+    wait_for(lambda: any("started" in ln for ln in svc.client("logs", jid).stdout.splitlines()), timeout=60, what="job running")
     assert svc.client("cancel", jid).returncode == 0
     wait_for(lambda: job(svc, jid)["state"] == "cancelled", timeout=60, what="cancelled")
     wait_for(lambda: f"rai-{jid}" not in cluster.run("squeue", "-h", "-o", "%j"), timeout=30, what="Slurm job gone")

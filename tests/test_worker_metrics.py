@@ -21,7 +21,7 @@ def test_worker_metrics_count_jobs_and_lines(process_service, tmp_path):
     text = httpx.get(url, timeout=5).text
     assert 'rai_worker_jobs_total{state="succeeded"} 1.0' in text, text
     assert 'rai_worker_jobs_total{state="failed"} 1.0' in text
-    lines = next(float(l.split()[-1]) for l in text.splitlines() if l.startswith("rai_worker_log_lines_total"))
+    lines = next(float(ln.split()[-1]) for ln in text.splitlines() if ln.startswith("rai_worker_log_lines_total"))
     assert lines >= 50
     assert "rai_worker_slots " in text and "rai_worker_busy_slots " in text
     process_service.stop("worker-wm")

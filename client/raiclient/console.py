@@ -60,7 +60,7 @@ def fit(columns: Sequence[str], rows: Sequence[Sequence[RenderableType]], drop: 
         for name in keep:
             built.add_column(name, overflow="fold")
         for row in rows:
-            built.add_row(*(value for name, value in zip(columns, row) if name in keep))
+            built.add_row(*(value for name, value in zip(columns, row, strict=False) if name in keep))
         if Measurement.get(con, con.options.update(max_width=10_000), built).maximum <= con.width:
             break
     return built

@@ -9,6 +9,7 @@ OSC, a cursor move, a title change or a bell from a job cannot drive the reader'
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -60,10 +61,8 @@ class PipeSafe:
             self._stream.flush()
         except BrokenPipeError:
             self._closed()
-            try:
+            with contextlib.suppress(BrokenPipeError, ValueError):
                 self._stream.flush()  # what was buffered goes to /dev/null now
-            except (BrokenPipeError, ValueError):
-                pass
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

@@ -110,7 +110,7 @@ def _check_links(links: dict[str, str], hardlinks: dict[str, str], names: dict[s
         parent = name.split("/")[:-1]
         if _resolve(parent + target.split("/"), links) is None:
             raise ArchiveError(f"entry {name!r}: symlink leads outside the project through other links ({target})")
-    for name, kind in names.items():
+    for name, _kind in names.items():
         parts = name.split("/")
         for depth in range(1, len(parts)):
             if "/".join(parts[:depth]) in links:

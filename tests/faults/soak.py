@@ -57,7 +57,7 @@ def descriptors(pid: int) -> int:
 
 def rss_kib(pid: int) -> int:
     try:
-        for line in open(f"/proc/{pid}/status"):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     except OSError:

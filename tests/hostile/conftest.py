@@ -41,7 +41,7 @@ class Hostile:
         """After every hostile case: the next normal job runs and succeeds."""
         job, log = self.run(["echo healthy"], timeout=60)
         assert job["state"] == "succeeded", job
-        assert any(l["text"] == "healthy" for l in log)
+        assert any(ln["text"] == "healthy" for ln in log)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ def entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.T
 
 
 def texts(log: list[dict], stream: str | None = None) -> list[str]:
-    return [l["text"] for l in log if stream is None or l["s"] == stream]
+    return [ln["text"] for ln in log if stream is None or ln["s"] == stream]
 
 
 # -- archives ---------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def test_one_gigabyte_of_output_is_truncated_once_and_the_job_finishes(hostile):
     assert sys_lines.count("output truncated after 1 MiB; the job keeps running") == 1
     assert "after-the-flood" not in texts(log, "out")  # past the cap nothing more is kept
     assert sum(len(t) + 1 for t in texts(log, "out")) <= 1024 * 1024
-    assert [l["n"] for l in log] == list(range(1, len(log) + 1))  # the stored log is the live stream
+    assert [ln["n"] for ln in log] == list(range(1, len(log) + 1))  # the stored log is the live stream
 
 
 def test_one_100_mb_line_without_newline(hostile):

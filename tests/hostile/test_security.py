@@ -124,7 +124,7 @@ def test_project_archive_check_resolves_chains_like_the_kernel(tmp_path):
 def test_the_worker_unpacks_projects_as_the_jobs_user(hostile):
     job, log = hostile.run(["stat -c '%u' /src/rai_build.yml"])
     assert job["state"] == "succeeded"
-    assert [l["text"] for l in log if l["s"] == "out"] == ["1000"]
+    assert [ln["text"] for ln in log if ln["s"] == "out"] == ["1000"]
 
 
 # -- 2. default secrets --------------------------------------------------------------------------

@@ -376,7 +376,7 @@ def im_published(svc: Service) -> dict:
 
 def test_docker_the_worker_says_why_it_offers_each_image(docker_service):
     log = (docker_service.logs / "worker-w1.log").read_text()
-    line = next(l for l in log.splitlines() if "offers" in l and "image(s) to jobs" in l)
+    line = next(ln for ln in log.splitlines() if "offers" in ln and "image(s) to jobs" in ln)
     assert "rai/busybox:latest (" in line and "rai's own busybox image" in line, line
 
 

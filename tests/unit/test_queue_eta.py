@@ -97,7 +97,10 @@ def test_a_running_job_is_expected_to_end_by_its_own_wall_limit(db):
     erin = add_user(db, "erin")
     for _ in range(3):
         finished(db, erin, 400)
-    spec = "rai:\n  version: 0.2\n  image: rai/busybox:latest\nresources:\n  limits:\n    wall_seconds: 120\ncommands:\n  build:\n    - sleep 1000\n"
+    spec = (
+        "rai:\n  version: 0.2\n  image: rai/busybox:latest\n"
+        "resources:\n  limits:\n    wall_seconds: 120\ncommands:\n  build:\n    - sleep 1000\n"
+    )
     running(db, erin, ran=100, spec=spec)  # its build file asks for 120 s at most
     waiting = add_job(db, erin)
     view = QueueView(db, settings)

@@ -14,7 +14,7 @@ FIX = Path(__file__).parent.parent / "fixtures"
 
 def test_op_times_correctness_and_time_from_a_real_report():
     lines = (FIX / "seed_report_m3.txt").read_text().splitlines()
-    start = next(i for i, l in enumerate(lines) if "Op Time: 0.074735" in l)
+    start = next(i for i, ln in enumerate(lines) if "Op Time: 0.074735" in ln)
     r = parse_text_lines(lines[start : start + 8])
     assert r.op_times == [0.074735, 0.255830]
     assert r.op_time_total == 0.330565
@@ -114,8 +114,8 @@ def test_skipping_unmarked_batches_changes_no_result():
                     i += 1
                     continue
                 k = rng.randint(1, 12)
-                run = [l.text for l in full[i : i + k]]
-                run = run[: next((j for j, l in enumerate(full[i : i + k]) if l.s is LogStream.sys), len(run))]
+                run = [ln.text for ln in full[i : i + k]]
+                run = run[: next((j for j, ln in enumerate(full[i : i + k]) if ln.s is LogStream.sys), len(run))]
                 batches.append(("out", "\n".join(run)))
                 i += len(run)
             assert parse_log(relevant_lines(batches)) == want, name

@@ -79,7 +79,7 @@ def run_job_task(self: Task, job_id: str, attempt: int) -> str:
         rt = runtime()
         return run_job(rt.settings, rt.gpus, job_id, attempt)
     except ServerUnreachable as exc:  # server unreachable before the claim: try again later
-        raise self.retry(exc=exc, countdown=10)
+        raise self.retry(exc=exc, countdown=10) from None
 
 
 class _Heartbeat(threading.Thread):

@@ -40,7 +40,7 @@ def run(
         settings = WorkerSettings.load()
     except ValueError as exc:  # pydantic's ValidationError: say which setting, and stop
         typer.echo(f"raiworker: bad settings: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     prepare(settings.work_dir)  # before the pool forks: job counters from every process
     rt = WorkerRuntime.start(settings)
     from .celery_app import configure
@@ -53,7 +53,7 @@ def run(
             typer.echo(f"raiworker: {line}")
     except ExecutorUnavailable as exc:
         typer.echo(f"raiworker: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     if settings.executor == "docker":  # before any job: what it offers is settled by id now
         from docker.errors import DockerException
 
@@ -95,7 +95,7 @@ def _images_settings() -> WorkerSettings:  # the work folder and RAI_WORKER_IMAG
         return WorkerSettings.load()
     except ValueError as exc:
         typer.echo(f"raiworker: bad settings: {exc}", err=True)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -157,7 +157,7 @@ def docker_check() -> None:
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure means "no engine"
         typer.echo(f"no Docker engine answers ({exc.__class__.__name__})")
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     if not ensure_busybox_image(client):
         typer.echo("Docker answers but rai/busybox could not be built (apt-get install busybox-static)")
         raise typer.Exit(1)

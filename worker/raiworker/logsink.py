@@ -20,6 +20,7 @@ more and says so (``on_superseded``): the run must stop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import threading
@@ -245,10 +246,8 @@ class LogSink:
         self.superseded = True
         self._pending.clear()
         self._pending_bytes = 0
-        try:
+        with contextlib.suppress(Exception):  # the runner's; the sink stores nothing more either way
             self.on_superseded()
-        except Exception:  # noqa: BLE001 - the runner's; the sink stores nothing more either way
-            pass
 
     def _keep(self, first: int, b: _Pending) -> None:
         """The worker's own copy of what it wrote (``n`` 0: never numbered by Redis)."""

@@ -56,7 +56,8 @@ def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(
                     raise TooManyAttempts(f"too many failed logins; try again in {wait} s", wait)
                 retired = db.get(RevokedKey, creds.username)
                 detail = (
-                    f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; use your new profile or ask your instructor for one"
+                    f"this access key was {retired.reason} on {retired.at:%Y-%m-%d %H:%M} UTC; "
+                    "use your new profile or ask your instructor for one"
                     if retired
                     else "unknown access key or wrong secret key"
                 )

@@ -155,7 +155,7 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
                 staff=is_staff(job.owner.role) and not job.owner.team,
             )
         )
-    for above, below in zip(out, out[1:]):  # intervals that overlap: a tie, not a lead (issue 32)
+    for above, below in zip(out, out[1:], strict=False):  # intervals that overlap: a tie, not a lead (issue 32)
         if above.ci is not None and below.ci is not None and below.op_time - above.op_time <= above.ci + below.ci:
             below.tie = above.tie = True
     return out

@@ -68,7 +68,7 @@ def accuracy(predictions: str, labels: list[str]) -> float:
     """The fraction of labels the predictions match, line by line (surrounding blanks ignored);
     a missing line counts as wrong, extra lines are ignored."""
     answers = predictions.split("\n", len(labels))[: len(labels)]
-    right = sum(1 for got, want in zip(answers, labels) if got.strip() == want.strip())
+    right = sum(1 for got, want in zip(answers, labels, strict=False) if got.strip() == want.strip())
     return right / len(labels)
 
 

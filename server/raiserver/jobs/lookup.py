@@ -1,6 +1,6 @@
 """The job a user names, if they may see it (API and web alike): a whole id or any unique start of
-one, or any unique end (the web view's lists show a job id's last characters), and the same "no such job" whether it does not exist or is someone else's, so ids of others'
-jobs leak nothing."""
+one, or any unique end (the web view's lists show a job id's last characters), and the same "no
+such job" whether it does not exist or is someone else's, so ids of others' jobs leak nothing."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Per-student limits: jobs waiting or running at once, submissions per minute and per day, GPU
-minutes per day; ``limits_of`` shows each, used and left, to the student. Over a limit: HTTP 429 with Retry-After and one sentence the client prints as is."""
+minutes per day; ``limits_of`` shows each, used and left, to the student. Over a limit: HTTP 429
+with Retry-After and one sentence the client prints as is."""
 
 from __future__ import annotations
 

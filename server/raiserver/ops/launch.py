@@ -10,6 +10,7 @@ from the kernel when the process that started it dies, however it dies (PR_SET_P
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -212,10 +213,8 @@ class Part:
             except subprocess.TimeoutExpired:
                 continue
         stopped = self.proc.poll() is not None
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # what is left of its session: job processes, pool children
-        except ProcessLookupError:
-            pass
         self.proc.wait(5)
         return stopped
 

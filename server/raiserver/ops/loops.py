@@ -5,6 +5,7 @@ at a time, through a Redis lock, whatever the number of processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -32,10 +33,8 @@ def one_process_at_a_time(svc: AppServices, name: str, timeout: int) -> Iterator
     try:
         yield True
     finally:
-        try:
+        with contextlib.suppress(Exception):  # expired under a very slow pass: harmless
             lock.release()
-        except Exception:  # expired under a very slow pass: harmless
-            pass
 
 
 REAPER_LAST, REAPER_AWAKE = "rai:reaper:last", "rai:reaper:awake"

@@ -89,7 +89,7 @@ class Executor(ABC):
         line = counters.startup_line() if gpu_indexes else None
         return [line] if line else []
 
-    @classmethod
+    @classmethod  # noqa: B027 - an optional hook: most executors have nothing to do
     def host_stopping(cls, settings: WorkerSettings) -> None:
         """Once, as the worker's pool has stopped."""
 
@@ -121,7 +121,7 @@ class Executor(ABC):
     def cleanup(self) -> None:
         """Stop what start() made, whatever happened, before the job's end is reported."""
 
-    def tidy(self) -> None:
+    def tidy(self) -> None:  # noqa: B027 - an optional hook: most executors have nothing to do
         """After the job's end is reported: work nobody waits for (removing what is left,
         preparing the next job)."""
 

@@ -93,10 +93,8 @@ class DockerExecutor(TimedRuns):
         spare = _slot.take(spare_key(ctx)) if self.spares else None
         if spare is not None and _move_entries(ctx.src_dir, spare.src):  # the slot's folder was empty: this job's files only
             self.container, self.slot_src = spare.container, spare.src
-            try:  # from now on the container is known by its job, as one made for it is
+            with contextlib.suppress(DockerException):  # from now on the container is known by its job, as one made for it is
                 spare.container.rename(container_name(ctx.job_id, s.worker_name))
-            except DockerException:
-                pass
             return f"Worker {s.worker_name} started the container ahead of time (image {ctx.image}{gpu})"
         if spare is not None:
             _remove_later(spare.container)
