@@ -127,6 +127,21 @@ def _open(source: Path | BinaryIO) -> tarfile.TarFile:
     return tarfile.open(fileobj=source, mode="r:gz")
 
 
+def _member_kind(member: tarfile.TarInfo, limits: ArchiveLimits) -> tuple[str, str]:
+    """One header checked on its own: its normalised name and kind ("file" | "dir" | "symlink" |
+    "hardlink"); a long or unsafe path, a link out or with control characters, a special file: refused."""
+    if len(member.name) > limits.max_path_chars:
+        raise ArchiveError(f"entry {member.name[:80]!r}…: path longer than {limits.max_path_chars}")
+    norm = _check_name(member.name)
+    if member.issym() or member.islnk():
+        _check_link(member, norm)
+        if "\x00" in member.linkname or any(ord(c) < 32 for c in member.linkname):
+            raise ArchiveError(f"entry {member.name!r}: link target contains a control character")
+    elif not (member.isreg() or member.isdir()):
+        raise ArchiveError(f"entry {member.name!r}: device files, FIFOs and other special files are not allowed")
+    return norm, "symlink" if member.issym() else "hardlink" if member.islnk() else "dir" if member.isdir() else "file"
+
+
 def inspect_archive(path: Path | BinaryIO, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveInfo:
     """Read every header of a gzipped tar once; refuse anything unsafe, return the build file."""
     compressed = max(path.stat().st_size if isinstance(path, Path) else os.fstat(path.fileno()).st_size, 1)
@@ -143,16 +158,7 @@ def inspect_archive(path: Path | BinaryIO, limits: ArchiveLimits = ArchiveLimits
                 files += 1
                 if files > limits.max_files:
                     raise ArchiveError(f"archive has more than {limits.max_files} entries")
-                if len(member.name) > limits.max_path_chars:
-                    raise ArchiveError(f"entry {member.name[:80]!r}…: path longer than {limits.max_path_chars}")
-                norm = _check_name(member.name)
-                if member.issym() or member.islnk():
-                    _check_link(member, norm)
-                    if "\x00" in member.linkname or any(ord(c) < 32 for c in member.linkname):
-                        raise ArchiveError(f"entry {member.name!r}: link target contains a control character")
-                elif not (member.isreg() or member.isdir()):
-                    raise ArchiveError(f"entry {member.name!r}: device files, FIFOs and other special files are not allowed")
-                kind = "symlink" if member.issym() else "hardlink" if member.islnk() else "dir" if member.isdir() else "file"
+                norm, kind = _member_kind(member, limits)
                 if norm in kinds and not (kind == "dir" == kinds[norm]):
                     raise ArchiveError(f"entry {member.name!r}: appears twice in the archive")
                 kinds[norm] = kind
@@ -197,6 +203,28 @@ def _inside(dest_real: str, path: str) -> bool:
     return real == dest_real or real.startswith(dest_real + os.sep)
 
 
+def _source(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, base: str, dest_real: str, parent: str, target: str
+) -> tuple[IO[bytes], int] | None:
+    """Where a regular file's bytes come from, and how many: the archive; for a hard link, the file
+    already unpacked here, linked when the file system allows (no bytes then: None) or else copied.
+    None too when there is nothing to write (a link leading out, or to no regular file)."""
+    if not member.islnk():
+        src = tar.extractfile(member)
+        return (src, member.size) if src is not None else None
+    source = os.path.join(base, posixpath.normpath(member.linkname))
+    if not _inside(dest_real, source) or os.path.islink(source) or not os.path.isfile(source):
+        return None
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    try:  # the same file again: no bytes, as on the disk it came from
+        os.link(source, target, follow_symlinks=False)
+        return None
+    except OSError:
+        if os.path.lexists(target):
+            return None
+    return open(source, "rb"), os.path.getsize(source)  # noqa: SIM115 - the caller closes it
+
+
 def safe_extract(tar: tarfile.TarFile, dest: Path, max_bytes: int | None = None, max_entries: int | None = None) -> int:
     """Unpack a tar (read in order, so also a stream) under ``dest`` and nowhere else: each
     entry's folder is resolved on disk and must lie inside ``dest``; files are created new with
@@ -234,25 +262,10 @@ def safe_extract(tar: tarfile.TarFile, dest: Path, max_bytes: int | None = None,
                 os.makedirs(parent, mode=0o755, exist_ok=True)
                 os.symlink(member.linkname, target)
             elif member.isreg() or member.islnk():
-                src: IO[bytes] | None
-                if member.islnk():
-                    source = os.path.join(base, posixpath.normpath(member.linkname))
-                    if not _inside(dest_real, source) or os.path.islink(source) or not os.path.isfile(source):
-                        continue
-                    os.makedirs(parent, mode=0o755, exist_ok=True)
-                    try:  # the same file again: no bytes, as on the disk it came from
-                        os.link(source, target, follow_symlinks=False)
-                        continue
-                    except OSError:
-                        if os.path.lexists(target):
-                            continue
-                    src = open(source, "rb")  # noqa: SIM115 - closed below
-                    size = os.path.getsize(source)
-                else:
-                    src = tar.extractfile(member)
-                    size = member.size
-                if src is None:
+                opened = _source(tar, member, base, dest_real, parent, target)
+                if opened is None:
                     continue
+                src, size = opened
                 if max_bytes is not None and written + size > max_bytes:
                     raise OverLimit(f"more than {max_bytes // 1024**2} MiB ({member.name!r} would pass it)")
                 os.makedirs(parent, mode=0o755, exist_ok=True)

@@ -386,33 +386,44 @@ def _parse(data: bytes | str, filename: str, model: type[_Spec]) -> _Spec:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        messages = []
-        for err in exc.errors():
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-            dotted = _where(loc)
-            human = _HUMAN.get(err["type"])
-            if human is None:  # our own sentence: after a colon
-                human = ": " + err["msg"].removeprefix("Value error, ")
-                dotted = dotted.rstrip()
-            if err["type"] == "list_type" and loc and loc[-1] != "build":
-                human = "must be a list"
-            if err["type"] in ("less_than_equal", "greater_than_equal", "greater_than") and err.get("ctx"):
-                bound = next(iter(err["ctx"].values()))
-                human = {
-                    "less_than_equal": f"must be at most {bound}",
-                    "greater_than_equal": f"must be at least {bound}",
-                    "greater_than": f"must be more than {bound}",
-                }[err["type"]]
-            if err["type"] == "too_long" and err.get("ctx"):
-                human = f"must have at most {err['ctx'].get('max_length')} entries"
-            if err["type"] == "string_type" and isinstance(err.get("input"), dict):
-                human += " (YAML read it as a mapping because it contains ': '; put the whole command in quotes)"
-            elif err["type"] == "string_type" and err.get("input") is None:
-                human = "is empty (nothing after the '- '); write the command or remove the line"
-            elif err["type"] == "string_type" and isinstance(err.get("input"), (bool, int, float)):
-                human = f"was read as {_read_as(err.get('input'))}; put it in quotes if it is meant as text"
-            messages.append(f"{filename}:{_line_of(node, loc)}: {dotted}{'' if human.startswith(':') else ' '}{human}")
-        raise SpecError(messages) from None
+        raise SpecError([_message(err, node, filename) for err in exc.errors()]) from None
+
+
+def _message(err: Any, node: Any, filename: str) -> str:
+    """One validation error as a person reads it: the file's line, the field's place, what is wrong."""
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    dotted = _where(loc)
+    human = _HUMAN.get(err["type"])
+    if human is None:  # our own sentence: after a colon
+        human = ": " + err["msg"].removeprefix("Value error, ")
+        dotted = dotted.rstrip()
+    human = _refined(err, loc, human)
+    return f"{filename}:{_line_of(node, loc)}: {dotted}{'' if human.startswith(':') else ' '}{human}"
+
+
+def _refined(err: Any, loc: tuple[Any, ...], human: str) -> str:
+    """pydantic's words made specific: bounds with their value, and what YAML made of a command."""
+    kind, ctx, given = err["type"], err.get("ctx"), err.get("input")
+    if kind == "list_type" and loc and loc[-1] != "build":
+        return "must be a list"
+    if kind in ("less_than_equal", "greater_than_equal", "greater_than") and ctx:
+        bound = next(iter(ctx.values()))
+        return {
+            "less_than_equal": f"must be at most {bound}",
+            "greater_than_equal": f"must be at least {bound}",
+            "greater_than": f"must be more than {bound}",
+        }[kind]
+    if kind == "too_long" and ctx:
+        return f"must have at most {ctx.get('max_length')} entries"
+    if kind != "string_type":
+        return human
+    if isinstance(given, dict):
+        return human + " (YAML read it as a mapping because it contains ': '; put the whole command in quotes)"
+    if given is None:
+        return "is empty (nothing after the '- '); write the command or remove the line"
+    if isinstance(given, (bool, int, float)):
+        return f"was read as {_read_as(given)}; put it in quotes if it is meant as text"
+    return human
 
 
 def parse_course_spec(data: bytes | str, filename: str = "course build file") -> CourseSpec:

@@ -323,25 +323,9 @@ class Campaign:
             for pid in self._pools(holder):
                 os.kill(pid, signal.SIGKILL)
         elif fault in ("worker-stop", "pool-stop", "server-stop"):
-            pids = {
-                "worker-stop": lambda: [svc.procs[f"worker-{holder}"].pid],
-                "pool-stop": lambda: self._pools(holder),
-                "server-stop": lambda: [svc.procs["server"].pid],
-            }[fault]()
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
-            time.sleep(self.pause)
-            for pid in pids:
-                with _gone():
-                    os.kill(pid, signal.SIGCONT)
+            self._pause_processes(fault, holder)
         elif fault in ("cut-http", "cut-all"):
-            http, red = self.proxies[holder]
-            cut = [http, red] if fault == "cut-all" else [http]
-            for p in cut:
-                p.cut()
-            time.sleep(self.pause)
-            for p in cut:
-                p.heal()
+            self._cut(fault, holder)
         elif fault == "flush":
             import redis
 
@@ -358,6 +342,31 @@ class Campaign:
             for c in self.docker.containers.list(filters={"label": "rai.worker"}):
                 if jid is not None and c.name.startswith(f"rai-{jid.lower()}"):
                     c.kill()
+
+    def _pause_processes(self, fault: str, holder: str) -> None:
+        """SIGSTOP for the pause, then SIGCONT: the worker, its pool or the server, frozen."""
+        svc = self.svc
+        pids = {
+            "worker-stop": lambda: [svc.procs[f"worker-{holder}"].pid],
+            "pool-stop": lambda: self._pools(holder),
+            "server-stop": lambda: [svc.procs["server"].pid],
+        }[fault]()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(self.pause)
+        for pid in pids:
+            with _gone():
+                os.kill(pid, signal.SIGCONT)
+
+    def _cut(self, fault: str, holder: str) -> None:
+        """The holder's HTTP (or HTTP and Redis) connections cut for the pause, then healed."""
+        http, red = self.proxies[holder]
+        cut = [http, red] if fault == "cut-all" else [http]
+        for p in cut:
+            p.cut()
+        time.sleep(self.pause)
+        for p in cut:
+            p.heal()
 
     def _check_refused_upload(self, result: Run, client: subprocess.Popen) -> None:
         """The upload was cut by the fault: no job; the client says so, with a status, no traceback."""

@@ -30,6 +30,25 @@ def issued(user: User, secret: str) -> IssuedKeys:
     )
 
 
+def _row_fields(actor: User, row: dict[str, str], lineno: int) -> tuple[str, dict[str, str | None]]:
+    """One roster line checked: its username and the fields it sets (the role only when given)."""
+    username = row.get("username", "")
+    if not username.replace("_", "").replace("-", "").replace(".", "").isalnum() or len(username) > 64:
+        raise Invalid(f"roster line {lineno}: bad username {username!r}")
+    role = row.get("role") or None  # no role column, or an empty cell: the role is not changed
+    if role is not None and role not in ROLES:
+        raise Invalid(f"roster line {lineno}: unknown role {role!r}")
+    if role is not None:
+        may_grant(actor, role, f"roster line {lineno}: ")
+    first, last = row.get("firstname"), row.get("lastname")
+    if not first and row.get("name"):
+        first, _, last = row["name"].partition(" ")
+    fields = {"firstname": first or None, "lastname": last or None, "email": row.get("email") or None, "team": row.get("team") or None}
+    if role is not None:
+        fields["role"] = role
+    return username, fields
+
+
 def import_csv(db: Session, actor: User, csv_text: str) -> RosterResult:
     """CSV with a header: username (required), name or firstname/lastname, email, team, role."""
     reader = csv.DictReader(io.StringIO(csv_text.lstrip("\ufeff")))
@@ -39,22 +58,9 @@ def import_csv(db: Session, actor: User, csv_text: str) -> RosterResult:
     listed: set[str] = set()
     for lineno, raw in enumerate(reader, start=2):
         row = {(k or "").strip().lower(): (v or "").strip() for k, v in raw.items()}
-        username = row.get("username", "")
-        if not username:
+        if not row.get("username", ""):
             continue
-        if not username.replace("_", "").replace("-", "").replace(".", "").isalnum() or len(username) > 64:
-            raise Invalid(f"roster line {lineno}: bad username {username!r}")
-        role = row.get("role") or None  # no role column, or an empty cell: the role is not changed
-        if role is not None and role not in ROLES:
-            raise Invalid(f"roster line {lineno}: unknown role {role!r}")
-        if role is not None:
-            may_grant(actor, role, f"roster line {lineno}: ")
-        first, last = row.get("firstname"), row.get("lastname")
-        if not first and row.get("name"):
-            first, _, last = row["name"].partition(" ")
-        fields = {"firstname": first or None, "lastname": last or None, "email": row.get("email") or None, "team": row.get("team") or None}
-        if role is not None:
-            fields["role"] = role
+        username, fields = _row_fields(actor, row, lineno)
         listed.add(username)
         user = db.scalar(select(User).where(User.username == username))
         if user is None:

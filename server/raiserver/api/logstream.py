@@ -13,7 +13,7 @@ from raiprotocol import logwire
 from raiprotocol.logwire import END, Batch
 from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.models import JobOut, JobState
-from raiserver.live.feed import LogHub, Shared
+from raiserver.live.feed import LogHub, Shared, Watcher
 from raiserver.live.logs import PAGE_ENTRIES
 from raiserver.services import Services
 
@@ -93,40 +93,54 @@ async def log_events(
         w = await hub.watch(job.id)
         if job.state is JobState.queued:
             yield {"event": "status", "data": sse_json(job, include=STATUS_FIELDS)}
-        top = hub.position(job.id)
-        while True:  # what was written before this watcher joined
-            page = await svc.logs.apage(job.id, sent)
-            lines = [b for b in page if b.s != END]
-            if lines:
-                yield lines_event(lines)
-                sent = lines[-1].last
-            if len(lines) != len(page):
-                yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
+        async for event in _backlog(svc, job.id, sent, hub.position(job.id), snapshot):
+            yield event
+            if event["event"] == "end":
                 return
-            if len(page) < PAGE_ENTRIES or sent >= top:
-                break
+            sent = int(event["id"])
         if not follow:
             yield {"event": "caught_up", "data": sse_json(job, include=STATUS_FIELDS)}
             return
-        while True:
-            items = await w.next()
-            merged, sent = merged_event([payload for kind, payload in items if kind == "lines"], sent)
-            if merged:
-                yield merged
-            for kind, payload in items:
-                if kind == "status":
-                    yield {"event": "status", "data": sse_json(payload, include=STATUS_FIELDS)}
-                elif kind == "end":
-                    yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
-                    return
-                elif kind == "finished":  # no end marker came (Redis lost it): finish from storage
-                    async for event in stored_events(svc, job.id, sent):
-                        yield event
-                    yield {"event": "end", "data": sse_json(payload)}
-                    return
-                elif kind == "cut":  # too slow a reader: it reconnects with Last-Event-ID
-                    return
+        async for item in _live(svc, w, job.id, sent, snapshot):
+            yield item
     finally:
         if w is not None:
             hub.unwatch(w)
         hub.release(user_id)
+
+
+async def _backlog(svc: Services, job_id: str, sent: int, top: int, snapshot: Callable[[], JobOut]) -> AsyncIterator[dict]:
+    """What was written before this watcher joined, page by page, up to what the fan-out has."""
+    while True:
+        page = await svc.logs.apage(job_id, sent)
+        lines = [b for b in page if b.s != END]
+        if lines:
+            yield lines_event(lines)
+            sent = lines[-1].last
+        if len(lines) != len(page):
+            yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
+            return
+        if len(page) < PAGE_ENTRIES or sent >= top:
+            return
+
+
+async def _live(svc: Services, w: Watcher, job_id: str, sent: int, snapshot: Callable[[], JobOut]) -> AsyncIterator[dict | bytes]:
+    """The fan-out's batches as they come, until the job's end (or the reader is cut off)."""
+    while True:
+        items = await w.next()
+        merged, sent = merged_event([payload for kind, payload in items if kind == "lines"], sent)
+        if merged:
+            yield merged
+        for kind, payload in items:
+            if kind == "status":
+                yield {"event": "status", "data": sse_json(payload, include=STATUS_FIELDS)}
+            elif kind == "end":
+                yield {"event": "end", "data": sse_json(await run_in_threadpool(snapshot))}
+                return
+            elif kind == "finished":  # no end marker came (Redis lost it): finish from storage
+                async for event in stored_events(svc, job_id, sent):
+                    yield event
+                yield {"event": "end", "data": sse_json(payload)}
+                return
+            elif kind == "cut":  # too slow a reader: it reconnects with Last-Event-ID
+                return

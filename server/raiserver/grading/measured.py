@@ -20,7 +20,7 @@ import statistics
 
 from raiprotocol.inputs import shuffled
 from raiprotocol.models import KernelTime, Measured, MeasuredRun
-from raiprotocol.spec import CourseSpec
+from raiprotocol.spec import CourseSpec, Ranked
 from raiserver.grading.course import labels_of
 
 MAX_REPORT_BYTES = 1024 * 1024  # the CSV of one timed run; the worker cuts it there too
@@ -72,6 +72,46 @@ def accuracy(predictions: str, labels: list[str]) -> float:
     return right / len(labels)
 
 
+class _Unranked(Exception):
+    """Why a timed run leaves the whole ranked run without a number."""
+
+
+def _ended_well(run: MeasuredRun, where: str) -> None:
+    """A timed run that failed ranks nothing."""
+    if run.problem:
+        raise _Unranked(f"{where}: {run.problem}")
+    if run.exit_code != 0:
+        raise _Unranked(f"{where} exited with status {run.exit_code}")
+
+
+def _within_cpu_budget(run: MeasuredRun, ranked: Ranked, where: str) -> None:
+    """A timed run that spent more of the host's CPU than the course allows ranks nothing."""
+    if ranked.cpu_seconds is not None:  # answers computed on the host's CPU do not rank (issue 32)
+        if run.cpu_seconds is None:
+            raise _Unranked(f"{where}: its CPU time could not be read")
+        if run.cpu_seconds > ranked.cpu_seconds:
+            raise _Unranked(f"{run.cpu_seconds:.3g} s of CPU time in {where} (the course allows {ranked.cpu_seconds:g} s)")
+
+
+def _kernels_of(run: MeasuredRun, where: str) -> list[tuple[str, float]]:
+    try:
+        launches = kernel_times(run.report or "")
+    except ReportError as exc:
+        raise _Unranked(f"{where}: {exc}") from None
+    if not launches:
+        raise _Unranked(f"{where} launched no GPU kernel")
+    return launches
+
+
+def _accuracy(run: MeasuredRun, labels: list[str], seed: int | None) -> float:
+    """The run's answers against the labels, in the secret order its seed chose (a seeded course)."""
+    assert run.predictions is not None
+    if labels and seed is not None:
+        order = shuffled(len(labels), seed)
+        return accuracy(run.predictions, [labels[j] for j in order])
+    return accuracy(run.predictions, labels) if labels else 0.0
+
+
 def summarize(
     runs: list[MeasuredRun] | None,
     spec: CourseSpec,
@@ -91,48 +131,27 @@ def summarize(
     totals: list[float] = []
     accuracies: list[float] = []
     kernels_per_run: list[list[tuple[str, float]]] = []
-    for i, run in enumerate(runs, 1):
-        where = f"timed run {i} of {len(runs)}"
-        if run.problem:
-            m.problem = f"{where}: {run.problem}"
-            return m
-        if run.exit_code != 0:
-            m.problem = f"{where} exited with status {run.exit_code}"
-            return m
-        if run.cpu_seconds is not None:
-            m.cpu_seconds.append(round(run.cpu_seconds, 3))
-        if run.gpu:
-            m.gpu.append(dict(run.gpu))
-        if ranked.cpu_seconds is not None:  # answers computed on the host's CPU do not rank (issue 32)
-            if run.cpu_seconds is None:
-                m.problem = f"{where}: its CPU time could not be read"
-                return m
-            if run.cpu_seconds > ranked.cpu_seconds:
-                m.problem = f"{run.cpu_seconds:.3g} s of CPU time in {where} (the course allows {ranked.cpu_seconds:g} s)"
-                return m
-        if ranked.measure == "kernels":
-            try:
-                launches = kernel_times(run.report or "")
-            except ReportError as exc:
-                m.problem = f"{where}: {exc}"
-                return m
-            if not launches:
-                m.problem = f"{where} launched no GPU kernel"
-                return m
-            kernels_per_run.append(launches)
-            totals.append(sum(t for _, t in launches))
-        else:
-            totals.append(run.wall_seconds)
-        if run.predictions is None:
-            m.problem = f"{where} left no {ranked.predictions} in /build (the file the course's program writes its answers to)"
-            return m
-        if labels and seeds is not None and i <= len(seeds):
-            order = shuffled(len(labels), seeds[i - 1])
-            accuracies.append(accuracy(run.predictions, [labels[j] for j in order]))
-        else:
-            accuracies.append(accuracy(run.predictions, labels) if labels else 0.0)
+    try:
+        for i, run in enumerate(runs, 1):
+            where = f"timed run {i} of {len(runs)}"
+            _ended_well(run, where)
+            if run.cpu_seconds is not None:
+                m.cpu_seconds.append(round(run.cpu_seconds, 3))
+            if run.gpu:
+                m.gpu.append(dict(run.gpu))
+            _within_cpu_budget(run, ranked, where)
+            if ranked.measure == "kernels":
+                kernels_per_run.append(_kernels_of(run, where))
+                totals.append(sum(t for _, t in kernels_per_run[-1]))
+            else:
+                totals.append(run.wall_seconds)
+            if run.predictions is None:
+                raise _Unranked(f"{where} left no {ranked.predictions} in /build (the file the course's program writes its answers to)")
+            accuracies.append(_accuracy(run, labels, seeds[i - 1] if seeds is not None and i <= len(seeds) else None))
+    except _Unranked as why:
+        m.problem = str(why)
+        return m
     median = statistics.median_low(totals)
-    at = totals.index(median)
     mean = statistics.fmean(totals)
     m.runs = [round(t, 9) for t in totals]
     m.op_time = round(median, 9)
@@ -141,22 +160,35 @@ def summarize(
     m.ci = round(half_width(totals), 9)
     m.accuracy = round(min(accuracies), 6)
     if kernels_per_run:
-        per_name: dict[str, float] = {}
-        for name, seconds in kernels_per_run[at]:
-            short = name.split("(", 1)[0].strip() or name
-            per_name[short] = per_name.get(short, 0.0) + seconds * 1e3
-        m.kernels = [KernelTime(name=k, ms=round(v, 6)) for k, v in sorted(per_name.items(), key=lambda kv: -kv[1])]
+        m.kernels = _kernel_table(kernels_per_run[totals.index(median)])
+    m.flags = _flags(m, ranked, printed_op_time, median, accuracies)
+    return m
+
+
+def _kernel_table(launches: list[tuple[str, float]]) -> list[KernelTime]:
+    """The median run's kernels by name (arguments dropped), slowest first, in ms."""
+    per_name: dict[str, float] = {}
+    for name, seconds in launches:
+        short = name.split("(", 1)[0].strip() or name
+        per_name[short] = per_name.get(short, 0.0) + seconds * 1e3
+    return [KernelTime(name=k, ms=round(v, 6)) for k, v in sorted(per_name.items(), key=lambda kv: -kv[1])]
+
+
+def _flags(m: Measured, ranked: Ranked, printed_op_time: float | None, median: float, accuracies: list[float]) -> list[str]:
+    """What staff should look at: a printed time far from the measured one, answers that changed,
+    a GPU that slowed down, timed runs that varied."""
+    flags = list(m.flags)
     if printed_op_time is not None and median > 0 and abs(printed_op_time - median) > ranked.tolerance * median:
-        m.flags.append(f"the program printed an op time of {printed_op_time:.6g} s; the service measured {median:.6g} s")
+        flags.append(f"the program printed an op time of {printed_op_time:.6g} s; the service measured {median:.6g} s")
     if max(accuracies) - min(accuracies) > 0:
-        m.flags.append(f"the answers differed between timed runs (accuracy {min(accuracies):.4f} to {max(accuracies):.4f})")
+        flags.append(f"the answers differed between timed runs (accuracy {min(accuracies):.4f} to {max(accuracies):.4f})")
     for i, state in enumerate(m.gpu, 1):
         slowed = sorted({*(state.get("before") or {}).get("throttle", []), *(state.get("after") or {}).get("throttle", [])})
         if slowed:
-            m.flags.append(f"the GPU slowed down during timed run {i} ({', '.join(slowed)})")
+            flags.append(f"the GPU slowed down during timed run {i} ({', '.join(slowed)})")
     if m.cv is not None and m.cv > 0.05:
-        m.flags.append(f"the timed runs varied by {m.cv:.1%} (coefficient of variation)")
-    return m
+        flags.append(f"the timed runs varied by {m.cv:.1%} (coefficient of variation)")
+    return flags
 
 
 # Student's t at 97.5 % for n - 1 degrees of freedom (n = 2 … 20 timed runs): a 95 % interval

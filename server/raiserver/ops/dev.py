@@ -74,6 +74,43 @@ def _same_keys(a: Path, b: Path) -> bool:
     return (pa.access_key, pa.secret_key, pa.server) == (pb.access_key, pb.secret_key, pb.server)
 
 
+def _take_folder(data: Path, host: str, port: int) -> Instance:
+    """This data folder for this raid dev alone (what a killed one left running is stopped), and the port free."""
+    instance_lock = Instance(data)
+    for what in instance_lock.acquire():
+        console.print(Text(f"✱ stopped {what}, left running by an earlier raid dev on {data} that was killed", "yellow"))
+    if port_taken(host, port):
+        instance_lock.release()
+        raise SystemExit(
+            f"raid: port {port} on {host} is already in use (another rai, or another program); "
+            f"choose a free one with --port, e.g. --port {free_port()}"
+        )
+    return instance_lock
+
+
+def _offer_profile(profile_path: Path) -> str:
+    """The admin's profile as ~/.rai_profile when there is none; what to put before a command otherwise."""
+    home_profile = Path.home() / ".rai_profile"
+    if not home_profile.exists():
+        shutil.copy(profile_path, home_profile)
+        os.chmod(home_profile, 0o600)
+        console.print(f"[bold cyan]✱[/] admin profile written to {home_profile}")
+        return ""
+    if _same_keys(home_profile, profile_path):
+        console.print(f"[bold cyan]✱[/] your {home_profile} is this admin's profile")
+        return ""
+    console.print(f"[bold cyan]✱[/] admin profile: {profile_path} (your {home_profile} holds other keys and was left as it is)")
+    return f"RAI_PROFILE={profile_path} "
+
+
+def _executor(asked: str | None) -> tuple[str, str]:
+    """The executor and why: the one asked for, else Docker when an engine answers, else processes."""
+    if asked is not None:
+        return asked, "as asked"
+    ok, why = docker_ready()
+    return ("docker", why) if ok else ("process", f"{why}: using the process executor (no container isolation)")
+
+
 @app.command()
 def dev(
     data_dir: Path = typer.Option(Path(".rai-data"), help="database, storage, Redis and worker files go here"),
@@ -90,26 +127,13 @@ def dev(
     jobs finish first (up to --stop-grace seconds; a second Ctrl-C abandons them)."""
     data = data_dir.resolve()
     data.mkdir(parents=True, exist_ok=True)
-    instance_lock = Instance(data)
-    for what in instance_lock.acquire():
-        console.print(Text(f"✱ stopped {what}, left running by an earlier raid dev on {data} that was killed", "yellow"))
-    if port_taken(host, port):
-        instance_lock.release()
-        raise SystemExit(
-            f"raid: port {port} on {host} is already in use (another rai, or another program); "
-            f"choose a free one with --port, e.g. --port {free_port()}"
-        )
+    instance_lock = _take_folder(data, host, port)
     server_url = f"http://{host}:{port}"
     redis_port = free_port()
     secrets_file = data / "secrets.env"
     write_secrets_file(secrets_file)
     password = dict(line.split("=", 1) for line in secrets_file.read_text().splitlines() if "=" in line)["RAI_REDIS_PASSWORD"]
-    if executor is None:
-        ok, why = docker_ready()
-        executor = "docker" if ok else "process"
-        reason = why if ok else f"{why}: using the process executor (no container isolation)"
-    else:
-        reason = "as asked"
+    executor, reason = _executor(executor)
     env = dict(os.environ)
     # one name per data folder: two `raid dev` on one host never remove each other's containers
     instance = hashlib.sha256(str(data).encode()).hexdigest()[:6]
@@ -188,17 +212,7 @@ def dev(
         instance_lock.remember(parts[-1])
         console.print(f"[bold cyan]✱[/] rai is up: server {server_url} (API docs {server_url}/docs), data in {data}")
         console.print(f"[bold cyan]✱[/] worker: {executor} executor ({reason}); logs in {logs}")
-        home_profile = Path.home() / ".rai_profile"
-        profile_hint = ""
-        if not home_profile.exists():
-            shutil.copy(profile_path, home_profile)
-            os.chmod(home_profile, 0o600)
-            console.print(f"[bold cyan]✱[/] admin profile written to {home_profile}")
-        elif _same_keys(home_profile, profile_path):
-            console.print(f"[bold cyan]✱[/] your {home_profile} is this admin's profile")
-        else:
-            profile_hint = f"RAI_PROFILE={profile_path} "
-            console.print(f"[bold cyan]✱[/] admin profile: {profile_path} (your {home_profile} holds other keys and was left as it is)")
+        profile_hint = _offer_profile(profile_path)
         client = "raiclient" if shutil.which("raiclient") else str(Path(sys.executable).parent / "raiclient")
         console.print(
             f"[bold cyan]✱[/] web view: {server_url}/login (keys from the profile); next: {profile_hint}{client} submit -p examples/hello"
