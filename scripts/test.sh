@@ -17,7 +17,8 @@ if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
   fi
 fi
 
-.venv/bin/ruff check protocol client server worker tests bench
+.venv/bin/ruff check protocol client server worker tests bench  # rules and McCabe 15: ruff.toml
+.venv/bin/ruff format --check protocol client server worker tests bench
 .venv/bin/mypy protocol/raiprotocol client/raiclient server/raiserver worker/raiworker  # config: mypy.ini
 .venv/bin/lint-imports  # the layers and no import cycles, lazy imports included: .importlinter
 bash scripts/check_packages.sh  # each distribution alone: its declared dependencies suffice (~1 min)
