@@ -84,11 +84,12 @@ def _upload(conn: Http, archive: Path, size: int, queue: str | None, kind: str) 
 
             with Progress(TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn()) as bar:
                 task = bar.add_task("upload", total=size)
-                return conn.json(
+                sent: dict[str, Any] = conn.json(  # the server's JSON object for the new job
                     "POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0, body=_Reading(fh, lambda n: bar.advance(task, n))
                 )
+                return sent
         started = time.monotonic()
-        job = conn.json("POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0, body=fh)
+        job: dict[str, Any] = conn.json("POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0, body=fh)
         if size > PRECHECK_BYTES:
             rate = size / max(time.monotonic() - started, 1e-3) / 1024**2
             say(f"Uploaded {kib(size)}" + (f" ({rate:.1f} MB/s)" if size >= 1024**2 else ""))
