@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
 
 from raiprotocol import logwire
 from raiprotocol.logwire import END, Batch
@@ -20,7 +22,7 @@ from raiserver.services import Services
 STATUS_FIELDS = {"state", "position", "eta_seconds", "position_why", "worker"}
 
 
-def sse_json(model, **kw) -> str:
+def sse_json(model: BaseModel, **kw: Any) -> str:
     """JSON with every non-ASCII character escaped: an SSE data field is split at any Unicode line
     break (U+2028, NEL…), which job output may well contain."""
     return json.dumps(model.model_dump(mode="json", **kw))

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Form, Request, status
 from fastapi.concurrency import run_in_threadpool
@@ -60,7 +61,7 @@ router = APIRouter(include_in_schema=False)
 FORM_EXPIRED = "the form expired; reload the page and try again"
 
 
-def render(request: Request, name: str, p: Principal | None, **ctx) -> HTMLResponse:
+def render(request: Request, name: str, p: Principal | None, **ctx: Any) -> HTMLResponse:
     nonce = request.scope.get("state", {}).get("csp_nonce", "")
     return templates.TemplateResponse(request, name, {"me": p, "csrf": csrf_token(request), "nonce": nonce, **ctx})
 
@@ -132,7 +133,7 @@ async def queue_events(request: Request, svc: ServicesDep) -> EventSourceRespons
     hub.admit(uid, staff)
     feed.watching[uid] += 1
 
-    async def events():
+    async def events() -> AsyncIterator[dict[str, str]]:
         last = None
         try:
             while True:

@@ -12,6 +12,7 @@ a lease its worker renews; the job goes to another worker only once the lease la
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import redis
@@ -478,7 +479,9 @@ def restore_fences(db: Session, svc: Services) -> int:
     return len(rows)
 
 
-def release_jobs(db: Session, send, dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> int:
+def release_jobs(
+    db: Session, send: Callable[[Job], object], dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None
+) -> int:
     """Release as many jobs as there are free slots, in fair order (``fairshare``). ``send(job)``
     hands one to Celery."""
     released = 0

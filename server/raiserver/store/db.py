@@ -10,7 +10,10 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import DateTime, Engine, create_engine, event, text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.types import TypeDecorator
 
 HERE = Path(__file__).parent.parent  # raiserver/, where the migrations live
@@ -22,12 +25,12 @@ class UTCDateTime(TypeDecorator):
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
         return value
 
-    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
         return value
@@ -49,7 +52,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=10, max_overflow=30)
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(conn, _record) -> None:  # WAL: readers never block the writer
+        def _sqlite_pragmas(conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:  # WAL: readers never block the writer
             cur = conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
