@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import BUSYBOX, make_project, start_service, wait_for
-from test_web import CHROMIUM, REQUIRE_BROWSER, browser  # noqa: F401 (the browser fixture)
+from test_web import CHROMIUM, REQUIRE_BROWSER  # the browser fixture is conftest.py's
 
 SHOTS = Path(os.environ.get("RAI_SHOTS") or Path(__file__).parent / "artifacts" / "layout")
 WIDTHS = (400, 800, 1400)
@@ -105,7 +105,7 @@ def site(layout_service, tmp_path_factory):
     yield {"svc": svc, "staff": staff, "dana": dana, "ranked": ranked, "failed": failed, "running": running, "tmp": tmp}
 
 
-def log_in(browser, svc, profile: Path, width: int, **context):  # noqa: F811
+def log_in(browser, svc, profile: Path, width: int, **context):
     from raiprotocol.profile import read_profile_file
 
     p = read_profile_file(profile)
@@ -122,7 +122,7 @@ def width_of(page) -> int:
     return page.evaluate("document.documentElement.scrollWidth")
 
 
-def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
+def test_no_page_is_wider_than_the_window(browser, site):
     """At 400 px the tables spilled out of their cards, pages were 660-920 px wide, 'Log out' fell
     off the header and the queue's Cancel button was off screen."""
     svc = site["svc"]
@@ -197,7 +197,7 @@ def test_no_page_is_wider_than_the_window(browser, site):  # noqa: F811
     assert wide == [], "pages wider than the window"
 
 
-def test_a_failed_job_says_which_command_failed_and_links_to_it_in_the_log(browser, site):  # noqa: F811
+def test_a_failed_job_says_which_command_failed_and_links_to_it_in_the_log(browser, site):
     svc, job = site["svc"], site["failed"]
     page = log_in(browser, svc, site["dana"], 1280)
     page.goto(f"{svc.url}/jobs/{job}")
@@ -216,7 +216,7 @@ def test_a_failed_job_says_which_command_failed_and_links_to_it_in_the_log(brows
     page.context.close()
 
 
-def test_the_log_has_line_numbers_times_links_folds_search_and_a_download(browser, site):  # noqa: F811
+def test_the_log_has_line_numbers_times_links_folds_search_and_a_download(browser, site):
     svc, job = site["svc"], site["failed"]
     page = log_in(browser, svc, site["dana"], 1280)
     page.goto(f"{svc.url}/jobs/{job}#L7")
@@ -251,7 +251,7 @@ def test_the_log_has_line_numbers_times_links_folds_search_and_a_download(browse
     page.context.close()
 
 
-def test_a_running_jobs_timeline_grows_and_its_tab_says_when_it_ends(browser, site, tmp_path):  # noqa: F811
+def test_a_running_jobs_timeline_grows_and_its_tab_says_when_it_ends(browser, site, tmp_path):
     svc = site["svc"]
     page = log_in(browser, svc, site["dana"], 1280)
     job = start(
@@ -286,7 +286,7 @@ def test_a_running_jobs_timeline_grows_and_its_tab_says_when_it_ends(browser, si
     page.context.close()
 
 
-def test_staff_find_people_and_students_cannot(browser, site):  # noqa: F811
+def test_staff_find_people_and_students_cannot(browser, site):
     svc = site["svc"]
     page = log_in(browser, svc, site["staff"], 1280)
     page.click("header nav >> text=Users")
@@ -312,7 +312,7 @@ def test_staff_find_people_and_students_cannot(browser, site):  # noqa: F811
     student.context.close()
 
 
-def test_cancel_asks_first_and_job_ids_are_cut_the_same_everywhere(browser, site):  # noqa: F811
+def test_cancel_asks_first_and_job_ids_are_cut_the_same_everywhere(browser, site):
     svc, job = site["svc"], site["running"]
     page = log_in(browser, svc, site["staff"], 1280)
     page.locator(f"#running a[href='/jobs/{job}']").wait_for(timeout=20000)
@@ -341,7 +341,7 @@ def test_cancel_asks_first_and_job_ids_are_cut_the_same_everywhere(browser, site
     page.context.close()
 
 
-def test_staff_runs_on_the_leaderboard_are_marked_as_staff_not_shown_as_a_team(browser, site):  # noqa: F811
+def test_staff_runs_on_the_leaderboard_are_marked_as_staff_not_shown_as_a_team(browser, site):
     svc = site["svc"]
     page = log_in(browser, svc, site["staff"], 1400)
     page.goto(f"{svc.url}/leaderboard")
