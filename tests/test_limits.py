@@ -49,7 +49,9 @@ def test_students_see_what_they_have_left(tmp_path, redis_url, browser):
         assert svc.client("cancel", ids[0], env=dana).returncode == 0
         res = svc.client("submit", "-d", "-p", str(proj), env=dana)
         assert res.returncode != 0
-        assert re.search(r"You submitted 3 jobs in the last 24 hours \(the limit is 3\); try again in 23 h 59 min", res.stderr), res.stderr
+        assert re.search(
+            r"You submitted 3 jobs in the last 24 hours \(the limit is 3\); try again in (23 h 59 min|24 h 0 min)", res.stderr
+        )  # as many seconds as are left of the day: 86,400 within the second, res.stderr
         assert svc.client("limits", env=dana).stdout.splitlines()[:3] == [
             "Jobs waiting or running: 1 left of 3 (2 now)",
             "Submissions this minute: 7 left of 10",

@@ -250,7 +250,8 @@ def test_the_job_page_shows_no_forged_rai_line(process_service, tmp_path):
             page.wait_for_url("**/queue")
             page.goto(f"{svc.url}/jobs/{jid}")
             page.wait_for_function(f"document.querySelectorAll('#log .l-out').length >= {len(FORGED)}", timeout=30_000)
-            rows = page.eval_on_selector_all("#log > div", "els => els.map(e => [e.className, e.textContent])")
+            # each line: a div (its number, its time, then its text in .lx), in its command's fold
+            rows = page.eval_on_selector_all("#log div[id^=L]", "els => els.map(e => [e.className, e.querySelector('.lx').textContent])")
         finally:
             browser.close()
     job_lines = [text for cls, text in rows if cls != "l-sys"]
