@@ -12,12 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from raiprotocol import logwire
-from raiprotocol.profile import ProfileError, load_profile
 from raiprotocol.states import ExitCode, JobState
 
 from .errors import ApiError
 from .output import LogPrinter, LostConnection, WaitNotes, detached_line, error, finish, say
-from .transport import Http
+from .transport import Http, connect
 
 
 def stream(conn: Http, job_id: str, after: int = 0, live: bool = True, give_up_after: float | None = None) -> Iterator[tuple[str, Any]]:
@@ -132,12 +131,9 @@ def print_so_far(conn: Http, job_id: str, after: int = 0) -> None:
 def show_log(job_id: str | None, follow: bool = False, after: int = 0, server: str | None = None) -> int:
     """``raiclient logs``: the job's log (your last job's without an id); a finished job's or, with
     ``follow``, a running one's to its end, with its exit status; else what it wrote so far."""
-    try:
-        profile = load_profile(server)
-    except ProfileError as exc:
-        error(str(exc))
+    conn = connect(server)
+    if conn is None:
         return ExitCode.CLIENT_ERROR
-    conn = Http(profile)
     try:
         if job_id is None:
             last = conn.json("GET", "/api/v1/jobs", params={"limit": 1})["jobs"]

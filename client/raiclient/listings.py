@@ -10,12 +10,11 @@ import json
 import sys
 from typing import Any, NamedTuple
 
-from raiprotocol.profile import ProfileError, load_profile
 from raiprotocol.states import ExitCode, JobState, exit_code_for
 
 from .errors import ApiError
 from .output import error
-from .transport import Http
+from .transport import connect
 
 
 class Listing(NamedTuple):
@@ -53,12 +52,9 @@ def listing_args(args: list[str]) -> Listing | None:
 
 def run(listing: Listing) -> int:
     """Print the listing as JSON; returns the exit status (``status``: the job's, as without --json)."""
-    try:
-        profile = load_profile(listing.server)
-    except ProfileError as exc:
-        error(str(exc))
+    conn = connect(listing.server)
+    if conn is None:
         return ExitCode.CLIENT_ERROR
-    conn = Http(profile)
     code: int = ExitCode.OK
     try:
         if listing.command == "history":

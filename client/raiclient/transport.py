@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from raiprotocol.profile import Profile
+from raiprotocol.profile import Profile, ProfileError, load_profile
 
 from . import __version__, tls
 from .errors import ApiError, broke_off, no_answer, refusal, unreachable, untrusted
+from .output import error
 
 CHUNK = 256 * 1024
 Body = bytes | Iterable[bytes] | Any  # bytes, a file opened for reading, or chunks (sent chunked)
@@ -210,3 +211,13 @@ def _rewound(body: Any, start: int) -> bool:
         return True
     except (AttributeError, OSError, ValueError):
         return False
+
+
+def connect(server: str | None) -> Http | None:
+    """A connection with the caller's profile (``server`` overrides its URL); None, with the
+    profile's trouble said on stderr, when there is none to use."""
+    try:
+        return Http(load_profile(server))
+    except ProfileError as exc:
+        error(str(exc))
+        return None
