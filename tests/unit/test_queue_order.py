@@ -34,3 +34,22 @@ def test_positions_shown_are_the_release_order(db, staff_priority, priority_kind
     assert [view.position(j) for j in shown] == [1, 2, 3, 4, 5]
     add_worker(db, slots=len(jobs))
     assert released_order(db, settings, len(jobs)) == [j.id for j in shown]
+
+
+def test_a_ranked_run_is_released_on_the_reserved_place_however_busy_the_slots(db):
+    """Issue 32: an exclusive run does not wait in the queue behind shared jobs, nor hold a slot: each
+    live host has one reserved place for it. A second exclusive run waits for a place to free."""
+    settings = Settings(staff_priority=False)
+    students = [add_user(db, f"s{i}") for i in range(4)]
+    add_worker(db, "w1", slots=2)
+    shared = [add_job(db, s, seconds_ago=60 - i) for i, s in enumerate(students)]
+    ranked = add_job(db, students[0], kind="m2", seconds_ago=10, exclusive=True)
+    second = add_job(db, students[1], kind="m2", seconds_ago=5, exclusive=True)
+    view = QueueView(db, settings)
+    assert view.position(ranked) == 1 and view.position(second) == 2 and view.position(shared[2]) == 3
+    assert released_order(db, settings, 2) == [shared[0].id, shared[1].id, ranked.id]
+    view = QueueView(db, settings)
+    assert view.position(second) == 1 and view.position(shared[2]) == 1  # the next of each line
+    assert released_order(db, settings, 2) == []  # both slots and the one reserved place are held
+    add_worker(db, "w2", slots=1)  # a second host: one more slot and one more reserved place
+    assert released_order(db, settings, 3) == [shared[2].id, second.id]

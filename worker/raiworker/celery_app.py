@@ -22,7 +22,7 @@ from raiprotocol.keys import TASK_NAME
 from raiprotocol.models import GpuInfo, Heartbeat
 
 from . import __version__
-from .errors import ServerUnreachable
+from .errors import NoPlace, ServerUnreachable
 from .executors import executor_class
 from .gpus import occupancy
 from .images import Puller, offer_line, offered_images
@@ -44,6 +44,7 @@ def job_arch() -> str:
 
 
 app = Celery("raiworker")
+NO_PLACE_RETRY_SECONDS = 2
 _runtime: WorkerRuntime | None = None
 
 
@@ -55,7 +56,7 @@ def configure(rt: WorkerRuntime) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_concurrency=rt.slots,
+        worker_concurrency=rt.processes,
         broker_transport_options={"visibility_timeout": rt.settings.visibility_timeout},
         broker_connection_retry_on_startup=True,
         task_serializer="json",
@@ -74,12 +75,14 @@ def runtime() -> WorkerRuntime:
 
 
 @app.task(name=TASK_NAME, bind=True, max_retries=None)
-def run_job_task(self: Task, job_id: str, attempt: int) -> str:
+def run_job_task(self: Task, job_id: str, attempt: int, exclusive: bool = False) -> str:
     try:
         rt = runtime()
-        return run_job(rt.settings, rt.gpus, job_id, attempt)
+        return run_job(rt.settings, rt.gpus, job_id, attempt, rt.slots, exclusive)
     except ServerUnreachable as exc:  # server unreachable before the claim: try again later
         raise self.retry(exc=exc, countdown=10) from None
+    except NoPlace:  # this host's places of its kind are held: nothing claimed; soon, on any host
+        raise self.retry(countdown=NO_PLACE_RETRY_SECONDS) from None
 
 
 class _Heartbeat(threading.Thread):

@@ -17,6 +17,10 @@ class ServerUnreachable(Exception):
     """The server did not answer for the whole retry window."""
 
 
+class NoPlace(Exception):
+    """Every place on this host that the delivery may take is held (``places``): claim nothing, try later."""
+
+
 class WorkerError(Exception):
     """Trouble on this worker, not in the job: reported to the student as the job's error."""
 

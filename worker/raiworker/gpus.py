@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -132,26 +132,43 @@ def hold_gpus(
                 os.close(fd)
 
 
+def _lock(fd: int, mode: int, blocked: Callable[[], None]) -> bool:
+    """``flock`` at once if it can be had, else ``blocked()`` then wait for it. Whether it waited."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        blocked()
+        fcntl.flock(fd, mode)
+        return True
+
+
 @contextmanager
-def host_share(lock_dir: Path, exclusive: bool) -> Iterator[None]:
+def host_share(lock_dir: Path, exclusive: bool, waiting: Callable[[str | None], None] | None = None) -> Iterator[None]:
     """Every job holds the host lock shared; an exclusive job (timing runs) holds it alone, so it
     starts only when the host is idle and nothing starts beside it.
 
     An exclusive job is not starved (issue 32): it first takes the gate, which every job passes
     (shared, for a moment) on its way in, and holds it while it waits for the jobs already running
     to end: from then on no new job starts on the host, so it waits at most for the longest of
-    those (each bounded by its wall clock), however many jobs come after it."""
+    those (each bounded by its wall clock), however many jobs come after it.
+
+    ``waiting(why)`` hears it when the job has to wait (``why``: "jobs" for the host's other jobs,
+    "exclusive" for an exclusive run), and ``waiting(None)`` once it has the host."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     gate = os.open(lock_dir / "host.gate", os.O_CREAT | os.O_RDWR, 0o644)
     fd = os.open(lock_dir / "host.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    tell = waiting or (lambda why: None)
     try:
         if exclusive:
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            waited = _lock(gate, fcntl.LOCK_EX, lambda: tell("exclusive"))
+            waited = _lock(fd, fcntl.LOCK_EX, lambda: tell("jobs")) or waited
         else:
-            fcntl.flock(gate, fcntl.LOCK_SH)  # waits while an exclusive job waits or runs
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            waited = _lock(gate, fcntl.LOCK_SH, lambda: tell("exclusive"))  # waits while an exclusive job waits or runs
+            waited = _lock(fd, fcntl.LOCK_SH, lambda: tell("exclusive")) or waited
             fcntl.flock(gate, fcntl.LOCK_UN)
+        if waited:
+            tell(None)
         yield
     finally:
         os.close(fd)

@@ -182,13 +182,11 @@ class JobRun:
         watcher = threading.Thread(target=_watch_cancel, args=(self.redis, self.job_id, cancel, done), daemon=True)
         watcher.start()
         try:
-            if self.grant.exclusive:
-                self.sink.system(f"Waiting for {self.settings.worker_name} to be free of other jobs (exclusive run)")
             locks = locks_dir(self.settings.work_dir)
             per_gpu = self.settings.per_gpu
             share = 1 if self.grant.exclusive else self.settings.share_for(self.grant.queue)  # ranked runs: the GPU alone
             with (
-                host_share(locks, self.grant.exclusive),
+                host_share(locks, self.grant.exclusive, self.wait_for_host),
                 hold_gpus(locks, self.gpus, self.grant.gpu_count, per_gpu=per_gpu, share=share) as gpu_ids,
                 ShareWatch(locks, self.gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared,
             ):
@@ -209,6 +207,27 @@ class JobRun:
                 return outcome
         finally:
             done.set()
+
+    def wait_for_host(self, why: str | None) -> None:
+        """The job waits for its host (``host_share``): its log and its page say so and why, and
+        that it holds none of the host's slots meanwhile (an exclusive run has a place of its own)."""
+        name = self.settings.worker_name
+        if why is None:
+            self.report_waiting(None)
+            self.sink.system(f"{name} is free: the run starts")
+            return
+        if why == "jobs":
+            others = max(len(list(running_dir(self.settings.work_dir).glob("*"))) - 1, 0)
+            words = (
+                f"waiting for the {others} other job(s) on {name} to end (each within its wall limit); "
+                "no new job starts there until this run has run"
+            )
+        elif self.grant.exclusive:
+            words = f"waiting for another exclusive run on {name} to end"
+        else:
+            words = f"waiting for an exclusive (ranked) run on {name} to end"
+        self.sink.system(words[0].upper() + words[1:])
+        self.report_waiting(words)
 
     def fetch(self) -> Outcome | None:
         """The project, from the server into the job's folder: an Outcome if it cannot be unpacked."""

@@ -14,10 +14,11 @@ import redis
 from raiprotocol.models import GpuInfo, JobState, JobUpdate
 
 from .config import WorkerSettings
-from .errors import Refused, ServerUnreachable
+from .errors import NoPlace, Refused, ServerUnreachable
 from .jobrun import JobRun
+from .places import place
 from .server import ServerClient
-from .workdir import jobs_dir
+from .workdir import jobs_dir, locks_dir
 from .workdir import running_dir as running_dir_of
 
 log = logging.getLogger("raiworker")
@@ -62,15 +63,20 @@ def recover(settings: WorkerSettings) -> list[str]:
     return lost
 
 
-def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt: int) -> str:
-    """Run one delivery of a job. Returns the final state, 'skipped' for a refused claim, or
-    'superseded' for a run that another attempt replaced (or whose lease it lost) before its end."""
-    server = ServerClient(settings)
-    # every Redis call of the run is bounded: a Redis cut off mid-call must not hold the run
-    r = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
-    try:
-        run = JobRun.claim(settings, gpus, server, r, job_id, attempt)
-        return run.run() if run is not None else "skipped"
-    finally:
-        server.close()
-        r.close()
+def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt: int, slots: int = 1, exclusive: bool = False) -> str:
+    """Run one delivery of a job in a place of its kind on this host (``places``). Returns the final
+    state, 'skipped' for a refused claim, or 'superseded' for a run that another attempt replaced
+    (or whose lease it lost) before its end. Raises ``NoPlace``, having claimed nothing, when no
+    place is free."""
+    with place(locks_dir(settings.work_dir), slots, exclusive) as held:
+        if held is None:
+            raise NoPlace("exclusive" if exclusive else "shared")
+        server = ServerClient(settings)
+        # every Redis call of the run is bounded: a Redis cut off mid-call must not hold the run
+        r = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+        try:
+            run = JobRun.claim(settings, gpus, server, r, job_id, attempt)
+            return run.run() if run is not None else "skipped"
+        finally:
+            server.close()
+            r.close()

@@ -17,6 +17,11 @@ class WorkerRuntime:
     gpus: list[GpuInfo]
     slots: int
 
+    @property
+    def processes(self) -> int:
+        """The pool: a process per slot and one for exclusive runs (``places``)."""
+        return self.slots + 1
+
     @classmethod
     def start(cls, settings: WorkerSettings) -> WorkerRuntime:
         gpus = discover(settings.gpus)

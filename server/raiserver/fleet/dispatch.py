@@ -26,8 +26,11 @@ class Dispatcher:
     def __init__(self, redis_url: str, visibility_timeout: int):
         self.celery = make_celery(redis_url, visibility_timeout)
 
-    def send(self, job_id: str, attempt: int, queue: str) -> None:
-        self.celery.send_task(TASK_NAME, args=[job_id, attempt], queue=queue, task_id=f"{job_id}.{attempt}")
+    def send(self, job_id: str, attempt: int, queue: str, exclusive: bool = False) -> None:
+        """``exclusive``: the job runs alone on its host; the worker gives it its reserved pool
+        process, not one of its slots (issue 32). Workers before it took two arguments: upgrade them first."""
+        kwargs = {"exclusive": True} if exclusive else {}
+        self.celery.send_task(TASK_NAME, args=[job_id, attempt], kwargs=kwargs, queue=queue, task_id=f"{job_id}.{attempt}")
 
     def forget_stale(self, r: redis.Redis, stale: Callable[[str, int], bool], older_than: float = 60.0) -> int:
         """Drop the unacknowledged deliveries Redis keeps for workers that died holding them

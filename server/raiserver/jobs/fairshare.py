@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import JobState
 from raiserver.access.permissions import is_staff
-from raiserver.fleet.workers import live_slots
+from raiserver.fleet.workers import live_workers
 from raiserver.store.tables import Job
 
 
@@ -81,17 +81,22 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
     return order
 
 
-def free_slots(db: Session, queue: str, dead_after: float) -> int:
-    slots = live_slots(db, queue, dead_after)
-    busy = db.scalar(
-        select(func.count())
-        .select_from(Job)
+def free_slots(db: Session, queue: str, dead_after: float) -> tuple[int, int]:
+    """(free shared slots, free reserved places) of the queue. Shared jobs fill the live workers'
+    slots; exclusive runs (``Job.exclusive``) have a place of their own on each live worker host
+    (its reserved pool process, issue 32), so a ranked run is never held in the queue behind shared
+    jobs, and while it waits for its host to empty it holds none of the slots."""
+    live = live_workers(db, dead_after, queue)
+    rows = db.execute(
+        select(Job.exclusive, func.count())
         .where(
             Job.queue == queue,
             or_(Job.state == JobState.running, (Job.state == JobState.queued) & Job.released_at.is_not(None)),
         )
-    )
-    return max(slots - int(busy or 0), 0)
+        .group_by(Job.exclusive)
+    ).all()
+    busy = {bool(alone): int(n) for alone, n in rows}
+    return max(sum(w.slots for w in live) - busy.get(False, 0), 0), max(len(live) - busy.get(True, 0), 0)
 
 
 def queues_with_work(db: Session) -> list[str]:

@@ -69,6 +69,14 @@ def phases_of(job: Job) -> list[Phase]:
     return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
 
 
+def runs_alone(settings: Settings, kind: str, spec: BuildSpec, ranked: bool) -> bool:
+    """Whether a job has its host and GPUs alone: a ranked run (timed by the course's build file), a
+    kind whose timing is repeated, or a build file that asks for it. Such a job is released on the
+    hosts' reserved capacity (``fairshare.free_slots``) and holds the host while it runs."""
+    repeated = kind in settings.repeat_kinds and settings.timing_repeats > 1
+    return ranked or repeated or spec.resources.gpu.exclusive
+
+
 def create_job(
     db: Session,
     svc: Services,
@@ -97,6 +105,7 @@ def create_job(
         attempt=1,
         course_build_id=course.id if course is not None else None,
         late_days=admission.late_days if admission is not None else 0,
+        exclusive=runs_alone(svc.settings, kind, spec, ranked=course is not None),
     )
     db.add(job)
     db.commit()
@@ -212,6 +221,7 @@ def remeasure(db: Session, svc: Services, original: Job, by: User, repeats: int)
         course_build_id=original.course_build_id,
         remeasure_of=original.id,
         repeats=repeats,
+        exclusive=True,
         created_at=original.created_at,
     )
     db.add(job)
@@ -290,7 +300,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         image=job.image,
         commands=spec.commands.build,
         gpu_count=job.gpu_count,
-        exclusive=spec.resources.gpu.exclusive or repeats > 1 or timed is not None,
+        exclusive=job.exclusive or runs_alone(s, job.kind, spec, ranked=timed is not None),
         timed=timed,
         repeat_timing=repeats,
         wall_seconds=wall_limit(job, s, spec),
@@ -482,18 +492,28 @@ def restore_fences(db: Session, svc: Services) -> int:
 def release_jobs(
     db: Session, send: Callable[[Job], object], dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None
 ) -> int:
-    """Release as many jobs as there are free slots, in fair order (``fairshare``). ``send(job)``
-    hands one to Celery."""
+    """Release as many jobs as there are free slots, in fair order (``fairshare``): shared jobs on
+    the queue's slots, exclusive runs on the hosts' reserved places. ``send(job)`` hands one to Celery."""
     released = 0
     for queue in queues_with_work(db):
-        free = free_slots(db, queue, dead_after)
-        if free <= 0:
+        free, reserved = free_slots(db, queue, dead_after)
+        if free <= 0 and reserved <= 0:
             continue
-        for job in fair_order(db, queue, staff_priority, priority_kinds)[:free]:
+        for job in fair_order(db, queue, staff_priority, priority_kinds):
+            if job.exclusive:
+                if reserved <= 0:
+                    continue
+                reserved -= 1
+            else:
+                if free <= 0:
+                    continue
+                free -= 1
             job.released_at = utcnow()
             db.commit()  # durable before the message exists: a crash here leaves it for jobs.release_again
             send(job)
             released += 1
+            if free <= 0 and reserved <= 0:
+                break
     return released
 
 

@@ -1,0 +1,44 @@
+"""A pool process's place (issue 32): the pool has one process more than the host has slots, kept
+for exclusive runs; a shared job never takes it, and a place comes free when its holder lets go or dies."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+from raiworker.places import RESERVED, place
+
+
+def test_shared_jobs_fill_the_slots_and_leave_the_reserved_place_to_exclusive_runs(tmp_path):
+    with place(tmp_path, 2, exclusive=False) as a, place(tmp_path, 2, exclusive=False) as b:
+        assert {a, b} == {"place.0.lock", "place.1.lock"}
+        with place(tmp_path, 2, exclusive=False) as c:
+            assert c is None  # the third process of a two-slot host: nothing for a shared job
+        with place(tmp_path, 2, exclusive=True) as ranked:
+            assert ranked == RESERVED
+            with place(tmp_path, 2, exclusive=True) as second:
+                assert second is None  # a second exclusive run: every place is held
+    with place(tmp_path, 2, exclusive=True) as ranked, place(tmp_path, 2, exclusive=True) as second:
+        assert ranked == RESERVED and second == "place.0.lock"  # a free slot serves an exclusive run too
+
+
+def _hold(path, ready) -> None:
+    with place(path, 1, exclusive=False):
+        ready.set()
+        time.sleep(60)
+
+
+def test_a_dead_holder_lets_its_place_go(tmp_path):
+    ready = multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold, args=(tmp_path, ready))
+    holder.start()
+    try:
+        assert ready.wait(10)
+        with place(tmp_path, 1, exclusive=False) as held:
+            assert held is None
+        holder.kill()
+        holder.join(10)
+        with place(tmp_path, 1, exclusive=False) as held:
+            assert held == "place.0.lock"
+    finally:
+        holder.kill()

@@ -1,0 +1,53 @@
+"""A pool process's place on its host: one of the host's slots, or the one reserved place of
+exclusive runs (issue 32).
+
+The pool has one process more than the host has slots. A shared job takes a slot; an exclusive
+(ranked) run takes the reserved place, so the server can release it however busy the slots are,
+and while it waits for the host to empty it holds none of them. A delivery that finds no place of
+its kind free claims nothing: its task is tried again a moment later, on any host. Places are lock
+files (``flock``), so a pool process that dies lets its place go with it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+RESERVED = "place.reserved.lock"
+
+
+def _slot(k: int) -> str:
+    return f"place.{k}.lock"
+
+
+def _grab(lock_dir: Path, name: str) -> int | None:
+    fd = os.open(lock_dir / name, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextmanager
+def place(lock_dir: Path, slots: int, exclusive: bool) -> Iterator[str | None]:
+    """Hold a place for one delivery until the block ends: its name, or None when every place the
+    delivery may take is held (shared jobs: the slots; exclusive runs: the reserved place, then
+    a slot)."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    names = ([RESERVED] if exclusive else []) + [_slot(k) for k in range(max(slots, 1))]
+    fd, held = None, None
+    for name in names:
+        fd = _grab(lock_dir, name)
+        if fd is not None:
+            held = name
+            break
+    try:
+        yield held
+    finally:
+        if fd is not None:
+            os.close(fd)
