@@ -153,7 +153,7 @@ def test_a_ranked_run_takes_the_reserved_place_and_gets_the_host_before_the_queu
 
     assert all(j["state"] == "succeeded" for j in jobs.values()), {i: j["state"] for i, j in jobs.items()}
     assert waiting and "other job(s) on w1 to end" in waiting, waiting  # the student sees why it waits
-    assert "2 other job(s) on w1" in log and "w1 is free: the run starts" in log, log
+    assert "2 other job(s) on w1" in log and "Exclusive run: w1 runs nothing else until it ends" in log, log
     claimed = datetime.fromisoformat(next(p["at"] for p in jobs[ranked]["phases"] if p["name"] == "claimed"))
     ends = [_span(jobs[i])[1] for i in running]
     assert claimed < min(ends), "the ranked run was not released while the slots were busy"

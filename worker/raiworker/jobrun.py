@@ -190,6 +190,8 @@ class JobRun:
                 hold_gpus(locks, self.gpus, self.grant.gpu_count, per_gpu=per_gpu, share=share) as gpu_ids,
                 ShareWatch(locks, self.gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared,
             ):
+                if self.grant.exclusive:
+                    self.sink.system(f"Exclusive run: {self.settings.worker_name} runs nothing else until it ends")
                 if gpu_ids and share > 1:
                     self.sink.system(
                         f"GPU {', '.join(gpu_ids)} is shared: up to {share} jobs run on it at once "
@@ -214,7 +216,8 @@ class JobRun:
         name = self.settings.worker_name
         if why is None:
             self.report_waiting(None)
-            self.sink.system(f"{name} is free: the run starts")
+            if not self.grant.exclusive:  # an exclusive run says it has the host in any case
+                self.sink.system(f"{name} is free: the run starts")
             return
         if why == "jobs":
             others = max(len(list(running_dir(self.settings.work_dir).glob("*"))) - 1, 0)

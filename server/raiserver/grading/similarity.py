@@ -14,11 +14,13 @@ import io
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-from copydetect import CodeFingerprint, compare_files
-from copydetect.utils import filter_code, get_document_fingerprints, highlight_overlap
 from markupsafe import Markup
+
+if TYPE_CHECKING:  # copydetect brings numpy and matplotlib: loaded when a report is made, not with every server process
+    import numpy as np
+    from copydetect import CodeFingerprint
 
 NOISE, GUARANTEE = 25, 30  # copydetect's defaults: matches shorter than 25 tokens are noise, 30 are always found
 WINDOW = GUARANTEE - NOISE + 1
@@ -54,6 +56,9 @@ Progress = Callable[[str, int, int], None]  # phase, done, total
 
 def boilerplate(starter: str) -> np.ndarray:
     """Every fingerprint of the starter code (window 1, as copydetect does for boilerplate)."""
+    import numpy as np
+    from copydetect.utils import filter_code, get_document_fingerprints
+
     if not starter.strip():
         return np.array([], dtype=np.int64)
     filtered, _ = filter_code(starter, "starter.cu", LANGUAGE)
@@ -62,11 +67,15 @@ def boilerplate(starter: str) -> np.ndarray:
 
 
 def fingerprint(doc: Doc, starter_hashes: np.ndarray) -> CodeFingerprint:
+    from copydetect import CodeFingerprint
+
     return CodeFingerprint(f"{doc.job_id}.cu", NOISE, WINDOW, boilerplate=starter_hashes, language=LANGUAGE, fp=io.StringIO(doc.code))
 
 
 def compare(docs: list[Doc], starter: str, progress: Progress, top: int = TOP) -> list[Pair]:
     """The ``top`` most similar pairs, most similar first."""
+    from copydetect import compare_files
+
     starter_hashes = boilerplate(starter)
     prints: list[CodeFingerprint] = []
     for i, doc in enumerate(docs):
@@ -105,5 +114,8 @@ def highlight(code: str, slices: list[list[int]]) -> Markup:
     """The code, HTML-escaped, with the matching regions in <mark> (copydetect's highlighter)."""
     if not slices or not slices[0]:
         return Markup.escape(code)
+    import numpy as np
+    from copydetect.utils import highlight_overlap
+
     marked, _ = highlight_overlap(code, np.array(slices), "<mark>", "</mark>", escape_html=True)
     return Markup(marked)
