@@ -160,3 +160,48 @@ def test_a_ranked_run_takes_the_reserved_place_and_gets_the_host_before_the_queu
     r_start, r_end = _span(jobs[ranked])
     assert (r_start - max(ends)).total_seconds() < 5, "the ranked run did not get the host once its jobs ended"
     assert all(_span(jobs[i])[0] >= r_end for i in queued), "a queued shared job went before the ranked run"
+
+
+PROFILER = "echo profiling from $(date +%s.%N); sleep 2; echo profiled until $(date +%s.%N)\n"
+
+
+def test_profilers_of_jobs_sharing_a_gpu_take_turns(tmp_path, redis_url):
+    """Issue 38: the GPU's driver lets one process at a time collect profiling data, and ncu's own
+    lock does not reach across containers (on the H100, 34 of 40 shared runs failed with "a driver
+    resource was unavailable"). Jobs sharing a GPU run together, but their profiling commands take
+    turns, and the one that waits says so; a job with the GPU alone never waits for one."""
+    svc = start_service(
+        tmp_path / "svc",
+        redis_url,
+        None,
+        "process",
+        slots=0,
+        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "3", "RAI_SUBMISSIONS_PER_MINUTE": "1000"},
+    )
+    try:
+        proj = make_project(tmp_path / "prof", ["sh -c 'sleep 1; echo built'", "sh /src/ncu"], extra=GPU, files={"ncu": PROFILER})
+        ids = []
+        for _ in range(3):
+            res = svc.client("submit", "-p", str(proj), "--detach")
+            assert res.returncode == 0, res.stdout + res.stderr
+            ids.append(re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1))
+        with svc.http() as h:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
+                if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()):
+                    break
+                time.sleep(0.5)
+            logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
+    finally:
+        svc.shutdown()
+
+    assert all(j["state"] == "succeeded" for j in jobs.values()), {i: j["state"] for i, j in jobs.items()}
+    spans = sorted(
+        (float(re.search(r"profiling from ([\d.]+)", logs[i]).group(1)), float(re.search(r"profiled until ([\d.]+)", logs[i]).group(1)))
+        for i in ids
+    )
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), f"two profilers ran at once: {spans}"
+    builds = [_span(jobs[i])[0] for i in ids]
+    assert (max(builds) - min(builds)).total_seconds() < 2, "the jobs did not share the GPU"
+    assert sum("is profiling: this command waits its turn" in logs[i] for i in ids) >= 2, logs

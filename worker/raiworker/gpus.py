@@ -175,6 +175,41 @@ def host_share(lock_dir: Path, exclusive: bool, waiting: Callable[[str | None], 
         os.close(gate)
 
 
+def profiler_lock(lock_dir: Path, gpu: str) -> Path:
+    """The lock the profiling commands of the jobs that share one GPU take turns on (issue 38)."""
+    return lock_dir / f"gpu{gpu}.profiler.lock"
+
+
+@contextmanager
+def profiler_turn(path: Path, stopped: Callable[[], bool], waiting: Callable[[], None]) -> Iterator[bool]:
+    """Hold the GPU's profiler lock while the block runs: True once held; False when ``stopped()``
+    came first (the command's time ran out, the job was cancelled). ``waiting()`` hears it once
+    when another job holds it.
+
+    The GPU's driver lets one process collect profiling data at a time; ncu's own lock lives in
+    each container's /tmp and its process namespace, so profilers in jobs sharing a GPU did not
+    wait for each other and failed ("a driver resource was unavailable"). The worker makes them
+    take turns from outside the containers, where no job can reach the lock."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if stopped():
+                    yield False
+                    return
+                if not told:
+                    waiting()
+                    told = True
+                time.sleep(0.1)
+        yield True
+    finally:
+        os.close(fd)
+
+
 class ShareWatch:
     """How many other jobs ran on a run's GPUs beside it: sampled every second while it runs, so
     what it printed of its own speed can say it was shared (issue 38)."""

@@ -29,7 +29,7 @@ from raiprotocol.models import ClaimGranted, GpuInfo, JobState, JobUpdate, Measu
 from .config import WorkerSettings
 from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
 from .executors import Executor, JobContext, Outcome, execute, make_executor
-from .gpus import ShareWatch, hold_gpus, host_share
+from .gpus import ShareWatch, hold_gpus, host_share, profiler_lock
 from .lease import LOST, SUPERSEDED, Lease
 from .logsink import LogSink
 from .metrics import job_done
@@ -197,7 +197,10 @@ class JobRun:
                         f"GPU {', '.join(gpu_ids)} is shared: up to {share} jobs run on it at once "
                         f"({shared.most} other(s) now); times this run prints are not those of a GPU alone"
                     )
-                outcome = self.run_commands(executor, self.context(gpu_ids), cancel)
+                ctx = self.context(gpu_ids)
+                if gpu_ids and share > 1:
+                    ctx.profiler_lock = profiler_lock(locks, gpu_ids[0])
+                outcome = self.run_commands(executor, ctx, cancel)
                 if gpu_ids:
                     outcome.gpu_shared_with = max(shared.most, shared.others())
                     if share > 1:

@@ -8,7 +8,8 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +19,7 @@ from raiprotocol.models import JobState, MeasuredRun, Phase, TimedRun
 
 from .. import counters
 from ..config import WorkerSettings
+from ..gpus import profiler_turn
 from ..logsink import LogSink
 
 log = logging.getLogger("raiworker")
@@ -43,6 +45,7 @@ class JobContext:
     report_waiting: Callable[[str | None], None] = lambda words: None
     timed: TimedRun | None = None  # a ranked run: the course's timed command, measured by the executor
     measured: list[MeasuredRun] = field(default_factory=list)  # what each timed run gave
+    profiler_lock: Path | None = None  # its GPU is shared: profiling commands take turns on this lock (gpus.profiler_turn)
 
     def phase(self, name: str, detail: str | None = None) -> None:
         self.phases.append(Phase(name=name, at=datetime.now(timezone.utc), detail=detail))
@@ -194,7 +197,8 @@ def _run_commands(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Wa
         sink.system(announce)
         sink.op_time_seen = False
         ctx.phase("command started", command)
-        code = executor.run_command(ctx, command, sink)
+        with _profiler_turn(ctx, command, sink, watch) as go:
+            code = executor.run_command(ctx, command, sink) if go else 137
         sink.flush()
         if sink.counters_refused and not refusal_said:  # once, after the command whose profiler was refused
             refusal_said = True
@@ -210,6 +214,17 @@ def _run_commands(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Wa
             plan = [(timing, repeat_line(r, ctx.repeat_timing, timing)) for r in range(2, ctx.repeat_timing + 1)]
             repeated = True
     return None
+
+
+@contextmanager
+def _profiler_turn(ctx: JobContext, command: str, sink: LogSink, watch: _Watch) -> Iterator[bool]:
+    """A profiling command on a shared GPU waits for the other jobs' profilers on it (its time runs)."""
+    if ctx.profiler_lock is None or not is_profiled(command):
+        yield True
+        return
+    said = "Another job on this shared GPU is profiling: this command waits its turn (profilers take turns on a shared GPU)"
+    with profiler_turn(ctx.profiler_lock, lambda: bool(watch.reason), lambda: sink.system(said)) as go:
+        yield go
 
 
 def _failed(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watch, command: str, code: int) -> Outcome:

@@ -20,29 +20,9 @@ from docker.types import Mount, Ulimit
 from ... import gpu_access
 from ...logsink import LogSink
 from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, terminal_env
-from ...workdir import locks_dir
 from ..base import Executor, JobContext
 from .client import LABEL, SPARE, _runtimes, container_name, shared_client
 from .scripts import KEEPALIVE, KEPT_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
-
-NCU_LOCK_IN_CONTAINER = "/tmp/nsight-compute-lock"  # $TMPDIR/nsight-compute-lock: where ncu takes its lock
-
-
-def ncu_lock(work_dir: Path, gpu: str) -> Path:
-    """The host's file that stands for ncu's lock in every container on one GPU (issue 38).
-
-    ncu profiles one process at a time on a host by locking ``$TMPDIR/nsight-compute-lock``; each
-    container has a /tmp of its own, so jobs sharing a GPU each took their own lock, profiled at
-    once and failed ("driver resource was unavailable"). Bound over that path, the one file makes
-    them take turns, as on a bare host. It is root's, mode 0666: a job can lock it (for at most its
-    own wall clock, like any ncu run), not remove it, chmod it or swap it for another; what it
-    writes into it is bounded by the containers' file size limit and emptied when the job ends."""
-    path = locks_dir(work_dir) / f"ncu-gpu{gpu}.lock"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o666))
-        os.chmod(path, 0o666)  # not the umask's
-    return path
 
 
 class ContainerJob(Executor):
@@ -93,12 +73,7 @@ class ContainerJob(Executor):
             "memswap_limit": mem,
             "pids_limit": s.pids,
             "nano_cpus": int(min(s.cpus, os.cpu_count() or 1) * 1e9),
-            "ulimits": [
-                Ulimit(name="core", soft=0, hard=0),
-                Ulimit(name="nofile", soft=s.nofile, hard=s.nofile),
-                # no file of the job can outgrow its tmpfs; this one bounds the one on the host (ncu's lock)
-                Ulimit(name="fsize", soft=max(s.tmp_mb, s.build_mb) * 1024**2, hard=max(s.tmp_mb, s.build_mb) * 1024**2),
-            ],
+            "ulimits": [Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=s.nofile, hard=s.nofile)],
             "mounts": mounts,
             "tmpfs": {
                 "/tmp": f"rw,exec,nosuid,nodev,size={s.tmp_mb}m,mode=1777",
@@ -110,8 +85,6 @@ class ContainerJob(Executor):
             "environment": {**s.job_env, **terminal_env(s.columns), "HOME": "/build"},  # RAI_JOB_ID: with each exec
             "name": (container_name(job, s.worker_name) + (f"-t{timed[2]}" if timed else "")) if job != SPARE else None,
         }
-        if ctx.gpu_ids and timed is None:  # ncu's lock, shared with the other jobs on its GPU
-            kwargs["mounts"] = kwargs["mounts"] + [Mount(NCU_LOCK_IN_CONTAINER, str(ncu_lock(s.work_dir, ctx.gpu_ids[0])), type="bind")]
         if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu_access)
             gpu = gpu_access.current(s, [int(i) for i in ctx.gpu_ids], lambda: _runtimes(self.client)).container_options(
                 ctx.gpu_ids, self.client.images.get(ctx.image).attrs.get("Config", {}).get("Env") or []

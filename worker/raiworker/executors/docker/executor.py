@@ -26,7 +26,6 @@ from ...workdir import slot_dir
 from ..base import JobContext, Outcome
 from .client import SPARE, _remove_later, container_name, reap_containers, shared_client
 from .collect import collect_build
-from .container import ncu_lock
 from .measure import TimedRuns
 from .scripts import KILL_JOB
 from .spares import _empty, _move_entries, _slot, _Spare, spare_key
@@ -190,9 +189,6 @@ class DockerExecutor(TimedRuns):
             with contextlib.suppress(DockerException):
                 container.kill()
         self.leftover = container
-        if self.ctx is not None and self.ctx.gpu_ids:  # what a job wrote into ncu's shared lock goes with it
-            with contextlib.suppress(OSError):
-                os.truncate(ncu_lock(self.ctx.settings.work_dir, self.ctx.gpu_ids[0]), 0)
         if self.slot_src is not None:  # the job's files leave the slot's folder at once
             _empty(self.slot_src)
 
