@@ -236,6 +236,51 @@ def idle() -> None:
         time.sleep(2)
 
 
+def memhog() -> None:
+    """K = 4: a run that holds 30 GiB of the H100's 80 (its share: 20) beside an honest run of 2 GiB;
+    the hog is killed with the line that says why, the honest one ends well."""
+    import httpx
+
+    w = Path("/tmp/rai-share-memhog")
+    env, procs = gc.service(w, "share-bench-memhog", extra={"RAI_JOBS_PER_GPU": "4", "RAI_SUBMISSIONS_PER_MINUTE": "1000"})
+    try:
+        runs = {}
+        for name, gib in (("hog", 30), ("honest", 2)):
+            p = Path(f"/tmp/rai-share-{name}")
+            shutil.rmtree(p, ignore_errors=True)
+            p.mkdir()
+            shutil.copy(ROOT / "bench/memhog/hog.cu", p / "hog.cu")
+            (p / "rai_build.yml").write_text(
+                f"rai:\n  version: 0.2\n  image: {gc.IMAGE}\nresources:\n  gpu:\n    count: 1\n"
+                f"commands:\n  build:\n    - nvcc -o /build/hog /src/hog.cu\n    - /build/hog {gib} 15\n"
+            )
+            runs[name] = submit(env, Path(f"{w}/alice.profile"), p)
+        with httpx.Client(base_url=env["RAI_SERVER_URL"], auth=gc._auth(w), timeout=30) as h:
+            deadline = time.time() + 240
+            while time.time() < deadline:
+                jobs = {n: h.get(f"/api/v1/jobs/{i}").json() for n, i in runs.items()}
+                if all(j["state"] not in ("queued", "running") for j in jobs.values()):
+                    break
+                time.sleep(2)
+            logs = {n: h.get(f"/api/v1/jobs/{i}/log.txt").text for n, i in runs.items()}
+        figures["memhog"] = {
+            n: {
+                "state": jobs[n]["state"],
+                "message": jobs[n].get("message"),
+                "said": [x for x in logs[n].splitlines() if "GPU memory" in x or "holding" in x][-3:],
+            }
+            for n in runs
+        }
+        for n in runs:
+            (OUT / f"memhog-{n}.txt").write_text(logs[n])
+        save()
+        gc.say(f"memhog: {json.dumps(figures['memhog'])}")
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        time.sleep(2)
+
+
 def ratios() -> None:
     ks = {int(k[1:].split("-")[0]): v for k, v in figures.items() if re.fullmatch(r"k\d+-no-ncu", k)}
     if 1 in ks:
@@ -253,6 +298,8 @@ if __name__ == "__main__":
     for arg in sys.argv[1:]:
         if arg == "idle":
             idle()
+        elif arg == "memhog":
+            memhog()
         else:
             drain(int(arg), with_exclusive=int(arg) > 1)
     ratios()

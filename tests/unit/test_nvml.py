@@ -46,3 +46,29 @@ def test_the_drivers_process_records_recorded_on_the_h100_name_the_cuda_process(
     # the masks the H100 reported: idle (0x1) and busy at full clocks (0) are no slowdown
     assert slowdowns(idle["throttle_mask"]) == [] and slowdowns(busy["throttle_mask"]) == []
     assert busy["state"]["sm_mhz"] > idle["state"]["sm_mhz"] and busy["state"]["throttle"] == []
+
+
+def test_a_shared_run_over_its_gpu_memory_share_is_told_once(tmp_path):
+    """Issue 38: the driver's records carry each process's device memory (the H100's m2 held 774 MiB);
+    a shared run's processes are summed against its share, and only its own count."""
+    import json
+
+    from raiworker.nvml import MemoryShare, parse_memory
+
+    busy = json.loads(NVML_H100.read_text())["busy"]
+    assert parse_memory(bytes.fromhex(busy["raw_processes"])) == {busy["pid"]: 774 * 1024**2}
+
+    class Driver:  # the GPU's processes now: the job's two and a neighbour's big one
+        def __init__(self) -> None:
+            self.now = {11: 300 * 1024**2, 12: 200 * 1024**2, 99: 9000 * 1024**2}
+
+        def process_memory(self, index: int) -> dict[int, int]:
+            return dict(self.now)
+
+    driver, told = Driver(), []
+    watch = MemoryShare(driver, 0, lambda pid: pid in (11, 12), 1024 * 1024**2, told.append)
+    assert watch.sample() == 500 * 1024**2 and told == []  # the neighbour's memory is not the job's
+    driver.now[12] = 900 * 1024**2
+    watch.sample()
+    watch.sample()
+    assert told == [1200 * 1024**2] and watch.most == 1200 * 1024**2

@@ -200,6 +200,9 @@ class JobRun:
                 ctx = self.context(gpu_ids)
                 if gpu_ids and share > 1:
                     ctx.profiler_lock = profiler_lock(locks, gpu_ids[0])
+                    total = next((g.memory_mb for g in self.gpus if str(g.index) == gpu_ids[0]), None)
+                    ctx.gpu_memory_share_mb = total // share if total else None
+                    ctx.gpu_jobs_per_gpu = share
                 outcome = self.run_commands(executor, ctx, cancel)
                 if gpu_ids:
                     outcome.gpu_shared_with = max(shared.most, shared.others())

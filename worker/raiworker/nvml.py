@@ -16,6 +16,7 @@ import ctypes
 import io
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,17 +64,24 @@ class Nvml:
         return handle if self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(handle)) == 0 else None
 
     def compute_pids(self, index: int) -> list[int]:
+        return parse_processes(self._compute_records(index))
+
+    def process_memory(self, index: int) -> dict[int, int]:
+        """Each process using the GPU now: the device memory it holds, in bytes."""
+        return parse_memory(self._compute_records(index))
+
+    def _compute_records(self, index: int) -> bytes:
         dev = self._device(index)
         if dev is None:
-            return []
+            return b""
         for name in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
             fn = getattr(self.lib, name, None)
             if fn is None:
                 continue
             raw = self.raw_processes(fn, dev)
             if raw is not None:
-                return parse_processes(raw)
-        return []
+                return raw
+        return b""
 
     @staticmethod
     def raw_processes(fn: Any, dev: ctypes.c_void_p) -> bytes | None:
@@ -112,9 +120,69 @@ def parse_processes(raw: bytes) -> list[int]:
     return [rec.pid for rec in (_Process * n).from_buffer_copy(raw[: n * ctypes.sizeof(_Process)])]
 
 
+def parse_memory(raw: bytes) -> dict[int, int]:
+    """pid -> device memory held (bytes) from the driver's records; 'not available' counts as 0."""
+    n = len(raw) // ctypes.sizeof(_Process)
+    records = (_Process * n).from_buffer_copy(raw[: n * ctypes.sizeof(_Process)])
+    return {rec.pid: 0 if rec.usedGpuMemory == NOT_AVAILABLE else int(rec.usedGpuMemory) for rec in records}
+
+
+NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE (unsigned long long)
+
+
 def slowdowns(mask: int) -> list[str]:
     """The throttle reasons in a mask that slow a run down (idle and the like are not)."""
     return [why for bit, why in SLOWDOWNS.items() if mask & bit]
+
+
+def in_cgroup(pid: int, container_id: str) -> bool:
+    """Whether a host process belongs to the container (by its cgroup)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as fh:
+            return container_id in fh.read()
+    except OSError:
+        return False
+
+
+class MemoryShare:
+    """A shared run's share of its GPU's memory, watched (issue 38): time-slicing has no per-job
+    limit, so the job's processes' device memory is summed every ``interval`` seconds and the first
+    time it is over ``limit`` bytes, ``over(used)`` is told (the executor kills the job and says
+    why). A best effort: an allocation made and used between two samples is not seen, and a
+    neighbour may fail first; CUDA MPS's per-client limit would be the real one."""
+
+    def __init__(
+        self, nvml: Any, index: int, belongs: Callable[[int], bool], limit: int, over: Callable[[int], None], interval: float = 0.25
+    ) -> None:
+        self.nvml, self.index, self.belongs, self.limit, self.over, self.interval = nvml, index, belongs, limit, over, interval
+        self.most = 0
+        self.fired = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpu-memory-share", daemon=True)
+
+    def start(self) -> MemoryShare:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval) and not self.fired:
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a driver hiccup: sampled again next time
+                log.exception("sampling the job's GPU memory failed")
+
+    def sample(self) -> int:
+        used = sum(mem for pid, mem in self.nvml.process_memory(self.index).items() if self.belongs(pid))
+        self.most = max(self.most, used)
+        if used > self.limit and not self.fired:
+            self.fired = True
+            self.over(used)
+        return used
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
 
 
 def in_container(pid: int, container_id: str, uid: int) -> int | None:

@@ -46,6 +46,8 @@ class JobContext:
     timed: TimedRun | None = None  # a ranked run: the course's timed command, measured by the executor
     measured: list[MeasuredRun] = field(default_factory=list)  # what each timed run gave
     profiler_lock: Path | None = None  # its GPU is shared: profiling commands take turns on this lock (gpus.profiler_turn)
+    gpu_memory_share_mb: int | None = None  # its GPU is shared: the device memory its processes may hold (nvml.MemoryShare)
+    gpu_jobs_per_gpu: int = 1  # how many jobs its queue lets share the GPU (for what the job is told)
 
     def phase(self, name: str, detail: str | None = None) -> None:
         self.phases.append(Phase(name=name, at=datetime.now(timezone.utc), detail=detail))

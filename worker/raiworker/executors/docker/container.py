@@ -19,6 +19,7 @@ from docker.types import Mount, Ulimit
 
 from ... import gpu_access
 from ...logsink import LogSink
+from ...nvml import MemoryShare
 from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, terminal_env
 from ..base import Executor, JobContext
 from .client import LABEL, SPARE, _runtimes, container_name, shared_client
@@ -42,6 +43,8 @@ class ContainerJob(Executor):
         self.measure_dir: str | None = None  # root's folder for a ranked job's profiler reports
         self.kept: Path | None = None  # what of the build each timed run starts from (issue 32)
         self.attach_said = ""  # what root's ncu said last, for the job's log when it cannot attach
+        self.memory_watch: MemoryShare | None = None  # a shared run's GPU memory share, watched
+        self.memory_over: str | None = None  # why it was killed, once it held more than its share
 
     def _create(self, ctx: JobContext, src: Path, job: str, helper: Path | None, timed: tuple[Path, Path, int] | None = None) -> Any:
         """The job's container; ``timed`` (rai-timed, the kept files, the run's number): a timed

@@ -21,6 +21,7 @@ from ...config import WorkerSettings
 from ...errors import ExecutorUnavailable
 from ...images import is_offered
 from ...logsink import LogSink
+from ...nvml import MemoryShare, Nvml, in_cgroup
 from ...terminal import IN_CONTAINER, no_terminal_note, pty_helper
 from ...workdir import slot_dir
 from ..base import JobContext, Outcome
@@ -95,6 +96,7 @@ class DockerExecutor(TimedRuns):
             self.container, self.slot_src = spare.container, spare.src
             with contextlib.suppress(DockerException):  # from now on the container is known by its job, as one made for it is
                 spare.container.rename(container_name(ctx.job_id, s.worker_name))
+            self._watch_gpu_memory(ctx, sink)
             return f"Worker {s.worker_name} started the container ahead of time (image {ctx.image}{gpu})"
         if spare is not None:
             _remove_later(spare.container)
@@ -108,7 +110,27 @@ class DockerExecutor(TimedRuns):
                 "operator published are (raiworker publish, RAI_WORKER_IMAGES, or pulled through rai)"
             )
         self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper)
+        self._watch_gpu_memory(ctx, sink)
         return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
+
+    def _watch_gpu_memory(self, ctx: JobContext, sink: LogSink) -> None:
+        """A shared run's GPU memory share (``nvml.MemoryShare``): over it, the job is killed and told why."""
+        if not ctx.gpu_memory_share_mb or not ctx.gpu_ids or self.container is None:
+            return
+        lib = Nvml.open()
+        if lib is None:
+            return
+        container_id, share = self.container.id, ctx.gpu_memory_share_mb
+
+        def over(used: int) -> None:
+            self.memory_over = (
+                f"killed: the job held {used // 1024**2} MiB of GPU memory, more than its share of GPU {ctx.gpu_ids[0]} "
+                f"({share} MiB: the GPU is shared by up to {ctx.gpu_jobs_per_gpu} jobs)"
+            )
+            sink.system(self.memory_over)
+            self.kill()
+
+        self.memory_watch = MemoryShare(lib, int(ctx.gpu_ids[0]), lambda pid: in_cgroup(pid, container_id), share * 1024**2, over).start()
 
     def _stop_lost_run(self, ctx: JobContext) -> bool:
         """A run of this job whose pool process died (kill -9) left its container running its
@@ -137,6 +159,8 @@ class DockerExecutor(TimedRuns):
         return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink)
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
+        if self.memory_over is not None:
+            return self.memory_over
         if code != 137 or self.container is None:
             return None
         for _ in range(10):  # the engine notices a dead init a moment after the exec ends
@@ -182,6 +206,8 @@ class DockerExecutor(TimedRuns):
     def cleanup(self) -> None:
         """Nothing of the job may outlive it on the GPU: unless collect_build proved every process
         of the job gone, kill the container now. Removing it waits for tidy()."""
+        if self.memory_watch is not None:
+            self.memory_watch.stop()
         container, self.container = self.container, None
         if container is None:
             return
