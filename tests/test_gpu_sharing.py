@@ -105,63 +105,6 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
     assert page.status_code == 200 and re.search(r"[1-4]/4 jobs", page.text), page.text
 
 
-def test_a_ranked_run_takes_the_reserved_place_and_gets_the_host_before_the_queue(tmp_path, redis_url):
-    """Issue 32: both slots busy and three shared jobs queued ahead of it in the fair order, a ranked
-    run is still released at once, on the host's reserved place (it holds no slot), says what it
-    waits for, and runs as soon as the two running jobs end, before the queued ones."""
-    svc = start_service(
-        tmp_path / "svc",
-        redis_url,
-        None,
-        "process",
-        slots=0,
-        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "2", "RAI_STAFF_PRIORITY": "false", "RAI_SUBMISSIONS_PER_MINUTE": "1000"},
-    )
-    try:
-        students = [svc.add_user(f"s{i}") for i in range(5)]
-        long_run = make_project(tmp_path / "long", ["sh -c 'sleep 6; echo done'"], extra=GPU)
-        short_run = make_project(tmp_path / "short", ["sh -c 'echo shared'"], extra=GPU)
-        alone = make_project(tmp_path / "alone", ["sh -c 'echo ranked'"], extra=ALONE)
-
-        def submit(proj, who: int) -> str:
-            res = svc.client("submit", "-p", str(proj), "--detach", env={"RAI_PROFILE": str(students[who])})
-            assert res.returncode == 0, res.stdout + res.stderr
-            return re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1)
-
-        running = [submit(long_run, 0), submit(long_run, 1)]
-        with svc.http() as h:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and any(h.get(f"/api/v1/jobs/{i}").json()["state"] != "running" for i in running):
-                time.sleep(0.2)
-            queued = [submit(short_run, who) for who in (2, 3, 4)]  # never served: ahead of s0 in the fair order
-            ranked = submit(alone, 0)
-            waiting = None
-            deadline = time.monotonic() + 5
-            while time.monotonic() < deadline and not waiting:
-                waiting = h.get(f"/api/v1/jobs/{ranked}").json().get("waiting")
-                time.sleep(0.2)
-            ids = running + queued + [ranked]
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
-                if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()):
-                    break
-                time.sleep(0.5)
-            log = h.get(f"/api/v1/jobs/{ranked}/log.txt").text
-    finally:
-        svc.shutdown()
-
-    assert all(j["state"] == "succeeded" for j in jobs.values()), {i: j["state"] for i, j in jobs.items()}
-    assert waiting and "other job(s) on w1 to end" in waiting, waiting  # the student sees why it waits
-    assert "2 other job(s) on w1" in log and "Exclusive run: w1 runs nothing else until it ends" in log, log
-    claimed = datetime.fromisoformat(next(p["at"] for p in jobs[ranked]["phases"] if p["name"] == "claimed"))
-    ends = [_span(jobs[i])[1] for i in running]
-    assert claimed < min(ends), "the ranked run was not released while the slots were busy"
-    r_start, r_end = _span(jobs[ranked])
-    assert (r_start - max(ends)).total_seconds() < 5, "the ranked run did not get the host once its jobs ended"
-    assert all(_span(jobs[i])[0] >= r_end for i in queued), "a queued shared job went before the ranked run"
-
-
 PROFILER = "echo profiling from $(date +%s.%N); sleep 2; echo profiled until $(date +%s.%N)\n"
 
 

@@ -261,3 +261,74 @@ def test_staff_can_measure_an_entry_again_and_its_result_replaces_it(course, tmp
     row = next(e for e in ranked(course) if e["name"] == "doubted")
     assert row["job_id"] == again and row["runs"] == 4  # the re-measured result stands, once
     assert any(a["action"] == "job.remeasure" and a["target"] == job["id"] and a["actor"] == "ta-remeasure" for a in audit)
+
+
+def test_a_ranked_run_takes_the_reserved_place_and_gets_the_host_before_the_queue(docker_engine, redis_url, tmp_path):
+    """Issue 32: both slots busy and three jobs queued ahead of it in the fair order, a ranked run is
+    still released at once, on the host's reserved place (it holds no slot), says what it waits for,
+    and runs as soon as the two running jobs end, before the queued ones. A student's own
+    `exclusive: true` gets no such place: it waits its turn on the slots."""
+    import time
+    from datetime import datetime
+
+    from helpers import start_service
+
+    svc = start_service(
+        tmp_path / "svc",
+        redis_url,
+        None,
+        "docker",
+        slots=2,
+        extra_env={"RAI_STAFF_PRIORITY": "false", "RAI_SUBMISSIONS_PER_MINUTE": "1000"},
+    )
+    try:
+        (tmp_path / "final.yml").write_text(COURSE)
+        (tmp_path / "labels.txt").write_text(LABELS)
+        res = svc.client("admin", "course", "install", "final", str(tmp_path / "final.yml"), "--labels", str(tmp_path / "labels.txt"))
+        assert res.returncode == 0, res.stdout + res.stderr
+        students = [svc.add_user(f"s{i}") for i in range(5)]
+        long_run = make_project(tmp_path / "long", ["sh -c 'sleep 8; echo done'"])
+        short_run = make_project(tmp_path / "short", ["echo queued"])
+        mine = make_project(tmp_path / "mine", ["echo alone"], extra="resources:\n  gpu:\n    exclusive: true\n")
+        final = make_project(tmp_path / "final", ["echo ignored"], files={"solution.sh": RIGHT, "report.pdf": "%PDF-1.4"})
+
+        def submit(proj, who: int, *kind: str) -> str:
+            res = svc.client("submit", "-p", str(proj), "--detach", *kind, env={"RAI_PROFILE": str(students[who])})
+            assert res.returncode == 0, res.stdout + res.stderr
+            return re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1)
+
+        with svc.http() as h:
+            running = [submit(long_run, 0), submit(long_run, 1)]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(h.get(f"/api/v1/jobs/{i}").json()["state"] != "running" for i in running):
+                time.sleep(0.2)
+            queued = [submit(short_run, who) for who in (2, 3)] + [submit(mine, 4)]  # never served: ahead of s0
+            ranked = submit(final, 0, "--kind", "final")
+            waiting = None
+            deadline = time.monotonic() + 8
+            while time.monotonic() < deadline and not waiting:
+                waiting = h.get(f"/api/v1/jobs/{ranked}").json().get("waiting")
+                time.sleep(0.2)
+            ids = running + queued + [ranked]
+            deadline = time.monotonic() + 150
+            while time.monotonic() < deadline:
+                jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
+                if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()):
+                    break
+                time.sleep(0.5)
+            log = h.get(f"/api/v1/jobs/{ranked}/log.txt").text
+    finally:
+        svc.shutdown()
+
+    def at(job: dict, name: str, last: bool = False) -> datetime:
+        found = [datetime.fromisoformat(p["at"]) for p in job["phases"] if p["name"] == name]
+        return found[-1] if last else found[0]
+
+    assert all(j["state"] == "succeeded" for j in jobs.values()), {i: (j["state"], j.get("message")) for i, j in jobs.items()}
+    assert waiting and "other job(s) on w1 to end" in waiting, waiting  # the student sees why it waits
+    assert "2 other job(s) on w1" in log and "An exclusive run: w1 runs nothing else until it ends" in log, log
+    ends = [at(jobs[i], "command ended", last=True) for i in running]
+    assert at(jobs[ranked], "claimed") < min(ends), "the ranked run was not released while the slots were busy"
+    r_start = at(jobs[ranked], "command started")
+    assert (r_start - max(ends)).total_seconds() < 5, "the ranked run did not get the host once its jobs ended"
+    assert all(at(jobs[i], "command started") > r_start for i in queued), "a queued job went before the ranked run"

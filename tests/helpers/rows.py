@@ -22,7 +22,7 @@ def add_user(db: Session, name: str, role: str = "student") -> User:
     return user
 
 
-def add_job(db: Session, owner: User, queue: str = "gpu", kind: str = "dev", seconds_ago: float = 0.0, exclusive: bool = False) -> Job:
+def add_job(db: Session, owner: User, queue: str = "gpu", kind: str = "dev", seconds_ago: float = 0.0, reserved: bool = False) -> Job:
     n = next(_ids)
     job = Job(
         id=f"J{n:025d}",
@@ -34,7 +34,7 @@ def add_job(db: Session, owner: User, queue: str = "gpu", kind: str = "dev", sec
         spec_yaml=SPEC,
         archive_sha256="0" * 64,
         created_at=utcnow() - timedelta(seconds=seconds_ago),
-        exclusive=exclusive,
+        reserved=reserved,
     )
     db.add(job)
     db.commit()

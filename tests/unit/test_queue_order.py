@@ -37,14 +37,14 @@ def test_positions_shown_are_the_release_order(db, staff_priority, priority_kind
 
 
 def test_a_ranked_run_is_released_on_the_reserved_place_however_busy_the_slots(db):
-    """Issue 32: an exclusive run does not wait in the queue behind shared jobs, nor hold a slot: each
-    live host has one reserved place for it. A second exclusive run waits for a place to free."""
+    """Issue 32: a ranked run does not wait in the queue behind shared jobs, nor hold a slot: each
+    live host has one reserved place for it. A second ranked run waits for a place to free."""
     settings = Settings(staff_priority=False)
     students = [add_user(db, f"s{i}") for i in range(4)]
     add_worker(db, "w1", slots=2)
     shared = [add_job(db, s, seconds_ago=60 - i) for i, s in enumerate(students)]
-    ranked = add_job(db, students[0], kind="m2", seconds_ago=10, exclusive=True)
-    second = add_job(db, students[1], kind="m2", seconds_ago=5, exclusive=True)
+    ranked = add_job(db, students[0], kind="m2", seconds_ago=10, reserved=True)
+    second = add_job(db, students[1], kind="m2", seconds_ago=5, reserved=True)
     view = QueueView(db, settings)
     assert view.position(ranked) == 1 and view.position(second) == 2 and view.position(shared[2]) == 3
     assert released_order(db, settings, 2) == [shared[0].id, shared[1].id, ranked.id]

@@ -191,7 +191,7 @@ class JobRun:
                 ShareWatch(locks, self.gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared,
             ):
                 if self.grant.exclusive:
-                    self.sink.system(f"Exclusive run: {self.settings.worker_name} runs nothing else until it ends")
+                    self.sink.system(f"An exclusive run: {self.settings.worker_name} runs nothing else until it ends")
                 if gpu_ids and share > 1:
                     self.sink.system(
                         f"GPU {', '.join(gpu_ids)} is shared: up to {share} jobs run on it at once "

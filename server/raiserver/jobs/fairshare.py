@@ -82,18 +82,19 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
 
 
 def free_slots(db: Session, queue: str, dead_after: float) -> tuple[int, int]:
-    """(free shared slots, free reserved places) of the queue. Shared jobs fill the live workers'
-    slots; exclusive runs (``Job.exclusive``) have a place of their own on each live worker host
-    (its reserved pool process, issue 32), so a ranked run is never held in the queue behind shared
-    jobs, and while it waits for its host to empty it holds none of the slots."""
+    """(free slots, free reserved places) of the queue. Other jobs fill the live workers' slots;
+    ranked runs (``Job.reserved``) have a place of their own on each live worker host (its reserved
+    pool process, issue 32), so a ranked run is never held in the queue behind other jobs, and while
+    it waits for its host to empty it holds none of the slots. Only runs the service builds and
+    times take it: a student's ``exclusive: true`` runs alone but waits its turn on the slots."""
     live = live_workers(db, dead_after, queue)
     rows = db.execute(
-        select(Job.exclusive, func.count())
+        select(Job.reserved, func.count())
         .where(
             Job.queue == queue,
             or_(Job.state == JobState.running, (Job.state == JobState.queued) & Job.released_at.is_not(None)),
         )
-        .group_by(Job.exclusive)
+        .group_by(Job.reserved)
     ).all()
     busy = {bool(alone): int(n) for alone, n in rows}
     return max(sum(w.slots for w in live) - busy.get(False, 0), 0), max(len(live) - busy.get(True, 0), 0)

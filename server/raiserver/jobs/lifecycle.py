@@ -71,8 +71,8 @@ def phases_of(job: Job) -> list[Phase]:
 
 def runs_alone(settings: Settings, kind: str, spec: BuildSpec, ranked: bool) -> bool:
     """Whether a job has its host and GPUs alone: a ranked run (timed by the course's build file), a
-    kind whose timing is repeated, or a build file that asks for it. Such a job is released on the
-    hosts' reserved capacity (``fairshare.free_slots``) and holds the host while it runs."""
+    kind whose timing is repeated, or a build file that asks for it. Of these only ranked runs are
+    released on the hosts' reserved places (``Job.reserved``): the others are the student's choice."""
     repeated = kind in settings.repeat_kinds and settings.timing_repeats > 1
     return ranked or repeated or spec.resources.gpu.exclusive
 
@@ -105,7 +105,7 @@ def create_job(
         attempt=1,
         course_build_id=course.id if course is not None else None,
         late_days=admission.late_days if admission is not None else 0,
-        exclusive=runs_alone(svc.settings, kind, spec, ranked=course is not None),
+        reserved=course is not None,
     )
     db.add(job)
     db.commit()
@@ -221,7 +221,7 @@ def remeasure(db: Session, svc: Services, original: Job, by: User, repeats: int)
         course_build_id=original.course_build_id,
         remeasure_of=original.id,
         repeats=repeats,
-        exclusive=True,
+        reserved=True,
         created_at=original.created_at,
     )
     db.add(job)
@@ -300,7 +300,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         image=job.image,
         commands=spec.commands.build,
         gpu_count=job.gpu_count,
-        exclusive=job.exclusive or runs_alone(s, job.kind, spec, ranked=timed is not None),
+        exclusive=job.reserved or runs_alone(s, job.kind, spec, ranked=timed is not None),
         timed=timed,
         repeat_timing=repeats,
         wall_seconds=wall_limit(job, s, spec),
@@ -493,14 +493,14 @@ def release_jobs(
     db: Session, send: Callable[[Job], object], dead_after: float, staff_priority: bool = True, priority_kinds: set[str] | None = None
 ) -> int:
     """Release as many jobs as there are free slots, in fair order (``fairshare``): shared jobs on
-    the queue's slots, exclusive runs on the hosts' reserved places. ``send(job)`` hands one to Celery."""
+    the queue's slots, ranked runs on the hosts' reserved places. ``send(job)`` hands one to Celery."""
     released = 0
     for queue in queues_with_work(db):
         free, reserved = free_slots(db, queue, dead_after)
         if free <= 0 and reserved <= 0:
             continue
         for job in fair_order(db, queue, staff_priority, priority_kinds):
-            if job.exclusive:
+            if job.reserved:
                 if reserved <= 0:
                     continue
                 reserved -= 1

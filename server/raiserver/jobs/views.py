@@ -59,16 +59,16 @@ class QueueView:
         if queue not in self._orders:
             s = self.settings
             self._orders[queue] = fair_order(self.db, queue, s.staff_priority, set(s.priority_kinds))
-            # exclusive runs and shared jobs are released on capacity of their own (fairshare.free_slots): a line each
+            # ranked runs and the others are released on capacity of their own (fairshare.free_slots): a line each
             self._positions[queue] = {}
             for alone in (False, True):
-                line = [j for j in self._orders[queue] if j.exclusive == alone]
+                line = [j for j in self._orders[queue] if j.reserved == alone]
                 self._positions[queue].update({j.id: i for i, j in enumerate(line, start=1)})
         return self._orders[queue]
 
     def _line(self, job: Job) -> list[Job]:
         """The jobs released on the same capacity as ``job`` (shared slots, or reserved places), in order."""
-        return [j for j in self._order(job.queue) if j.exclusive == job.exclusive]
+        return [j for j in self._order(job.queue) if j.reserved == job.reserved]
 
     def late(self, job: Job) -> str | None:
         """How late the job was submitted after its owner's own deadline, in words; None when on time."""
@@ -180,10 +180,10 @@ class QueueView:
             select(Job).where(Job.queue == queue, Job.state == JobState.queued, Job.released_at.is_not(None)).order_by(Job.released_at)
         ).all()
         etas: dict[str, float] = {}
-        # an exclusive run starts once the jobs running now have ended, then one after another
+        # a ranked run starts once the jobs running now have ended, then one after another
         alone_at = max(frees, default=0.0)
         for waiting in [*released, *self._order(queue)]:
-            if waiting.exclusive:
+            if waiting.reserved:
                 etas[waiting.id] = alone_at
                 alone_at += self.typical(queue, waiting.kind)
                 continue

@@ -110,7 +110,7 @@ def dispatch_pass(svc: AppServices) -> int:
             release_again(db, svc)
             return release_jobs(
                 db,
-                lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue, job.exclusive),
+                lambda job: svc.dispatcher.send(job.id, job.attempt, job.queue, job.reserved),
                 s.worker_dead_after,
                 s.staff_priority,
                 set(s.priority_kinds),

@@ -70,8 +70,8 @@ class Job(Base):
     # a ranked run: built and timed by the course's build file of this id, not the student's
     course_build_id: Mapped[int | None] = mapped_column(ForeignKey("course_builds.id"), nullable=True)
     late_days: Mapped[int] = mapped_column(Integer, default=0)  # late days this submission drew from its owner's budget
-    # runs alone on its host (ranked, repeated timing, asked for): released on the hosts' reserved capacity
-    exclusive: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # a ranked run (the course's build file, a re-measure): released on the hosts' reserved places (fairshare.free_slots)
+    reserved: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
     owner: Mapped[User] = relationship(back_populates="jobs")
 

@@ -127,8 +127,7 @@ class DockerExecutor(TimedRuns):
                 f"killed: the job held {used // 1024**2} MiB of GPU memory, more than its share of GPU {ctx.gpu_ids[0]} "
                 f"({share} MiB: the GPU is shared by up to {ctx.gpu_jobs_per_gpu} jobs)"
             )
-            sink.system(self.memory_over)
-            self.kill()
+            self.kill()  # the failed command's line says why (explain_kill); no later command runs
 
         self.memory_watch = MemoryShare(lib, int(ctx.gpu_ids[0]), lambda pid: in_cgroup(pid, container_id), share * 1024**2, over).start()
 
@@ -156,6 +155,8 @@ class DockerExecutor(TimedRuns):
     def run_command(self, ctx: JobContext, command: str, sink: LogSink) -> int:
         """Exec the command and relay its output frames as they come. The command ends when its
         own process does, even if a background child it left behind still holds the output open."""
+        if self.memory_over is not None:  # killed over its GPU memory share between two commands
+            return 137
         return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink)
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
