@@ -4,7 +4,7 @@ exclusive runs (issue 32).
 The pool has one process more than the host has slots. A shared job takes a slot; an exclusive
 (ranked) run takes the reserved place, so the server can release it however busy the slots are,
 and while it waits for the host to empty it holds none of them. A delivery that finds no place of
-its kind free claims nothing: its task is tried again a moment later, on any host. Places are lock
+its kind free within a few seconds claims nothing: its task is tried again a moment later, on any host. Places are lock
 files (``flock``), so a pool process that dies lets its place go with it.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,18 +35,25 @@ def _grab(lock_dir: Path, name: str) -> int | None:
 
 
 @contextmanager
-def place(lock_dir: Path, slots: int, exclusive: bool) -> Iterator[str | None]:
+def place(lock_dir: Path, slots: int, exclusive: bool, wait: float = 5.0) -> Iterator[str | None]:
     """Hold a place for one delivery until the block ends: its name, or None when every place the
-    delivery may take is held (shared jobs: the slots; exclusive runs: the reserved place, then
-    a slot)."""
+    delivery may take stayed held for ``wait`` seconds (shared jobs: the slots; exclusive runs:
+    the reserved place, then a slot). The wait covers the common case: the server releases the next
+    job as soon as the last one's end is reported, a moment before its process lets its place go."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     names = ([RESERVED] if exclusive else []) + [_slot(k) for k in range(max(slots, 1))]
     fd, held = None, None
-    for name in names:
-        fd = _grab(lock_dir, name)
-        if fd is not None:
-            held = name
-            break
+    deadline = time.monotonic() + wait
+    while held is None:
+        for name in names:
+            fd = _grab(lock_dir, name)
+            if fd is not None:
+                held = name
+                break
+        if held is None:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
     try:
         yield held
     finally:
