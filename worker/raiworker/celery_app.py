@@ -16,7 +16,7 @@ import threading
 import time
 
 from celery import Celery, Task
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from raiprotocol.keys import TASK_NAME
 from raiprotocol.models import GpuInfo, Heartbeat
@@ -201,11 +201,25 @@ class _Heartbeat(threading.Thread):
 
 
 _heartbeat: _Heartbeat | None = None
+_ready = False  # Celery said it is ready
+_asked_to_stop = False  # a signal (SIGTERM, SIGINT, SIGQUIT) started its shutdown
+
+
+def stopped_unasked() -> bool:
+    """Celery ran (it was ready) and stopped without a signal asking it to: it gave up on an error."""
+    return _ready and not _asked_to_stop
+
+
+@worker_shutting_down.connect
+def _asked(**_: object) -> None:
+    global _asked_to_stop
+    _asked_to_stop = True
 
 
 @worker_ready.connect
 def _start_heartbeat(**_: object) -> None:
-    global _heartbeat
+    global _heartbeat, _ready
+    _ready = True
     _heartbeat = _Heartbeat(runtime())
     s = runtime().settings
     if _heartbeat.docker is not None:

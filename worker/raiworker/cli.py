@@ -76,18 +76,43 @@ def run(
         f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queues} "
         f"slots={rt.slots} (+1 for exclusive runs) gpus={gpus} server={settings.server_url}"
     )
-    celery.worker_main(
-        [
-            "worker",
-            f"--loglevel={loglevel}",
-            f"--queues={','.join(settings.queues)}",
-            f"--concurrency={rt.processes}",
-            f"--hostname={settings.worker_name}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--pool=prefork",
-        ]
-    )
+    code: object = 0
+    try:
+        celery.worker_main(
+            [
+                "worker",
+                f"--loglevel={loglevel}",
+                f"--queues={','.join(settings.queues)}",
+                f"--concurrency={rt.processes}",
+                f"--hostname={settings.worker_name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--pool=prefork",
+            ]
+        )
+    except SystemExit as exc:
+        code = exc.code
+    _start_again_after_a_crash(code)
+    raise typer.Exit(code if isinstance(code, int) else 1)
+
+
+def _start_again_after_a_crash(code: object) -> None:
+    """Celery stopped on its own, on an error, after it was ready and nobody asked it to stop: the
+    worker starts again in place (same pid, as its supervisor knows it). Seen in the fault campaign:
+    kombu's restore of unacknowledged messages after Redis went away met a closed connection
+    ("'NoneType' object has no attribute 'hostname'") and Celery called it unrecoverable, leaving a
+    host with no worker until someone restarted it. A worker that fails before it is ready (bad
+    settings, no broker at all) still stops with its error."""
+    from .celery_app import stopped_unasked
+
+    if code in (0, None) or not stopped_unasked():
+        return
+    import sys
+    import time
+
+    typer.echo(f"raiworker: Celery stopped on an error (exit {code}) without being asked to; starting again", err=True)
+    time.sleep(1)
+    os.execv(sys.executable, [sys.executable, "-m", "raiworker.cli", *sys.argv[1:]])
 
 
 def _images_settings() -> WorkerSettings:  # the work folder and RAI_WORKER_IMAGES, as `raiworker run` reads them
