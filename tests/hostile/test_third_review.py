@@ -249,7 +249,10 @@ def test_the_job_page_shows_no_forged_rai_line(process_service, tmp_path):
             page.click("button[type=submit]")
             page.wait_for_url("**/queue")
             page.goto(f"{svc.url}/jobs/{jid}")
-            page.wait_for_function(f"document.querySelectorAll('#log .l-out').length >= {len(FORGED)}", timeout=30_000)
+            # polled from here: wait_for_function evaluates a string in the page, which its CSP forbids
+            deadline = time.monotonic() + 30
+            while page.eval_on_selector_all("#log .l-out", "els => els.length") < len(FORGED) and time.monotonic() < deadline:
+                time.sleep(0.2)
             # each line: a div (its number, its time, then its text in .lx), in its command's fold
             rows = page.eval_on_selector_all("#log div[id^=L]", "els => els.map(e => [e.className, e.querySelector('.lx').textContent])")
         finally:

@@ -74,7 +74,7 @@ def run(
     gpus = ", ".join(f"{g.index}:{g.name}" for g in rt.gpus) or "none"
     typer.echo(
         f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queues} "
-        f"slots={rt.slots} (+1 for exclusive runs) gpus={gpus} server={settings.server_url}"
+        f"slots={rt.slots} gpus={gpus} server={settings.server_url}"
     )
     code: object = 0
     try:
