@@ -1,11 +1,11 @@
-"""A pool process's place on its host: one of the host's slots, or the one reserved place of
-exclusive runs (issue 32).
+"""A delivery's place on its host: one of the host's slots, or the one reserved place of ranked
+runs (issue 32).
 
-The pool has one process more than the host has slots. A shared job takes a slot; an exclusive
-(ranked) run takes the reserved place, so the server can release it however busy the slots are,
-and while it waits for the host to empty it holds none of them. A delivery that finds no place of
-its kind free within a few seconds claims nothing: its task is tried again a moment later, on any host. Places are lock
-files (``flock``), so a pool process that dies lets its place go with it.
+A shared job takes a slot; a ranked run (the server's own lane: ``exclusive`` in the message) takes
+the reserved place, else a slot, so deliveries never outnumber what the host offers, however many
+messages the server handed out. A delivery that finds no place of its kind free within a few
+seconds claims nothing: its task is tried again a moment later, on any host. Places are lock files
+(``flock``), so a pool process that dies lets its place go with it.
 """
 
 from __future__ import annotations
