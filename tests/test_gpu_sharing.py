@@ -12,7 +12,7 @@ from datetime import datetime
 
 import httpx
 import pytest
-from helpers import make_project, start_service
+from helpers import jobs_at_their_end, make_project, start_service
 
 from raiprotocol.profile import read_profile_file
 
@@ -77,12 +77,7 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
         later = [submit(shared) for _ in range(2)]
         ids = first + [ranked] + later
         with svc.http() as h:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
-                if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()):
-                    break
-                time.sleep(0.5)
+            jobs = jobs_at_their_end(h, ids, 120)
             logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
             unverified = h.get("/api/v1/leaderboard", params={"board": "unverified"}).json()
     finally:
@@ -129,12 +124,7 @@ def test_profilers_of_jobs_sharing_a_gpu_take_turns(tmp_path, redis_url):
             assert res.returncode == 0, res.stdout + res.stderr
             ids.append(re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1))
         with svc.http() as h:
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
-                if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()):
-                    break
-                time.sleep(0.5)
+            jobs = jobs_at_their_end(h, ids, 90)
             logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
     finally:
         svc.shutdown()

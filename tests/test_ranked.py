@@ -271,7 +271,7 @@ def test_a_ranked_run_is_released_at_once_and_gets_the_host_before_the_queue(doc
     import time
     from datetime import datetime
 
-    from helpers import start_service
+    from helpers import jobs_at_their_end, start_service
 
     extra = {"RAI_STAFF_PRIORITY": "false", "RAI_SUBMISSIONS_PER_MINUTE": "1000"}
     svc = start_service(tmp_path / "svc", redis_url, None, "docker", slots=2, extra_env=extra)
@@ -306,12 +306,7 @@ def test_a_ranked_run_is_released_at_once_and_gets_the_host_before_the_queue(doc
                 waiting = h.get(f"/api/v1/jobs/{ranked}").json().get("waiting")
                 time.sleep(0.2)
             ids = running + queued + [ranked]
-            deadline = time.monotonic() + 150
-            while time.monotonic() < deadline:
-                jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
-                if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()):
-                    break
-                time.sleep(0.5)
+            jobs = jobs_at_their_end(h, ids, 150)
             log = h.get(f"/api/v1/jobs/{ranked}/log.txt").text
     finally:
         svc.shutdown()

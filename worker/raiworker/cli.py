@@ -83,7 +83,7 @@ def run(
                 "worker",
                 f"--loglevel={loglevel}",
                 f"--queues={','.join(settings.queues)}",
-                f"--concurrency={rt.processes}",
+                f"--concurrency={rt.slots}",
                 f"--hostname={settings.worker_name}@%h",
                 "--without-gossip",
                 "--without-mingle",

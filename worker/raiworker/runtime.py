@@ -17,13 +17,6 @@ class WorkerRuntime:
     gpus: list[GpuInfo]
     slots: int
 
-    @property
-    def processes(self) -> int:
-        """The pool: a process per slot. (One more, for ranked runs to wait in without a slot, made
-        Celery give up when Redis restarted while it polled with a job unacknowledged: kombu's
-        restore met a closed connection. See README, issue 32.)"""
-        return self.slots
-
     @classmethod
     def start(cls, settings: WorkerSettings) -> WorkerRuntime:
         gpus = discover(settings.gpus)
