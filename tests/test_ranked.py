@@ -263,11 +263,12 @@ def test_staff_can_measure_an_entry_again_and_its_result_replaces_it(course, tmp
     assert any(a["action"] == "job.remeasure" and a["target"] == job["id"] and a["actor"] == "ta-remeasure" for a in audit)
 
 
-def test_a_ranked_run_is_released_at_once_and_gets_the_host_before_the_queue(docker_engine, redis_url, tmp_path):
+def test_a_ranked_run_waits_in_its_own_place_and_gets_the_host_before_the_queue(docker_engine, redis_url, tmp_path):
     """Issue 32: both slots busy and three jobs queued ahead of it in the fair order, a ranked run is
-    still released at once (its own lane: one reserved place per host), takes the first process that
-    frees, says what it waits for, and runs as soon as the running jobs end, before the queued ones.
-    A student's own `exclusive: true` gets no such lane: it waits its turn on the slots."""
+    still released at once (its own lane: one reserved place per host) and claimed at once, in the
+    pool's process for ranked runs (it holds no slot while it waits), says what it waits for, and
+    runs as soon as the running jobs end, before the queued ones. A student's own `exclusive: true`
+    gets no such lane: it waits its turn on the slots."""
     import time
     from datetime import datetime
 
@@ -318,9 +319,9 @@ def test_a_ranked_run_is_released_at_once_and_gets_the_host_before_the_queue(doc
     assert all(j["state"] == "succeeded" for j in jobs.values()), {i: (j["state"], j.get("message")) for i, j in jobs.items()}
     assert released_early is not None, "the ranked run was not released while the slots were busy"
     assert waiting and "other job(s) on w1 to end" in waiting, waiting  # the student sees why it waits
-    assert "1 other job(s) on w1" in log and "An exclusive run: w1 runs nothing else until it ends" in log, log
+    assert "2 other job(s) on w1" in log and "An exclusive run: w1 runs nothing else until it ends" in log, log
     ends = [at(jobs[i], "command ended", last=True) for i in running]
-    assert at(jobs[ranked], "claimed") < max(ends), "the ranked run did not take the first process that freed"
+    assert at(jobs[ranked], "claimed") < min(ends), "the ranked run waited for a slot's process to free"
     r_start = at(jobs[ranked], "command started")
     assert (r_start - max(ends)).total_seconds() < 5, "the ranked run did not get the host once its jobs ended"
     assert all(at(jobs[i], "command started") > r_start for i in queued), "a queued job went before the ranked run"

@@ -56,7 +56,7 @@ def configure(rt: WorkerRuntime) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_concurrency=rt.slots,  # a process per slot (README, issue 32: why not one more)
+        worker_concurrency=rt.processes,
         broker_transport_options={"visibility_timeout": rt.settings.visibility_timeout},
         broker_connection_retry_on_startup=True,
         task_serializer="json",

@@ -74,7 +74,7 @@ def run(
     gpus = ", ".join(f"{g.index}:{g.name}" for g in rt.gpus) or "none"
     typer.echo(
         f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queues} "
-        f"slots={rt.slots} gpus={gpus} server={settings.server_url}"
+        f"slots={rt.slots} (+1 for ranked runs) gpus={gpus} server={settings.server_url}"
     )
     code: object = 0
     try:
@@ -83,7 +83,7 @@ def run(
                 "worker",
                 f"--loglevel={loglevel}",
                 f"--queues={','.join(settings.queues)}",
-                f"--concurrency={rt.slots}",
+                f"--concurrency={rt.processes}",
                 f"--hostname={settings.worker_name}@%h",
                 "--without-gossip",
                 "--without-mingle",

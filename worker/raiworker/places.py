@@ -3,7 +3,9 @@ runs (issue 32).
 
 A shared job takes a slot; a ranked run (the server's own lane: ``exclusive`` in the message) takes
 the reserved place, else a slot, so deliveries never outnumber what the host offers, however many
-messages the server handed out. A delivery that finds no place of its kind free within a few
+messages the server handed out. The pool has a process per slot and one more
+(``WorkerRuntime.processes``), so a ranked run is claimed and waits for the host at once, holding
+no slot, while every slot runs a job. A delivery that finds no place of its kind free within a few
 seconds claims nothing: its task is tried again a moment later, on any host. Places are lock files
 (``flock``), so a pool process that dies lets its place go with it.
 """

@@ -17,6 +17,12 @@ class WorkerRuntime:
     gpus: list[GpuInfo]
     slots: int
 
+    @property
+    def processes(self) -> int:
+        """The pool: a process per slot, and one in which a ranked run waits for the host without
+        taking a slot (``places``; issue 32)."""
+        return self.slots + 1
+
     @classmethod
     def start(cls, settings: WorkerSettings) -> WorkerRuntime:
         gpus = discover(settings.gpus)
