@@ -25,6 +25,7 @@ from raiprotocol.logwire import RENEW_LUA
 from raiprotocol.models import Claim
 
 from .config import WorkerSettings
+from .server import tls_context
 
 log = logging.getLogger("raiworker")
 
@@ -45,6 +46,7 @@ class Lease(threading.Thread):
         wait = max(min(settings.heartbeat_seconds, 3.0), 0.5)  # a renewal never blocks past the lease
         self.http = httpx.Client(
             base_url=settings.server_url.rstrip("/"),
+            verify=tls_context(),
             timeout=httpx.Timeout(wait, connect=wait),
             headers={"Authorization": f"Bearer {settings.worker_token}"},
         )

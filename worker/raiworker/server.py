@@ -5,6 +5,8 @@ State changes are retried through a server restart: a finished job must never st
 
 from __future__ import annotations
 
+import functools
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,11 +29,20 @@ def _detail(resp: httpx.Response) -> str:
     return resp.text[:300]
 
 
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context per process, as httpx would make it (SSL_CERT_FILE, SSL_CERT_DIR, else
+    certifi's bundle): httpx makes a new one, loading the whole bundle, for every client, ~18 ms,
+    and each job's run made two clients before its command could start (issue 38)."""
+    return httpx.create_ssl_context()
+
+
 class ServerClient:
     def __init__(self, settings: WorkerSettings):
         self.settings = settings
         self.http = httpx.Client(
             base_url=settings.server_url.rstrip("/"),
+            verify=tls_context(),
             headers={"Authorization": f"Bearer {settings.worker_token}"},
             timeout=httpx.Timeout(30.0, read=120.0),
         )
