@@ -154,11 +154,18 @@ class LogSink:
     def _emit(self, stream: LogStream, parts: list[bytes]) -> None:
         if not parts or self.truncated:
             return
-        if any(b"\r" in p for p in parts):
+        # whole-chunk checks in C first: a chunk holds thousands of lines, and a Python loop over
+        # them was most of the worker's time for a job printing millions (issue 38)
+        joined: bytes | None = b"\n".join(parts)
+        if b"\r" in joined:
             parts = [fold_cr(p) if b"\r" in p else p for p in parts]
-        if max(map(len, parts)) > self.line_bytes:
+            joined = None
+        if (joined is None or len(joined) > self.line_bytes) and max(map(len, parts)) > self.line_bytes:
             parts = [p[i : i + self.line_bytes] for p in parts for i in range(0, max(len(p), 1), self.line_bytes)]
-        size = sum(map(len, parts)) + len(parts)
+            joined = None
+        if joined is None:
+            joined = b"\n".join(parts)
+        size = len(joined) + 1  # each line and its newline
         if self.written + size > self.output_bytes or self.lines + len(parts) > self.output_lines:
             fit, room = 0, self.output_bytes - self.written
             while fit < len(parts) and fit < self.output_lines - self.lines and room >= len(parts[fit]) + 1:
@@ -176,7 +183,7 @@ class LogSink:
         self.lines += len(parts)
         if self.first_output is None:
             self.first_output = datetime.now(timezone.utc)
-        text = b"\n".join(parts).decode("utf-8", errors="replace")
+        text = joined.decode("utf-8", errors="replace")
         if stream is LogStream.out and "Op Time:" in text:
             self.op_time_seen = True
         if not self.counters_refused and REFUSED in text:
