@@ -224,7 +224,8 @@ class DockerExecutor(TimedRuns):
         container, self.leftover = self.leftover, None
         if container is None:
             return
-        _remove_later(container)
         if self.spares and self.ctx is not None:
             ctx, helper = self.ctx, self.helper
-            _slot.prepare(lambda: self._make_spare(ctx, helper))
+            _slot.prepare(lambda: self._make_spare(ctx, helper), then=lambda: _remove_later(container))
+        else:
+            _remove_later(container)

@@ -59,12 +59,18 @@ class _Slot:
         _remove_later(spare.container)
         return None
 
-    def prepare(self, make: Callable[[], _Spare]) -> None:
+    def prepare(self, make: Callable[[], _Spare], then: Callable[[], None] = lambda: None) -> None:
+        """Make the next container in the background; ``then`` (the last job's container's removal)
+        only once it is made: the engine doing both at once made the spare late for a job that
+        followed at once (issue 38)."""
+
         def run() -> None:
             try:
                 self.spare = make()
             except Exception:  # noqa: BLE001 - no spare: the next job starts its own container
                 self.spare = None
+            finally:
+                then()
 
         self.making = threading.Thread(target=run, name="spare-container", daemon=True)
         self.making.start()
