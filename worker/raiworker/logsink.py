@@ -156,8 +156,9 @@ class LogSink:
             return
         # whole-chunk checks in C first: a chunk holds thousands of lines, and a Python loop over
         # them was most of the worker's time for a job printing millions (issue 38)
-        joined: bytes | None = b"\n".join(parts)
-        if b"\r" in joined:
+        whole = b"\n".join(parts)
+        joined: bytes | None = whole
+        if b"\r" in whole:
             parts = [fold_cr(p) if b"\r" in p else p for p in parts]
             joined = None
         if (joined is None or len(joined) > self.line_bytes) and max(map(len, parts)) > self.line_bytes:
