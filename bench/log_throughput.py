@@ -1,7 +1,9 @@
 """Can the log pipeline keep up with a program that prints a lot? In one run, time:
 (a) `docker run --rm --network none IMG seq 1 N > /dev/null` directly, and
 (b) a job running `seq 1 N` through `raiclient submit`, end to end (worker sink, Redis, server,
-    client), client output to a file; then check every line was delivered and stored.
+    client), client output to a file; then check every line was delivered and stored;
+(a') with the Docker executor, (a) again with `docker run -t`: its output on a terminal, one write
+    per line, as a job's is (rai runs jobs on a terminal so that their output comes back live).
 Prints both times and the ratio b/a (the goal: <= 2).
 
     .venv/bin/python bench/log_throughput.py [-n 2000000] [--executor docker|process]
@@ -35,6 +37,11 @@ def main() -> None:
         t0 = time.perf_counter()
         subprocess.run(direct, stdout=subprocess.DEVNULL, check=True)
         a = time.perf_counter() - t0
+        a_tty = None
+        if args.executor == "docker":  # like a job's output: on a terminal, one write per line
+            t0 = time.perf_counter()
+            subprocess.run([*direct[:2], "-t", *direct[2:]], stdout=subprocess.DEVNULL, check=True)
+            a_tty = time.perf_counter() - t0
 
         proj = project(dev.tmp / "seq", IMAGE, [f"seq 1 {n}"])
         out = dev.tmp / "client.out"
@@ -54,6 +61,8 @@ def main() -> None:
         print(f"(b) raiclient submit of `seq 1 {n}` ({args.executor} executor), end to end: {b:.2f} s ({n / b:,.0f} lines/s)")
         print(f"delivered to the client: {len(printed):,} lines ({'all, in order' if delivered else 'MISSING LINES'}); stored: {stored:,}")
         print(f"ratio b/a: {b / a:.2f}")
+        if a_tty is not None:
+            print(f"(a') the same with docker run -t (its output on a terminal, as a job's is): {a_tty:.2f} s; ratio b/a': {b / a_tty:.2f}")
         if not delivered or stored != n:
             raise SystemExit(1)
 
