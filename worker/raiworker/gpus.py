@@ -143,26 +143,75 @@ def _lock(fd: int, mode: int, blocked: Callable[[], None]) -> bool:
         return True
 
 
+def _took(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _no_ranked_run(first: int) -> bool:
+    """No ranked run waits for the host or runs on it (it holds ``first`` throughout)."""
+    if not _took(first, fcntl.LOCK_SH):
+        return False
+    fcntl.flock(first, fcntl.LOCK_UN)
+    return True
+
+
+def _alone_after_ranked_runs(first: int, gate: int, host: int, tell: Callable[[str | None], None]) -> bool:
+    """A student's own exclusive run: the gate, then the host alone, as a ranked run takes them,
+    but never ahead of one. While a ranked run waits, this one lets the gate go and starts over
+    (flock wakes its waiters in no set order, so two exclusive runs waiting on the gate once kept a
+    ranked run waiting for both: issue 32). Whether it waited."""
+    waited = False
+    while True:
+        if _no_ranked_run(first) and _took(gate, fcntl.LOCK_EX):
+            while _no_ranked_run(first):
+                if _took(host, fcntl.LOCK_EX):
+                    if _no_ranked_run(first):  # one that came meanwhile still goes first
+                        return waited
+                    fcntl.flock(host, fcntl.LOCK_UN)
+                    break
+                if not waited:
+                    tell("jobs")
+                    waited = True
+                time.sleep(0.05)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        if not waited:
+            tell("exclusive")
+            waited = True
+        time.sleep(0.05)
+
+
 @contextmanager
-def host_share(lock_dir: Path, exclusive: bool, waiting: Callable[[str | None], None] | None = None) -> Iterator[None]:
+def host_share(
+    lock_dir: Path, exclusive: bool, waiting: Callable[[str | None], None] | None = None, ranked: bool = False
+) -> Iterator[None]:
     """Every job holds the host lock shared; an exclusive job (timing runs) holds it alone, so it
     starts only when the host is idle and nothing starts beside it.
 
-    An exclusive job is not starved (issue 32): it first takes the gate, which every job passes
-    (shared, for a moment) on its way in, and holds it while it waits for the jobs already running
-    to end: from then on no new job starts on the host, so it waits at most for the longest of
-    those (each bounded by its wall clock), however many jobs come after it.
+    A ranked run (``ranked``: the server's reserved lane) is not starved (issue 32): it first marks
+    itself waiting (``host.ranked``), which makes a student's own exclusive runs stand aside, then
+    takes the gate, which every job passes (shared, for a moment) on its way in, and holds it while
+    it waits for the jobs already running to end: from then on no new job starts on the host, so it
+    waits at most for the longest of those (each bounded by its wall clock), however many jobs,
+    exclusive or not, come after it.
 
     ``waiting(why)`` hears it when the job has to wait (``why``: "jobs" for the host's other jobs,
     "exclusive" for an exclusive run), and ``waiting(None)`` once it has the host."""
     lock_dir.mkdir(parents=True, exist_ok=True)
+    first = os.open(lock_dir / "host.ranked", os.O_CREAT | os.O_RDWR, 0o644)
     gate = os.open(lock_dir / "host.gate", os.O_CREAT | os.O_RDWR, 0o644)
     fd = os.open(lock_dir / "host.lock", os.O_CREAT | os.O_RDWR, 0o644)
     tell = waiting or (lambda why: None)
     try:
-        if exclusive:
-            waited = _lock(gate, fcntl.LOCK_EX, lambda: tell("exclusive"))
+        if ranked:
+            waited = _lock(first, fcntl.LOCK_EX, lambda: tell("exclusive"))  # another ranked run (rare: one place a host)
+            waited = _lock(gate, fcntl.LOCK_EX, lambda: tell("exclusive")) or waited
             waited = _lock(fd, fcntl.LOCK_EX, lambda: tell("jobs")) or waited
+        elif exclusive:
+            waited = _alone_after_ranked_runs(first, gate, fd, tell)
         else:
             waited = _lock(gate, fcntl.LOCK_SH, lambda: tell("exclusive"))  # waits while an exclusive job waits or runs
             waited = _lock(fd, fcntl.LOCK_SH, lambda: tell("exclusive")) or waited
@@ -173,6 +222,7 @@ def host_share(lock_dir: Path, exclusive: bool, waiting: Callable[[str | None], 
     finally:
         os.close(fd)
         os.close(gate)
+        os.close(first)
 
 
 def profiler_lock(lock_dir: Path, gpu: str) -> Path:

@@ -78,20 +78,30 @@ class JobRun:
         self.measured: list[MeasuredRun] = []  # a ranked job's timed runs
         self.outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
         self.build_uploaded = False
+        self.ranked = False  # delivered on the ranked runs' lane: the host goes to it before a student's exclusive run
 
     @classmethod
     def claim(
-        cls, settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis, job_id: str, attempt: int
+        cls,
+        settings: WorkerSettings,
+        gpus: list[GpuInfo],
+        server: ServerClient,
+        r: redis.Redis,
+        job_id: str,
+        attempt: int,
+        ranked: bool = False,
     ) -> JobRun | None:
         """Claim the delivery from the server: its run, or None when the server refused it (the job
-        ended, another attempt holds it)."""
+        ended, another attempt holds it). ``ranked``: delivered on the ranked runs' lane."""
         claimed_at = time.monotonic()
         try:
             grant = server.claim(job_id, attempt)
         except Refused as exc:
             log.info("not running %s (attempt %s): %s", job_id, attempt, exc)
             return None
-        return cls(settings, gpus, server, r, grant, claimed_at)
+        run = cls(settings, gpus, server, r, grant, claimed_at)
+        run.ranked = ranked
+        return run
 
     def run(self) -> str:
         """The claimed job, under its lease, to its end. Returns the final state, or 'superseded'
@@ -186,7 +196,7 @@ class JobRun:
             per_gpu = self.settings.per_gpu
             share = 1 if self.grant.exclusive else self.settings.share_for(self.grant.queue)  # ranked runs: the GPU alone
             with (
-                host_share(locks, self.grant.exclusive, self.wait_for_host),
+                host_share(locks, self.grant.exclusive, self.wait_for_host, ranked=self.ranked),
                 hold_gpus(locks, self.gpus, self.grant.gpu_count, per_gpu=per_gpu, share=share) as gpu_ids,
                 ShareWatch(locks, self.gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared,
             ):

@@ -75,7 +75,7 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         # every Redis call of the run is bounded: a Redis cut off mid-call must not hold the run
         r = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
         try:
-            run = JobRun.claim(settings, gpus, server, r, job_id, attempt)
+            run = JobRun.claim(settings, gpus, server, r, job_id, attempt, ranked=exclusive)
             return run.run() if run is not None else "skipped"
         finally:
             server.close()
