@@ -137,8 +137,11 @@ class Soak:
         expected = exit_code_for(JobState(job["state"]), job.get("exit_code"))
         if code not in (expected, 2):  # 2: the client gave up (a long cut); the job still ended definite
             problems.append(f"client exit {code}, expected {expected}")
-        with self.c.svc.http() as h:
-            log = read_log(h, jid)
+        log = self._stored_log(jid)
+        if log is None:
+            with self.lock:
+                self.figures.problems.append(f"{jid}: its log could not be read for 120 s")
+            return
         problems += log_problems(log, job["state"], LINES)
         stored = [line["text"] for line in log if line["s"] != "sys" and _job_line(line["text"])]
         shown = [line for line in printed.splitlines() if _job_line(line)]
@@ -147,6 +150,20 @@ class Soak:
         with self.lock:
             self.figures.states[job["state"]] = self.figures.states.get(job["state"], 0) + 1
             self.figures.problems += [f"{jid}: {p}" for p in problems]
+
+    def _stored_log(self, jid: str) -> list[dict] | None:
+        """The job's log as this checker reads it, read again when one of the soak's own faults (a
+        server restart, a cut connection) breaks the reading: CI once lost a checker, and with it a
+        job's check, to a connection reset by the server's restart."""
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with self.c.svc.http() as h:
+                    return read_log(h, jid)
+            except (httpx.TransportError, AssertionError):  # AssertionError: an answer other than 200 (a restarting server)
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(1)
 
     def _running(self) -> list[str]:
         try:
