@@ -9,35 +9,41 @@ import time
 from raiworker.gpus import host_share
 
 
-def test_an_exclusive_run_waiting_is_not_overtaken_by_later_jobs(tmp_path):
-    order: list[str] = []
-    first_in, release_first = threading.Event(), threading.Event()
+def job(
+    folder,
+    order: list[str],
+    name: str,
+    exclusive: bool = False,
+    ranked: bool = False,
+    entered: threading.Event | None = None,
+    hold: threading.Event | None = None,
+    seconds: float = 0.0,
+) -> threading.Thread:
+    """A job on the host, started: it notes when it has the host and when it lets it go."""
 
-    def shared(name: str, hold: float, entered: threading.Event | None = None, wait_for: threading.Event | None = None) -> None:
-        with host_share(tmp_path, exclusive=False):
+    def run() -> None:
+        with host_share(folder, exclusive=exclusive, ranked=ranked):
             order.append(f"{name} in")
             if entered is not None:
                 entered.set()
-            if wait_for is not None:
-                wait_for.wait(10)
-            time.sleep(hold)
+            if hold is not None:
+                hold.wait(10)
+            time.sleep(seconds)
             order.append(f"{name} out")
 
-    def exclusive() -> None:
-        with host_share(tmp_path, exclusive=True, ranked=True):
-            order.append("ranked in")
-            time.sleep(0.2)
-            order.append("ranked out")
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
-    a = threading.Thread(target=shared, args=("a", 0.0, first_in, release_first))
-    a.start()
+
+def test_an_exclusive_run_waiting_is_not_overtaken_by_later_jobs(tmp_path):
+    order: list[str] = []
+    first_in, release_first = threading.Event(), threading.Event()
+    a = job(tmp_path, order, "a", entered=first_in, hold=release_first)
     first_in.wait(5)
-    e = threading.Thread(target=exclusive)
-    e.start()
+    e = job(tmp_path, order, "ranked", exclusive=True, ranked=True, seconds=0.2)
     time.sleep(0.2)  # the ranked run now waits for a
-    later = [threading.Thread(target=shared, args=(f"b{i}", 0.05)) for i in range(3)]
-    for t in later:
-        t.start()
+    later = [job(tmp_path, order, f"b{i}", seconds=0.05) for i in range(3)]
     time.sleep(0.2)
     assert "b0 in" not in order and "ranked in" not in order  # nobody overtakes it; it waits for a alone
     release_first.set()
@@ -53,34 +59,13 @@ def test_a_ranked_run_goes_before_students_exclusive_runs_that_waited_longer(tmp
     wakes waiters in no set order: the hostile review saw it wait for both, 15.5 s)."""
     order: list[str] = []
     running, release = threading.Event(), threading.Event()
-
-    def student(name: str, entered: threading.Event | None = None, hold: threading.Event | None = None) -> None:
-        with host_share(tmp_path, exclusive=True):
-            order.append(f"{name} in")
-            if entered is not None:
-                entered.set()
-            if hold is not None:
-                hold.wait(10)
-            order.append(f"{name} out")
-
-    def ranked() -> None:
-        with host_share(tmp_path, exclusive=True, ranked=True):
-            order.append("ranked in")
-            time.sleep(0.1)
-            order.append("ranked out")
-
-    d1 = threading.Thread(target=student, args=("d1", running, release))
-    d1.start()
+    d1 = job(tmp_path, order, "d1", exclusive=True, entered=running, hold=release)
     running.wait(5)
-    d2 = threading.Thread(target=student, args=("d2",))
-    d2.start()
+    d2 = job(tmp_path, order, "d2", exclusive=True)
     time.sleep(0.3)  # d2 waits for the host first
-    r = threading.Thread(target=ranked)
-    r.start()
+    r = job(tmp_path, order, "ranked", exclusive=True, ranked=True, seconds=0.1)
     time.sleep(0.3)
-    later = [threading.Thread(target=student, args=(f"d{i}",)) for i in range(3, 6)]
-    for t in later:
-        t.start()
+    later = [job(tmp_path, order, f"d{i}", exclusive=True) for i in range(3, 6)]
     time.sleep(0.3)
     assert order == ["d1 in"], order  # nobody passes d1 meanwhile
     release.set()

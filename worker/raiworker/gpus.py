@@ -132,23 +132,22 @@ def hold_gpus(
                 os.close(fd)
 
 
+def _took(fd: int, mode: int) -> bool:
+    """``flock`` if it can be had at once."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
 def _lock(fd: int, mode: int, blocked: Callable[[], None]) -> bool:
     """``flock`` at once if it can be had, else ``blocked()`` then wait for it. Whether it waited."""
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    if _took(fd, mode):
         return False
-    except BlockingIOError:
-        blocked()
-        fcntl.flock(fd, mode)
-        return True
-
-
-def _took(fd: int, mode: int) -> bool:
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
+    blocked()
+    fcntl.flock(fd, mode)
+    return True
 
 
 def _no_ranked_run(first: int) -> bool:
@@ -159,28 +158,38 @@ def _no_ranked_run(first: int) -> bool:
     return True
 
 
+def _host_unless_ranked(first: int, host: int, told: Callable[[str], None]) -> bool:
+    """Holding the gate: the host alone once the jobs on it end; False once a ranked run waits."""
+    while _no_ranked_run(first):
+        if _took(host, fcntl.LOCK_EX):
+            if _no_ranked_run(first):  # one that came meanwhile still goes first
+                return True
+            fcntl.flock(host, fcntl.LOCK_UN)
+            return False
+        told("jobs")
+        time.sleep(0.05)
+    return False
+
+
 def _alone_after_ranked_runs(first: int, gate: int, host: int, tell: Callable[[str | None], None]) -> bool:
     """A student's own exclusive run: the gate, then the host alone, as a ranked run takes them,
     but never ahead of one. While a ranked run waits, this one lets the gate go and starts over
     (flock wakes its waiters in no set order, so two exclusive runs waiting on the gate once kept a
     ranked run waiting for both: issue 32). Whether it waited."""
     waited = False
+
+    def told(why: str) -> None:
+        nonlocal waited
+        if not waited:
+            tell(why)
+            waited = True
+
     while True:
         if _no_ranked_run(first) and _took(gate, fcntl.LOCK_EX):
-            while _no_ranked_run(first):
-                if _took(host, fcntl.LOCK_EX):
-                    if _no_ranked_run(first):  # one that came meanwhile still goes first
-                        return waited
-                    fcntl.flock(host, fcntl.LOCK_UN)
-                    break
-                if not waited:
-                    tell("jobs")
-                    waited = True
-                time.sleep(0.05)
+            if _host_unless_ranked(first, host, told):
+                return waited
             fcntl.flock(gate, fcntl.LOCK_UN)
-        if not waited:
-            tell("exclusive")
-            waited = True
+        told("exclusive")
         time.sleep(0.05)
 
 

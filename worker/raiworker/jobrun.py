@@ -47,7 +47,14 @@ class JobRun:
     """One delivery of a job, from its claim (``claim``) to its tidying (``run`` does the rest)."""
 
     def __init__(
-        self, settings: WorkerSettings, gpus: list[GpuInfo], server: ServerClient, r: redis.Redis, grant: ClaimGranted, claimed_at: float
+        self,
+        settings: WorkerSettings,
+        gpus: list[GpuInfo],
+        server: ServerClient,
+        r: redis.Redis,
+        grant: ClaimGranted,
+        claimed_at: float,
+        ranked: bool = False,
     ) -> None:
         self.settings, self.gpus, self.server, self.redis, self.grant = settings, gpus, server, r, grant
         self.job_id, self.attempt = grant.job_id, grant.attempt  # a run taking over a lost one has an attempt of its own
@@ -78,7 +85,7 @@ class JobRun:
         self.measured: list[MeasuredRun] = []  # a ranked job's timed runs
         self.outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
         self.build_uploaded = False
-        self.ranked = False  # delivered on the ranked runs' lane: the host goes to it before a student's exclusive run
+        self.ranked = ranked  # delivered on the ranked runs' lane: the host goes to it before a student's exclusive run
 
     @classmethod
     def claim(
@@ -99,9 +106,7 @@ class JobRun:
         except Refused as exc:
             log.info("not running %s (attempt %s): %s", job_id, attempt, exc)
             return None
-        run = cls(settings, gpus, server, r, grant, claimed_at)
-        run.ranked = ranked
-        return run
+        return cls(settings, gpus, server, r, grant, claimed_at, ranked)
 
     def run(self) -> str:
         """The claimed job, under its lease, to its end. Returns the final state, or 'superseded'

@@ -156,15 +156,12 @@ class LogSink:
             return
         # whole-chunk checks in C first: a chunk holds thousands of lines, and a Python loop over
         # them was most of the worker's time for a job printing millions (issue 38)
-        whole = b"\n".join(parts)
-        joined: bytes | None = whole
-        if b"\r" in whole:
+        joined = b"\n".join(parts)
+        if b"\r" in joined:
             parts = [fold_cr(p) if b"\r" in p else p for p in parts]
-            joined = None
-        if (joined is None or len(joined) > self.line_bytes) and max(map(len, parts)) > self.line_bytes:
+            joined = b"\n".join(parts)
+        if len(joined) > self.line_bytes and max(map(len, parts)) > self.line_bytes:
             parts = [p[i : i + self.line_bytes] for p in parts for i in range(0, max(len(p), 1), self.line_bytes)]
-            joined = None
-        if joined is None:
             joined = b"\n".join(parts)
         size = len(joined) + 1  # each line and its newline
         if self.written + size > self.output_bytes or self.lines + len(parts) > self.output_lines:
