@@ -25,9 +25,39 @@ class Dev:
     tmp: Path
     profile: Path
     env: dict[str, str]  # for client processes
+    student: Path | None = None  # the raiclient command as a student installs it (student_client)
 
     def client(self, *args: str) -> list[str]:
+        if self.student is not None:
+            return [str(self.student), *args]
         return [sys.executable, "-m", "raiclient", *args]
+
+    def student_client(self) -> None:
+        """From now on ``client`` runs raiclient as students install it: its wheels from this
+        server's /client/ page into a venv of its own (not the editable development install, whose
+        import hooks cost every start ~15 ms; nor ``python -m``). The full client's dependencies
+        are left out: its submit path imports none of them."""
+        venv = self.tmp / "student"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--python",
+                str(venv / "bin" / "python"),
+                "install",
+                "-q",
+                "--no-deps",
+                "--no-index",
+                "--find-links",
+                f"{self.url}/client/",
+                "raiclient",
+                "raiprotocol",
+            ],
+            check=True,
+        )
+        self.student = venv / "bin" / "raiclient"
 
     def http(self) -> httpx.Client:
         from raiprotocol.profile import read_profile_file

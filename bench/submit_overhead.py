@@ -1,6 +1,7 @@
 """How much does rai add to a container run? In one run, time 20× each:
 (a) `docker run --rm --network none IMG true` directly, and
-(b) the same trivial job (`true`) through `raiclient submit`, end to end, against `raid dev`.
+(b) the same trivial job (`true`) through `raiclient submit`, end to end, against `raid dev`,
+    raiclient installed as students install it (``Dev.student_client``).
 Prints the medians, the ratio b/a, and where (b)'s time goes: the client's own start
 (`raiclient version`), and the median gap between consecutive phases of the job's timeline.
 
@@ -55,6 +56,7 @@ def main() -> None:
     if not ensure_busybox_image(docker.from_env()):
         raise SystemExit("install busybox-static: the bench builds rai/busybox from it")
     with raid_dev("docker") as dev:
+        dev.student_client()
         proj = project(dev.tmp / "trivial", IMAGE, ["true"])
         submit = dev.client("submit", "-p", str(proj))
         direct = ["docker", "run", "--rm", "--network", "none", IMAGE, "true"]

@@ -9,9 +9,8 @@ import tarfile
 import tempfile
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 IGNORE_FILENAME = ".raiignore"
 VCS_DIRS = (".git", ".hg", ".svn")
@@ -22,8 +21,7 @@ class TooBig(Exception):
     """Packing passed the archive's size limit: stopped there."""
 
 
-@dataclass(frozen=True)
-class Survey:
+class Survey(NamedTuple):
     """A project as it would be packed, from the file system (and a sample of each big file)."""
 
     files: int
@@ -32,8 +30,7 @@ class Survey:
     packed_guess: int  # about how big the archive will be: big files by a compressed sample of their start
 
 
-@dataclass(frozen=True)
-class PackedProject:
+class PackedProject(NamedTuple):
     path: Path
     files: int
     bytes: int

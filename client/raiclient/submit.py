@@ -15,7 +15,6 @@ parses the rest and calls the same ``run``. The heavier pieces come in only wher
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
 from collections.abc import Callable
@@ -75,11 +74,17 @@ def _check_spec(path: Path) -> None:
         raise ApiError("\n".join(exc.messages)) from None
 
 
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def _upload(conn: Http, archive: Path, size: int, queue: str | None, kind: str) -> dict[str, Any]:
     params = {"kind": kind, **({"queue": queue} if queue else {})}
     headers = {"Content-Type": "application/gzip", "Content-Length": str(size)}
     with archive.open("rb") as fh:
-        if size > PRECHECK_BYTES and os.isatty(1) and importlib.util.find_spec("rich"):  # long enough to deserve a bar
+        if size > PRECHECK_BYTES and os.isatty(1) and _has("rich"):  # long enough to deserve a bar
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
             with Progress(TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn()) as bar:

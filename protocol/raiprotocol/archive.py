@@ -17,9 +17,8 @@ import stat
 import tarfile
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, NamedTuple
 
 from .project import SPEC_FILENAME
 
@@ -32,8 +31,7 @@ class OverLimit(ArchiveError):
     """A folder or stream with more in it than its limits allow; the message says which limit."""
 
 
-@dataclass(frozen=True)
-class ArchiveLimits:
+class ArchiveLimits(NamedTuple):
     max_files: int = 20_000
     max_unpacked_bytes: int = 2 * 1024**3
     max_ratio: float = 200.0  # unpacked / compressed, checked once past ratio_floor_bytes
@@ -41,8 +39,7 @@ class ArchiveLimits:
     max_path_chars: int = 1024
 
 
-@dataclass(frozen=True)
-class ArchiveInfo:
+class ArchiveInfo(NamedTuple):
     files: int
     unpacked_bytes: int
     spec_bytes: bytes | None

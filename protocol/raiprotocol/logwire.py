@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 END = "end"  # the stream's last entry: the job ended (x: its state); it holds no line
 
@@ -90,8 +89,7 @@ def _s(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-@dataclass(slots=True)
-class Batch:
+class Batch(NamedTuple):
     n: int  # number of the first line
     t: float
     s: str  # "out" | "err" | "sys" | END
