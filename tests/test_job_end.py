@@ -1,6 +1,7 @@
 """A job's end in its container (real engine): one exec stops every process of the job and brings
 /build out; the container is then removed after the end is reported, unless a process survived,
-in which case it is killed before."""
+in which case it is killed before. Each test runs twice: with the copy in an exec of its own, and
+in the exec of the job's last command once it has ended (rai-pty's RAI_PTY_THEN, issue 38)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from helpers import BUSYBOX, wait_for
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def started(docker_engine, redis_url, tmp_path) -> Iterator:
+@pytest.fixture(params=["own exec", "last command's exec"])
+def started(request, docker_engine, redis_url, tmp_path) -> Iterator:
     from raiworker.config import WorkerSettings
     from raiworker.executors.base import JobContext
     from raiworker.executors.docker import DockerExecutor
@@ -30,7 +31,7 @@ def started(docker_engine, redis_url, tmp_path) -> Iterator:
     ctx = JobContext(
         job_id=f"end{os.getpid()}",
         image=BUSYBOX,
-        commands=[],
+        commands=[] if request.param == "own exec" else ["the first command run is the last"],
         src_dir=src,
         build_dir=build,
         wall_seconds=60,
@@ -63,11 +64,13 @@ def _job_processes(container) -> list[str]:
 
 def test_background_processes_are_stopped_and_build_collected_without_killing_the_container(started):
     ex, ctx, sink, container = started
-    code = ex.run_command(ctx, "sh -c 'sleep 1000 & (sleep 1001 &) ; echo 42 > /build/answer'", sink)
+    code = ex.run_command(ctx, "sh -c 'sleep 1000 & (sleep 1001 & echo $! > /build/pid) ; echo 42 > /build/answer'", sink)
     assert code == 0
-    assert any("sleep 100" in p for p in _job_processes(container))  # left running by the job
+    if not ctx.commands:  # (in the last command's exec the copy, and the stop, follow at once)
+        assert any("sleep 100" in p for p in _job_processes(container))  # left running by the job
     ex.collect_build(ctx)
     assert (ctx.build_dir / "answer").read_text() == "42\n"
+    assert (ctx.build_dir / "pid").read_text().strip().isdigit()  # it did start one
     assert ex.contained and _job_processes(container) == []
     ex.cleanup()
     container.reload()
@@ -154,4 +157,23 @@ def test_a_copy_cut_by_a_killed_container_is_an_error_not_a_success(started):
     threading.Timer(0.3, container.kill).start()
     cut = ex.collect_build(ctx)
     assert cut is not None and cut.state.value == "error" and "could not be copied completely" in cut.message, cut
+    ex.cleanup()
+
+
+def test_output_like_the_end_line_does_not_end_the_command(started):
+    """rai-pty's end line carries a token of the worker's for that exec: a job printing one like it
+    (any token) neither ends its command early nor starts the copy."""
+    ex, ctx, sink, container = started
+    forged = "printf '\\0rai-end:%s:0\\n' 0123456789abcdef0123456789abcdef"
+    # nor can it read the token: not in its environment, and rai-pty's /proc files are closed to it
+    unseen = (
+        '[ -z "$RAI_PTY_END$RAI_PTY_THEN" ] || exit 9; seen=0; for p in /proc/[0-9]*; do '
+        '[ "$(head -c 16 $p/cmdline)" = /opt/rai/rai-pty ] || continue; seen=1; cat $p/environ && exit 8; done; [ $seen = 1 ] || exit 7'
+    )
+    code = ex.run_command(ctx, f"{unseen}; {forged}; sleep 0.5; echo after > /build/after; exit 3", sink)
+    assert code == 3
+    sink.flush()
+    ex.collect_build(ctx)
+    assert (ctx.build_dir / "after").read_text() == "after\n"
+    assert ex.contained
     ex.cleanup()

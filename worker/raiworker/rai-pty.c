@@ -12,6 +12,14 @@
  * for a signal) as soon as the command ends, after draining what it had written; a background
  * child still holding the terminal does not keep the command running.
  *
+ * RAI_PTY_THEN (a shell script) and RAI_PTY_END (a token) make the exec that runs a job's last
+ * command also copy its /build out, saving the ~45 ms a second exec costs: once the command has
+ * ended and its output is written, the helper writes "\0rai-end:TOKEN:STATUS\n" to its stdout and
+ * becomes `sh -c SCRIPT`, whose stdout follows on the same stream. The token is the worker's, for
+ * this exec: both variables are gone from the environment before the command starts, and the
+ * helper cannot be traced or its /proc files read by the job's processes (not dumpable), so no
+ * output of the job can pass for that line.
+ *
  * Usage: rai-pty PROGRAM [ARGS...]    Static build: cc -O2 -static -o rai-pty rai-pty.c
  */
 #define _GNU_SOURCE
@@ -141,7 +149,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: rai-pty PROGRAM [ARGS...]\n");
         return 2;
     }
+    prctl(PR_SET_DUMPABLE, 0); /* the job's processes (its user) may not read this one's memory or environment */
     framed = env_int("RAI_PTY_FRAMES", 0) == 1;
+    char *then = NULL, *token = NULL;
+    if (getenv("RAI_PTY_THEN") && getenv("RAI_PTY_END")) {
+        then = strdup(getenv("RAI_PTY_THEN"));
+        token = strdup(getenv("RAI_PTY_END"));
+    }
+    unsetenv("RAI_PTY_THEN");
+    unsetenv("RAI_PTY_END");
     int om, os_, em, es;
     if (open_pty(&om, &os_) < 0 || open_pty(&em, &es) < 0) {
         /* No terminals here (no /dev/ptmx): run the command on plain pipes rather than not at all. */
@@ -212,6 +228,17 @@ int main(int argc, char **argv) {
     if (err.open) pump(&err, &out, 1);
     flush_out(&out);
     flush_out(&err);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return WEXITSTATUS(status);
+    int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    if (then != NULL && token != NULL) {
+        char end[160];
+        int n = snprintf(end, sizeof end, "%crai-end:%.64s:%d\n", 0, token, code);
+        write_all(1, end, (size_t)n);
+        close(om); /* what a background child still writes goes nowhere */
+        close(em);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &orig, NULL);
+        execl("/bin/sh", "sh", "-c", then, (char *)NULL);
+        return 126; /* no trailer follows: the worker copies /build with an exec of its own */
+    }
+    return code;
 }

@@ -125,14 +125,17 @@ class Frames:
             if len(self.buf) - pos < 8 + size:
                 break
             if stream != run_stream and run:
-                self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
+                self.emit(run_stream, b"".join(run))
                 run = []
             run_stream = stream
             run.append(bytes(self.buf[pos + 8 : pos + 8 + size]))
             pos += 8 + size
         del self.buf[:pos]
         if run:
-            self.sink.feed(self.STREAMS.get(run_stream, LogStream.out), b"".join(run))
+            self.emit(run_stream, b"".join(run))
+
+    def emit(self, stream: int, data: bytes) -> None:
+        self.sink.feed(self.STREAMS.get(stream, LogStream.out), data)
 
     def drain(self, raw: socket.socket) -> None:
         """What is already on the wire after the process ended."""

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from docker.errors import DockerException
 from docker.utils.socket import STDOUT, frames_iter
@@ -21,6 +21,8 @@ from raiprotocol.archive import OverLimit, safe_extract
 from raiprotocol.models import JobState
 
 from ...config import WorkerSettings
+from ...logsink import LogSink
+from ...terminal import Frames
 from ..base import JobContext, Outcome
 from .client import _close, _exit_code
 from .scripts import COLLECT, LEFT_OVER
@@ -31,24 +33,126 @@ if TYPE_CHECKING:  # a name for the buffer protocol, in typeshed only
 
 def copy_out(api: Any, container_id: str, argv: list[str], user: str, dest: Path, s: WorkerSettings) -> int | None:
     """Run ``argv`` in the container (a script that writes a tar to its stdout) and extract that
-    stream into ``dest``: the job controls it, so nothing in it may write outside the folder (links
-    out of the tree, entries through links, devices and the like are left behind), and past
-    RAI_BUILD_MB or RAI_BUILD_FILES it is cut (OverLimit). Returns the exec's exit status."""
+    stream into ``dest`` (``extract``). Returns the exec's exit status."""
     exec_id = api.exec_create(container_id, argv, user=user)["Id"]
     # a socket of our own: closed on a cut, so the engine stops copying at once (with the
     # stream left open, killing the container waited 10 s for it)
     conn = api.exec_start(exec_id, socket=True)
     try:
-        chunks = (data for stream, data in frames_iter(conn, tty=False) if stream == STDOUT)
-        # headers and padding (1 KiB an entry at most) ride on top of the files themselves
-        budget = _Budget(chunks, s.build_mb * 1024**2 + s.build_files * 1024 + 1024**2)
-        with tarfile.open(fileobj=_IterReader(budget), mode="r|") as tar:
-            safe_extract(tar, dest, max_bytes=s.build_mb * 1024**2, max_entries=s.build_files)
-        for _ in budget:  # the exec's end (tar's last padding), so its exit status is known
-            pass
+        extract((data for stream, data in frames_iter(conn, tty=False) if stream == STDOUT), dest, s)
     finally:
         _close(conn)
     return _exit_code(api, exec_id)
+
+
+def extract(chunks: Iterable[bytes], dest: Path, s: WorkerSettings) -> None:
+    """A tar stream into ``dest``: the job controls it, so nothing in it may write outside the
+    folder (links out of the tree, entries through links, devices and the like are left behind),
+    and past RAI_BUILD_MB or RAI_BUILD_FILES it is cut (OverLimit). Reads the stream to its end."""
+    # headers and padding (1 KiB an entry at most) ride on top of the files themselves
+    budget = _Budget(chunks, s.build_mb * 1024**2 + s.build_files * 1024 + 1024**2)
+    with tarfile.open(fileobj=_IterReader(budget), mode="r|") as tar:
+        safe_extract(tar, dest, max_bytes=s.build_mb * 1024**2, max_entries=s.build_files)
+    for _ in budget:  # the exec's end (tar's last padding), so its exit status is known
+        pass
+
+
+class EndMarked(Frames):
+    """The exec of a job's last command that goes on to copy /build (rai-pty's RAI_PTY_THEN): the
+    command's output to the log until rai-pty's end line with this exec's token, which gives the
+    command's status; what follows on stdout is the tar (``after``). Output that could be the start
+    of that line waits for the next frame (the line starts with a NUL byte: seldom any wait)."""
+
+    def __init__(self, sink: LogSink, token: str) -> None:
+        super().__init__(sink)
+        self.marker = b"\0rai-end:" + token.encode() + b":"
+        self.held = b""
+        self.code: int | None = None  # the command's status, once its end line came
+        self.after = bytearray()
+
+    def emit(self, stream: int, data: bytes) -> None:
+        if stream != STDOUT:
+            super().emit(stream, data)  # the job's stderr, however late the engine relays it
+        elif self.code is not None:
+            self.after += data
+        else:
+            self._scan(self.held + data)
+
+    def _scan(self, data: bytes) -> None:
+        at = data.find(self.marker)
+        if at < 0:
+            keep = _marker_start(data, self.marker)
+            self.held = data[len(data) - keep :]
+            if len(data) > keep:
+                super().emit(STDOUT, data[: len(data) - keep])
+            return
+        if at:
+            super().emit(STDOUT, data[:at])
+        rest = data[at + len(self.marker) :]
+        line_end = rest.find(b"\n")
+        if line_end < 0 and len(rest) < 8:
+            self.held = data[at:]  # the status's digits come in the next frame
+            return
+        digits = rest[:line_end] if line_end >= 0 else b""
+        self.code = int(digits) if digits.isdigit() and len(digits) <= 3 else 255
+        self.held = b""
+        self.after += rest[line_end + 1 :] if line_end >= 0 else rest
+
+    def flush_held(self) -> None:
+        """The stream ended without the end line: what was held back is the job's output after all."""
+        if self.held and self.code is None:
+            super().emit(STDOUT, self.held)
+            self.held = b""
+
+
+def _marker_start(data: bytes, marker: bytes) -> int:
+    """The length of the longest end of ``data`` that begins ``marker`` (0: none)."""
+    start = max(0, len(data) - len(marker) + 1)
+    at = data.rfind(marker[:1], start)
+    while at >= 0:
+        if marker.startswith(data[at:]):
+            return len(data) - at
+        at = data.rfind(marker[:1], start, at)
+    return 0
+
+
+class Handover(NamedTuple):
+    """A job's last exec, past its command's end: what ``collect_build`` reads the tar from."""
+
+    conn: Any
+    raw: Any  # its socket
+    exec_id: str
+    frames: EndMarked
+
+    def chunks(self) -> Iterator[bytes]:
+        """The tar's bytes as they come, to the stream's end (the copy's end, or the container killed)."""
+        while True:
+            if self.frames.after:
+                chunk = bytes(self.frames.after)
+                self.frames.after.clear()
+                yield chunk
+            try:
+                data = self.raw.recv(65536)
+            except TimeoutError:
+                continue  # the guard ends a copy that takes too long by killing the container
+            except OSError:
+                return
+            if not data:
+                if self.frames.after:
+                    yield bytes(self.frames.after)
+                return
+            self.frames.feed(data)
+
+    def finish(self, api: Any, dest: Path, s: WorkerSettings) -> int | None:
+        """The copy into ``dest`` (``extract``); returns the exec's exit status (the copy's)."""
+        try:
+            extract(self.chunks(), dest, s)
+        finally:
+            self.close()
+        return _exit_code(api, self.exec_id)
+
+    def close(self) -> None:
+        _close(self.conn)
 
 
 class _Guard:
@@ -79,19 +183,24 @@ class _Guard:
                 return
 
 
-def collect_build(api: Any, container: Any, user: str, ctx: JobContext, cancel: threading.Event) -> tuple[Outcome | None, bool | None]:
+def collect_build(
+    api: Any, container: Any, user: str, ctx: JobContext, cancel: threading.Event, handover: Handover | None = None
+) -> tuple[Outcome | None, bool | None]:
     """Stop the job's processes and copy /build (a tmpfs: it dies with the container, and
     `docker cp` cannot read it) out through the image's own tar into ``ctx.build_dir`` (a 1 TiB
     sparse file or 300,000 small files once held a slot for hours). Returns an Outcome when the
     copy was cut or incomplete, and whether every process of the job was seen gone (None: the
-    copy did not get that far)."""
+    copy did not get that far). ``handover``: the last command's exec already runs the copy."""
     s = ctx.settings
     deadline = min(ctx.wall_deadline, time.monotonic() + s.collect_seconds)
     problem: str | None = None
     contained: bool | None = None
     with _Guard(container, ctx, cancel, deadline) as guard:
         try:
-            code = copy_out(api, container.id, ["/bin/sh", "-c", COLLECT], user, ctx.build_dir, s)
+            if handover is not None:
+                code = handover.finish(api, ctx.build_dir, s)
+            else:
+                code = copy_out(api, container.id, ["/bin/sh", "-c", COLLECT], user, ctx.build_dir, s)
             contained = code not in (None, LEFT_OVER)
             if code not in (0, LEFT_OVER) and not guard.why:
                 problem = f"the copy ended with status {code}"

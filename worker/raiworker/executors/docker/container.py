@@ -9,6 +9,7 @@ labelled with the job id so a restarted worker can remove anything a crash left 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ...nvml import MemoryShare
 from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, terminal_env
 from ..base import Executor, JobContext
 from .client import LABEL, SPARE, _runtimes, container_name, shared_client
+from .collect import EndMarked, Handover
 from .scripts import KEEPALIVE, KEPT_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
 
 
@@ -45,6 +47,8 @@ class ContainerJob(Executor):
         self.attach_said = ""  # what root's ncu said last, for the job's log when it cannot attach
         self.memory_watch: MemoryShare | None = None  # a shared run's GPU memory share, watched
         self.memory_over: str | None = None  # why it was killed, once it held more than its share
+        self.handover: Handover | None = None  # the last command's exec, copying /build on (COLLECT_AFTER)
+        self.commands_run = 0
 
     def _create(self, ctx: JobContext, src: Path, job: str, helper: Path | None, timed: tuple[Path, Path, int] | None = None) -> Any:
         """The job's container; ``timed`` (rai-timed, the kept files, the run's number): a timed
@@ -97,8 +101,16 @@ class ContainerJob(Executor):
             kwargs.update(gpu)
         return self.client.containers.run(ctx.image, **kwargs)
 
-    def _run_exec(self, ctx: JobContext, argv: list[str], user: str, sink: LogSink, env: dict[str, str] | None = None) -> int:
+    def _run_exec(
+        self, ctx: JobContext, argv: list[str], user: str, sink: LogSink, env: dict[str, str] | None = None, then: str | None = None
+    ) -> int:
+        """Run ``argv`` (rai-pty and a command) to its end, its output to the log; returns its status.
+        ``then``: rai-pty goes on to run this script in the same exec once the command has ended
+        (COLLECT_AFTER); its stream is left to ``collect_build`` (``self.handover``)."""
         api = self.client.api
+        token = secrets.token_hex(16) if then is not None else ""
+        if then is not None:
+            env = {**(env or {}), "RAI_PTY_THEN": then, "RAI_PTY_END": token}
         try:
             exec_id = api.exec_create(
                 self.container.id, argv, workdir="/build", user=user, environment={"RAI_JOB_ID": ctx.job_id, **(env or {})}
@@ -108,23 +120,17 @@ class ContainerJob(Executor):
             return 137  # the container is gone (killed under us)
         raw = getattr(conn, "_sock", conn)
         raw.settimeout(0.5)
-        frames = Frames(sink)
+        frames = EndMarked(sink, token) if then is not None else Frames(sink)
         try:
-            while True:
-                try:
-                    data = raw.recv(65536)
-                except TimeoutError:
-                    if not self._running(exec_id):
-                        frames.drain(raw)
-                        break
-                    continue
-                except OSError:
-                    break
-                if not data:
-                    break
-                frames.feed(data)
+            self._relay(raw, exec_id, frames)
+            if isinstance(frames, EndMarked) and frames.code is not None:  # the copy goes on: collect_build reads it
+                self.handover, conn = Handover(conn, raw, exec_id, frames), None
+                return frames.code
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
+        if isinstance(frames, EndMarked):
+            frames.flush_held()
         # The engine may close the output stream a moment before it records the exit status (a
         # busy host widens that moment): wait for it rather than report a code the job never had.
         waited = 0
@@ -143,6 +149,24 @@ class ContainerJob(Executor):
             if waited > 300:  # 15 s
                 return 137
             time.sleep(0.05)
+
+    def _relay(self, raw: Any, exec_id: str, frames: Frames) -> None:
+        """The exec's output to the log as it comes, to its end (or an EndMarked one's end line)."""
+        while True:
+            try:
+                data = raw.recv(65536)
+            except TimeoutError:
+                if not self._running(exec_id):
+                    frames.drain(raw)
+                    return
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            frames.feed(data)
+            if isinstance(frames, EndMarked) and frames.code is not None:
+                return
 
     def _exec_as(self, user: str, script: str, *args: str) -> tuple[int, bytes]:
         """A short exec of rai's own (not the job's command): its status and its output."""

@@ -28,7 +28,7 @@ from ..base import JobContext, Outcome
 from .client import SPARE, _remove_later, container_name, reap_containers, shared_client
 from .collect import collect_build
 from .measure import TimedRuns
-from .scripts import KILL_JOB
+from .scripts import COLLECT_AFTER, KILL_JOB
 from .spares import _empty, _move_entries, _slot, _Spare, spare_key
 
 log = logging.getLogger("raiworker")
@@ -157,7 +157,11 @@ class DockerExecutor(TimedRuns):
         own process does, even if a background child it left behind still holds the output open."""
         if self.memory_over is not None:  # killed over its GPU memory share between two commands
             return 137
-        return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink)
+        self.commands_run += 1
+        last = self.commands_run == len(ctx.commands) and ctx.repeat_timing <= 1 and ctx.timed is None
+        # the last command's exec goes on to copy /build (one exec less; rai-pty runs it)
+        then = COLLECT_AFTER if last and self.wrap else None
+        return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink, then=then)
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         if self.memory_over is not None:
@@ -199,7 +203,8 @@ class DockerExecutor(TimedRuns):
         job's wall clock, its cancel and RAI_BUILD_MB / RAI_BUILD_FILES."""
         if self.container is None:
             return None
-        outcome, contained = collect_build(self.client.api, self.container, self.user, ctx, cancel or threading.Event())
+        handover, self.handover = self.handover, None
+        outcome, contained = collect_build(self.client.api, self.container, self.user, ctx, cancel or threading.Event(), handover)
         if contained is not None:
             self.contained = contained
         return outcome
@@ -209,6 +214,9 @@ class DockerExecutor(TimedRuns):
         of the job gone, kill the container now. Removing it waits for tidy()."""
         if self.memory_watch is not None:
             self.memory_watch.stop()
+        if self.handover is not None:  # the copy was never read (the run broke off): the exec goes with the container
+            self.handover.close()
+            self.handover = None
         container, self.container = self.container, None
         if container is None:
             return

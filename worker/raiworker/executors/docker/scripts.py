@@ -28,6 +28,9 @@ COLLECT = (
     "[ $left = 1 ] && sleep 0.05; n=$((n+1)); done; "  # SIGKILL lands when the process next runs: wait up to 2 s
     f'tar -C /build -cf - .; t=$?; [ "$left" = 1 ] && exit {LEFT_OVER}; exit $t'
 )
+# The same, run by rai-pty in the exec of a job's last command once that command has ended
+# (RAI_PTY_THEN): one exec less at every job's end; tar's complaints are not the job's output
+COLLECT_AFTER = "exec 2>/dev/null; " + COLLECT
 # Between a ranked job's timed runs: every process of the job ended (as at the end), nothing copied
 END_PROCESSES = COLLECT.rsplit("tar -C", 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; exit 0'
 # Issue 32: a ranked run's timed runs each start in a fresh container from the build's result: the
