@@ -3,7 +3,9 @@
 (b) a job running `seq 1 N` through `raiclient submit`, end to end (worker sink, Redis, server,
     client), client output to a file; then check every line was delivered and stored;
 (a') with the Docker executor, (a) again with `docker run -t`: its output on a terminal, one write
-    per line, as a job's is (rai runs jobs on a terminal so that their output comes back live).
+    per line, as a job's is (rai runs jobs on a terminal so that their output comes back live);
+(a'') (a) again with the program under rai-pty, the terminal a job gets, and nothing of the service:
+    the floor that the terminal alone sets.
 Prints both times and the ratio b/a (the goal: <= 2).
 
     .venv/bin/python bench/log_throughput.py [-n 2000000] [--executor docker|process]
@@ -30,6 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     n = args.n
     with raid_dev(args.executor) as dev:
+        dev.student_client()
         if args.executor == "docker":
             direct = ["docker", "run", "--rm", "--network", "none", IMAGE, "seq", "1", str(n)]
         else:  # no engine on this host: the same program on a terminal, straight to /dev/null
@@ -37,11 +40,22 @@ def main() -> None:
         t0 = time.perf_counter()
         subprocess.run(direct, stdout=subprocess.DEVNULL, check=True)
         a = time.perf_counter() - t0
-        a_tty = None
+        a_tty = a_pty = None
         if args.executor == "docker":  # like a job's output: on a terminal, one write per line
             t0 = time.perf_counter()
             subprocess.run([*direct[:2], "-t", *direct[2:]], stdout=subprocess.DEVNULL, check=True)
             a_tty = time.perf_counter() - t0
+            from raiworker.terminal import IN_CONTAINER, pty_helper
+
+            helper = pty_helper(dev.tmp / "pty")
+            if helper is not None:
+                t0 = time.perf_counter()
+                subprocess.run(
+                    [*direct[:5], "-v", f"{helper}:{IN_CONTAINER}:ro", IMAGE, IN_CONTAINER, *direct[6:]],
+                    stdout=subprocess.DEVNULL,
+                    check=True,
+                )
+                a_pty = time.perf_counter() - t0
 
         proj = project(dev.tmp / "seq", IMAGE, [f"seq 1 {n}"])
         out = dev.tmp / "client.out"
@@ -63,6 +77,10 @@ def main() -> None:
         print(f"ratio b/a: {b / a:.2f}")
         if a_tty is not None:
             print(f"(a') the same with docker run -t (its output on a terminal, as a job's is): {a_tty:.2f} s; ratio b/a': {b / a_tty:.2f}")
+        if a_pty is not None:
+            print(
+                f"(a'') the same under rai-pty, without the service (the terminal's own cost): {a_pty:.2f} s; ratio a''/a: {a_pty / a:.2f}"
+            )
         if not delivered or stored != n:
             raise SystemExit(1)
 
