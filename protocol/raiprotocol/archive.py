@@ -39,6 +39,9 @@ class ArchiveLimits(NamedTuple):
     max_path_chars: int = 1024
 
 
+DEFAULT_LIMITS = ArchiveLimits()
+
+
 class ArchiveInfo(NamedTuple):
     files: int
     unpacked_bytes: int
@@ -139,7 +142,7 @@ def _member_kind(member: tarfile.TarInfo, limits: ArchiveLimits) -> tuple[str, s
     return norm, "symlink" if member.issym() else "hardlink" if member.islnk() else "dir" if member.isdir() else "file"
 
 
-def inspect_archive(path: Path | BinaryIO, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveInfo:
+def inspect_archive(path: Path | BinaryIO, limits: ArchiveLimits = DEFAULT_LIMITS) -> ArchiveInfo:
     """Read every header of a gzipped tar once; refuse anything unsafe, return the build file."""
     compressed = max(path.stat().st_size if isinstance(path, Path) else os.fstat(path.fileno()).st_size, 1)
     files = 0
@@ -186,7 +189,7 @@ def inspect_archive(path: Path | BinaryIO, limits: ArchiveLimits = ArchiveLimits
     return ArchiveInfo(files=files, unpacked_bytes=total, spec_bytes=spec_bytes, names=frozenset(names))
 
 
-def extract_archive(path: Path | BinaryIO, dest: Path, limits: ArchiveLimits = ArchiveLimits()) -> ArchiveInfo:
+def extract_archive(path: Path | BinaryIO, dest: Path, limits: ArchiveLimits = DEFAULT_LIMITS) -> ArchiveInfo:
     """Check the whole archive, then unpack it with ``safe_extract``."""
     info = inspect_archive(path, limits)
     dest.mkdir(parents=True, exist_ok=True)
