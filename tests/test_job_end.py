@@ -177,3 +177,93 @@ def test_output_like_the_end_line_does_not_end_the_command(started):
     assert (ctx.build_dir / "after").read_text() == "after\n"
     assert ex.contained
     ex.cleanup()
+
+
+def test_a_job_spinning_on_proc_never_reads_the_token(started, tmp_path):
+    """rai-pty is installed so that the job's user may run it but not read it: not dumpable from its
+    first instruction, so even a process of the job reading every /proc/PID/environ as fast as it
+    can, as each rai-pty starts, never sees the token (with the helper readable it did, 199 of 200)."""
+    import secrets
+    import shutil
+    import subprocess
+
+    from raiworker.terminal import IN_CONTAINER
+
+    ex, ctx, sink, container = started
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    thief = ctx.src_dir / "thief"
+    source = os.path.join(os.path.dirname(__file__), "fixtures", "environ_thief.c")
+    subprocess.run([cc, "-O2", "-static", "-o", str(thief), source], check=True)
+    container.exec_run(["/src/thief"], user=ex.user, detach=True)
+    wait_for(lambda: any("thief" in p for p in _job_processes(container)), what="the thief running")
+    tokens = [secrets.token_hex(16) for _ in range(40)]
+    for token in tokens:
+        res = container.exec_run([IN_CONTAINER, "/bin/true"], user=ex.user, environment={"RAI_PTY_THEN": "exit 0", "RAI_PTY_END": token})
+        assert res.output.endswith(f"\0rai-end:{token}:0\n".encode())
+    stolen = container.exec_run(["cat", "/tmp/stolen"], user=ex.user).output.decode(errors="replace")
+    assert not any(token in stolen for token in tokens), stolen[:300]
+
+
+def test_a_copy_killed_part_way_proves_nothing_and_the_container_goes(started):
+    """Every process of the job was seen gone only if the copy's script ran to its end: one killed
+    while it copied (a status from a signal) gets the container killed before the job's end."""
+    import threading
+
+    ex, ctx, sink, container = started
+    assert ex.run_command(ctx, "sh -c 'head -c 150000000 /dev/urandom > /build/big'", sink) == 0
+    kill_tar = 'for d in /proc/[0-9]*; do [ "$(head -c 3 $d/cmdline)" = tar ] && kill -9 ${d#/proc/}; done'
+    threading.Timer(0.15, lambda: container.exec_run(["sh", "-c", kill_tar], user=ex.user)).start()
+    cut = ex.collect_build(ctx)
+    assert not ex.contained
+    assert cut is not None and cut.state.value == "error", cut
+    ex.cleanup()
+    container.reload()
+    assert container.status != "running"
+
+
+def test_a_last_exec_that_ends_before_its_copy_falls_back_to_an_exec_of_its_own(started):
+    ex, ctx, sink, container = started
+    assert ex.run_command(ctx, "sh -c 'echo kept > /build/kept'", sink) == 0
+    if ctx.commands:  # the stream ends right after the end line, as when the copy's shell could not start
+
+        class Ended:
+            def recv(self, n: int) -> bytes:
+                return b""
+
+        assert ex.handover is not None
+        ex.handover.close()
+        ex.handover.frames.after.clear()
+        ex.handover = ex.handover._replace(raw=Ended())
+    assert ex.collect_build(ctx) is None
+    assert (ctx.build_dir / "kept").read_text() == "kept\n" and ex.contained
+    ex.cleanup()
+
+
+def test_only_a_rai_pty_that_hands_over_is_given_the_token(tmp_path):
+    """A prebuilt rai-pty from before this (RAI_PTY_HELPER) would leave the token in the command's
+    environment: the worker asks each helper once, and gives such a one its own exec for the copy."""
+    from raiworker.terminal import hands_over, pty_helper
+
+    helper = pty_helper(tmp_path / "work")
+    assert helper is not None and hands_over(helper)
+    old = tmp_path / "old-rai-pty"
+    old.write_text('#!/bin/sh\nexec "$@"\n')
+    old.chmod(0o755)
+    assert not hands_over(old)
+
+
+def test_a_big_build_is_not_sent_down_an_exec_nobody_reads(started):
+    """A paused run (SIGSTOP of its process) reads nothing: the last command's exec sends no big
+    /build into that stream (an engine removing a container whose exec blocks on it took 10 s, in
+    which the job ran elsewhere too); the copy is an exec of its own once the worker reads."""
+    ex, ctx, sink, container = started
+    assert ex.run_command(ctx, "sh -c 'head -c 3000000 /dev/urandom > /build/big'", sink) == 0
+    if ctx.commands:
+        assert ex.handover is not None
+        exec_id = ex.handover.exec_id
+        wait_for(lambda: not ex.client.api.exec_inspect(exec_id)["Running"], timeout=10, what="the exec ended, its copy not sent")
+    assert ex.collect_build(ctx) is None
+    assert (ctx.build_dir / "big").stat().st_size == 3000000 and ex.contained
+    ex.cleanup()

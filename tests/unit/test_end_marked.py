@@ -46,3 +46,13 @@ def test_without_the_end_line_every_byte_is_the_jobs_output():
     assert sink.got["out"] == text[: text.index(b"\x00rai")]  # held back: it may be the line's start
     frames.flush_held()  # the exec ended there
     assert frames.code is None and sink.got["out"] == text
+
+
+def test_only_a_copy_that_ran_to_its_end_proves_the_job_gone():
+    from raiworker.executors.docker.collect import proved_contained
+    from raiworker.executors.docker.scripts import LEFT_OVER
+
+    assert proved_contained(0) and proved_contained(1)  # tar's own statuses, after the kill pass
+    assert not proved_contained(LEFT_OVER)  # a process survived it
+    assert not proved_contained(137) and not proved_contained(143)  # killed part way (SIGKILL, SIGTERM)
+    assert not proved_contained(None)  # no status at all

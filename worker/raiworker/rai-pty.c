@@ -17,8 +17,10 @@
  * ended and its output is written, the helper writes "\0rai-end:TOKEN:STATUS\n" to its stdout and
  * becomes `sh -c SCRIPT`, whose stdout follows on the same stream. The token is the worker's, for
  * this exec: both variables are gone from the environment before the command starts, and the
- * helper cannot be traced or its /proc files read by the job's processes (not dumpable), so no
- * output of the job can pass for that line.
+ * helper cannot be traced or its /proc files read by the job's processes (not dumpable: the worker
+ * installs it so that the job's user may run it but not read it, which makes it so from its first
+ * instruction; the prctl below is for where that cannot be), so no output of the job can pass for
+ * that line.
  *
  * Usage: rai-pty PROGRAM [ARGS...]    Static build: cc -O2 -static -o rai-pty rai-pty.c
  */
@@ -155,6 +157,8 @@ int main(int argc, char **argv) {
     if (getenv("RAI_PTY_THEN") && getenv("RAI_PTY_END")) {
         then = strdup(getenv("RAI_PTY_THEN"));
         token = strdup(getenv("RAI_PTY_END"));
+        char *left = getenv("RAI_PTY_END");
+        memset(left, 'x', strlen(left)); /* unsetenv leaves the process's first copy in its memory */
     }
     unsetenv("RAI_PTY_THEN");
     unsetenv("RAI_PTY_END");
@@ -238,7 +242,7 @@ int main(int argc, char **argv) {
         signal(SIGPIPE, SIG_DFL);
         sigprocmask(SIG_SETMASK, &orig, NULL);
         execl("/bin/sh", "sh", "-c", then, (char *)NULL);
-        return 126; /* no trailer follows: the worker copies /build with an exec of its own */
+        return 126; /* no tar after the end line: the worker copies /build with an exec of its own */
     }
     return code;
 }

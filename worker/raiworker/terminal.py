@@ -10,6 +10,7 @@ image has one); it is copied into the work folder, whose paths the Docker engine
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -44,6 +45,32 @@ def pty_helper(work_dir: Path, prebuilt: Path | None = None) -> Path | None:
     return build_helper(work_dir, SOURCE, "rai-pty", "job output will not be on a terminal (programs may buffer stdout)")
 
 
+# Others (a job's user) may run a helper but not read it: a process whose program its user cannot
+# read is not dumpable from its first instruction, so no process of the job can read rai-pty's
+# environment or memory, or trace it, even in the moment before it makes itself so (issue 38)
+HELPER_MODE = 0o711
+
+
+def _installed(dest: Path) -> Path:
+    with contextlib.suppress(OSError):  # a helper put there by another user keeps its mode
+        if dest.stat().st_mode & 0o777 != HELPER_MODE:
+            dest.chmod(HELPER_MODE)
+    return dest
+
+
+@lru_cache(maxsize=4)
+def hands_over(helper: Path) -> bool:
+    """Whether this rai-pty goes on to a script after the command (RAI_PTY_THEN, with its end line):
+    a prebuilt one from before that would show the token to the job instead. Asked once, here."""
+    try:
+        res = subprocess.run(
+            [str(helper), "/bin/true"], env={"RAI_PTY_THEN": "exit 0", "RAI_PTY_END": "probe"}, capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return res.stdout.endswith(b"\0rai-end:probe:0\n") and res.returncode == 0
+
+
 def _prebuilt(work_dir: Path, prebuilt: Path, name: str, setting: str) -> Path | None:
     """A prebuilt helper (the service image has them), copied into the work folder, whose paths the
     Docker engine can mount."""
@@ -55,9 +82,9 @@ def _prebuilt(work_dir: Path, prebuilt: Path, name: str, setting: str) -> Path |
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_suffix(f".tmp{os.getpid()}")
         shutil.copyfile(prebuilt, tmp)
-        tmp.chmod(0o755)
+        tmp.chmod(HELPER_MODE)
         os.replace(tmp, dest)
-    return dest
+    return _installed(dest)
 
 
 TIMED_SOURCE = Path(__file__).with_name("rai-timed.c")
@@ -79,7 +106,7 @@ def build_helper(work_dir: Path, source: Path, name: str, without: str) -> Path 
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
     dest = bin_dir(work_dir) / f"{name}-{digest}"
     if os.access(dest, os.X_OK):
-        return dest
+        return _installed(dest)
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         log.warning("no C compiler to build %s: %s", name, without)
@@ -95,7 +122,7 @@ def build_helper(work_dir: Path, source: Path, name: str, without: str) -> Path 
         log.warning("building %s failed: %s; %s", name, res.stderr.strip()[-500:], without)
         tmp.unlink(missing_ok=True)
         return None
-    tmp.chmod(0o755)
+    tmp.chmod(HELPER_MODE)
     os.replace(tmp, dest)
     return dest
 

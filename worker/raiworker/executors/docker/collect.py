@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import tarfile
 import threading
 import time
@@ -116,6 +117,11 @@ def _marker_start(data: bytes, marker: bytes) -> int:
     return 0
 
 
+class NothingCame(Exception):
+    """The last command's exec ended after its end line without any of the tar: its copy did not
+    run (its shell could not start, or a kill of the job's processes took it too)."""
+
+
 class Handover(NamedTuple):
     """A job's last exec, past its command's end: what ``collect_build`` reads the tar from."""
 
@@ -124,8 +130,9 @@ class Handover(NamedTuple):
     exec_id: str
     frames: EndMarked
 
-    def chunks(self) -> Iterator[bytes]:
-        """The tar's bytes as they come, to the stream's end (the copy's end, or the container killed)."""
+    def chunks(self, until: float) -> Iterator[bytes]:
+        """The tar's bytes as they come, to the stream's end (the copy's end, or the container
+        killed by the copy's guard), or ``until`` (should that kill not end it)."""
         while True:
             if self.frames.after:
                 chunk = bytes(self.frames.after)
@@ -134,7 +141,9 @@ class Handover(NamedTuple):
             try:
                 data = self.raw.recv(65536)
             except TimeoutError:
-                continue  # the guard ends a copy that takes too long by killing the container
+                if time.monotonic() > until:
+                    return
+                continue
             except OSError:
                 return
             if not data:
@@ -143,10 +152,15 @@ class Handover(NamedTuple):
                 return
             self.frames.feed(data)
 
-    def finish(self, api: Any, dest: Path, s: WorkerSettings) -> int | None:
-        """The copy into ``dest`` (``extract``); returns the exec's exit status (the copy's)."""
+    def finish(self, api: Any, dest: Path, s: WorkerSettings, until: float) -> int | None:
+        """The copy into ``dest`` (``extract``); returns the exec's exit status (the copy's).
+        NothingCame: the stream ended before the tar began (the copy never ran in it)."""
+        chunks = self.chunks(until)
         try:
-            extract(self.chunks(), dest, s)
+            first = next(chunks, b"")
+            if not first:
+                raise NothingCame
+            extract(itertools.chain([first], chunks), dest, s)
         finally:
             self.close()
         return _exit_code(api, self.exec_id)
@@ -197,11 +211,14 @@ def collect_build(
     contained: bool | None = None
     with _Guard(container, ctx, cancel, deadline) as guard:
         try:
+            code: int | None = None
+            copied = False
             if handover is not None:
-                code = handover.finish(api, ctx.build_dir, s)
-            else:
+                with contextlib.suppress(NothingCame):
+                    code, copied = handover.finish(api, ctx.build_dir, s, deadline + 10), True
+            if not copied and not guard.why:
                 code = copy_out(api, container.id, ["/bin/sh", "-c", COLLECT], user, ctx.build_dir, s)
-            contained = code not in (None, LEFT_OVER)
+            contained = proved_contained(code)
             if code not in (0, LEFT_OVER) and not guard.why:
                 problem = f"the copy ended with status {code}"
         except OverLimit as exc:
@@ -212,6 +229,13 @@ def collect_build(
         except (DockerException, tarfile.TarError, OSError) as exc:
             problem = f"{exc.__class__.__name__}: {str(exc)[:200]}"
     return _collected(ctx, guard.why, problem), contained
+
+
+def proved_contained(code: int | None) -> bool:
+    """Whether the copy's exit status shows every process of the job gone: only if its script ran
+    to its end (tar's own status) and found none left; a status from a signal (the script or its
+    tar killed part way, which a stream cut at an entry's end does not reveal) proves nothing."""
+    return code is not None and code < 126 and code != LEFT_OVER
 
 
 def _collected(ctx: JobContext, why: str | None, problem: str | None) -> Outcome | None:

@@ -22,7 +22,7 @@ from ...errors import ExecutorUnavailable
 from ...images import is_offered
 from ...logsink import LogSink
 from ...nvml import MemoryShare, Nvml, in_cgroup
-from ...terminal import IN_CONTAINER, no_terminal_note, pty_helper
+from ...terminal import IN_CONTAINER, hands_over, no_terminal_note, pty_helper
 from ...workdir import slot_dir
 from ..base import JobContext, Outcome
 from .client import SPARE, _remove_later, container_name, reap_containers, shared_client
@@ -160,7 +160,7 @@ class DockerExecutor(TimedRuns):
         self.commands_run += 1
         last = self.commands_run == len(ctx.commands) and ctx.repeat_timing <= 1 and ctx.timed is None
         # the last command's exec goes on to copy /build (one exec less; rai-pty runs it)
-        then = COLLECT_AFTER if last and self.wrap else None
+        then = COLLECT_AFTER if last and self.helper is not None and hands_over(self.helper) else None
         return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink, then=then)
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:

@@ -29,8 +29,16 @@ COLLECT = (
     f'tar -C /build -cf - .; t=$?; [ "$left" = 1 ] && exit {LEFT_OVER}; exit $t'
 )
 # The same, run by rai-pty in the exec of a job's last command once that command has ended
-# (RAI_PTY_THEN): one exec less at every job's end; tar's complaints are not the job's output
-COLLECT_AFTER = "exec 2>/dev/null; " + COLLECT
+# (RAI_PTY_THEN): one exec less at every job's end; tar's complaints are not the job's output. Only
+# a small /build is sent there: that exec's stream is written whether or not the worker reads it
+# (a paused run's), and an engine asked to remove a container whose exec blocks on an unread
+# stream took 10 s, time in which the job ran elsewhere too. A bigger one gets an exec of its own
+# (the script ends with nothing sent, and the worker runs COLLECT), once the worker reads.
+HANDOVER_BYTES = 64 * 1024
+COLLECT_AFTER = "exec 2>/dev/null; " + COLLECT.replace(
+    "tar -C /build -cf - .; t=$?",
+    f'[ "$(tar -C /build -cf - . | head -c {HANDOVER_BYTES + 1} | wc -c)" -gt {HANDOVER_BYTES} ] && exit 98; tar -C /build -cf - .; t=$?',
+)
 # Between a ranked job's timed runs: every process of the job ended (as at the end), nothing copied
 END_PROCESSES = COLLECT.rsplit("tar -C", 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; exit 0'
 # Issue 32: a ranked run's timed runs each start in a fresh container from the build's result: the
