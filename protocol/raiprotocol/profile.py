@@ -57,11 +57,23 @@ def dump_profile(profile: Profile) -> str:
 
 
 def write_profile(profile: Profile, path: Path | None = None) -> Path:
+    """Written whole or not at all (a file beside it, renamed over it): a ``login`` killed midway, or
+    a program reading the profile while it is written, never sees half of one."""
     path = path or profile_path()
+    if path.is_symlink():  # a profile kept elsewhere (dotfiles) is written there, the link kept
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(dump_profile(profile))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(dump_profile(profile))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -25,6 +25,10 @@ BUSYBOX = "rai/busybox:latest"
 PG_BASE = os.environ.get("RAI_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -105,6 +109,9 @@ class Service:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            # as at a student's prompt, Ctrl-C interrupts it: a test run started in the background
+            # of a shell (CI's, a developer's `&`) would otherwise hand down SIGINT ignored
+            preexec_fn=_default_sigint,
         )
 
     def http(self, profile: Path | None = None) -> httpx.Client:

@@ -120,3 +120,35 @@ def test_a_profile_in_another_form_is_still_read_by_yaml(tmp_path):
     path.write_text("profile:\n  access_key: 0x1f\n  secret_key: s\n")  # YAML reads an int: named, not taken
     with pytest.raises(ProfileError, match="bad access_key"):
         read_profile_file(path)
+
+
+def test_a_profile_that_cannot_be_written_whole_leaves_the_old_one_as_it_was(tmp_path, monkeypatch):
+    """A full disk (or a login killed) midway: the student keeps their working keys, and nothing
+    half-written is left beside them."""
+    from raiprotocol import profile
+    from raiprotocol.profile import Profile, write_profile
+
+    path = tmp_path / ".rai_profile"
+    write_profile(Profile("old-key", "old-secret", "ann", "https://rai.example.edu"), path)
+
+    def full(_: Profile) -> str:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(profile, "dump_profile", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_profile(Profile("new-key", "new-secret", "ann", "https://rai.example.edu"), path)
+    assert read_profile_file(path).access_key == "old-key"
+    assert [p.name for p in tmp_path.iterdir()] == [".rai_profile"]
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_linked_profile_is_written_where_the_link_points(tmp_path):
+    from raiprotocol.profile import Profile, write_profile
+
+    kept = tmp_path / "dotfiles" / "rai_profile"
+    kept.parent.mkdir()
+    kept.write_text("")
+    link = tmp_path / ".rai_profile"
+    link.symlink_to(kept)
+    write_profile(Profile("k", "s", "ann", "https://rai.example.edu"), link)
+    assert link.is_symlink() and read_profile_file(kept).access_key == "k"
