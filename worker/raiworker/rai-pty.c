@@ -89,6 +89,13 @@ static void write_all(int fd, const char *buf, size_t n) {
 #define BUF_SIZE 65536
 #define BATCH_NS 5000000L
 
+/* After a read, the helper lets output gather on the terminals for up to GATHER_NS before it looks
+ * again: a program printing line by line otherwise wakes it (and the kernel's terminal worker
+ * wakes it) every few lines. 1 ms, well inside the batch above, keeps output as live; stdout and
+ * stderr lines printed a millisecond or more apart keep their order. On the 2-core bench machine a
+ * job printing 2,000,000 lines ran 2-9% faster end to end with it (issue 38, bench/overhead-2core.txt). */
+#define GATHER_NS 1000000L
+
 /* RAI_PTY_FRAMES=1: both streams go to stdout as frames (8-byte header: stream 1 or 2, three zero
  * bytes, big-endian length; Docker's format), one file that keeps their order (Slurm jobs). */
 static int framed = 0;
@@ -144,6 +151,16 @@ static void pump(struct out *o, struct out *other, int drain) {
         o->open = 0;
         return;
     }
+}
+
+/* A moment for more output to gather (GATHER_NS), never past a batch's due time. */
+static void gather(const struct out *a, const struct out *b) {
+    long ns = GATHER_NS;
+    if (a->len) { long d = ns_until(&a->due); ns = d < ns ? d : ns; }
+    if (b->len) { long d = ns_until(&b->due); ns = d < ns ? d : ns; }
+    if (ns <= 0) return;
+    struct timespec nap = {.tv_sec = 0, .tv_nsec = ns};
+    nanosleep(&nap, NULL);
 }
 
 int main(int argc, char **argv) {
@@ -221,6 +238,7 @@ int main(int argc, char **argv) {
         if (r > 0) {
             if (fds[0].revents) pump(&out, &err, 0);
             if (fds[1].revents) pump(&err, &out, 0);
+            gather(&out, &err);
         }
         if (out.len && ns_until(&out.due) <= 0) flush_out(&out);
         if (err.len && ns_until(&err.due) <= 0) flush_out(&err);
