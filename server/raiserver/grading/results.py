@@ -138,24 +138,36 @@ class Line(NamedTuple):
     text: str
 
 
-def relevant_lines(batches: Iterable[tuple[str, str]]) -> Iterator[Line]:
-    """The lines of a log, as (stream, text) batches, that the parsers can use: a batch holding
-    no marker is skipped whole, so a log of millions of lines parses in a moment. rai's own lines
-    are kept (they separate commands), and so is a batch that continues an nsys table."""
-    streams = {s.value: s for s in LogStream}
-    table = False
-    for stream, text in batches:
-        if not (stream == "sys" or table or any(m in text for m in MARKERS)):
-            continue
+class RelevantLines:
+    """The lines of a log, fed batch by batch as (stream, text), that the parsers can use: a batch
+    holding no marker is skipped whole, so a log of millions of lines parses in a moment. rai's own
+    lines are kept (they separate commands), and so is a batch that continues an nsys table. Fed
+    while the log is stored, so that a job's end reads its log once (issue 38)."""
+
+    def __init__(self) -> None:
+        self.lines: list[Line] = []
+        self._table = False
+        self._streams = {s.value: s for s in LogStream}
+
+    def feed(self, stream: str, text: str) -> None:
+        if not (stream == "sys" or self._table or any(m in text for m in MARKERS)):
+            return
         lines = text.split("\n")
-        kind = streams.get(stream, LogStream.out)
-        for t in lines:
-            yield Line(kind, t)
+        kind = self._streams.get(stream, LogStream.out)
+        self.lines += (Line(kind, t) for t in lines)
         if stream != "sys":
             last = next((t for t in reversed(lines) if t.strip()), "")
-            table = (table or "Total Time (ns)" in text) and bool(
+            self._table = (self._table or "Total Time (ns)" in text) and bool(
                 NSYS_ROW.match(last) or "Total Time (ns)" in last or set(last.strip()) <= set("- ")
             )
+
+
+def relevant_lines(batches: Iterable[tuple[str, str]]) -> Iterator[Line]:
+    """``RelevantLines`` over a whole log's batches."""
+    relevant = RelevantLines()
+    for stream, text in batches:
+        relevant.feed(stream, text)
+    return iter(relevant.lines)
 
 
 def parse_log(lines: Iterable[LogLine | Line]) -> JobResultSummary:

@@ -30,7 +30,7 @@ from raiserver.grading.course import spec_of
 from raiserver.grading.kinds import Admission, in_words, when
 from raiserver.grading.leaderboard import verdict
 from raiserver.grading.measured import summarize
-from raiserver.grading.results import parse_log, relevant_lines
+from raiserver.grading.results import RelevantLines, parse_log
 from raiserver.jobs.fairshare import fair_order, free_slots, queues_with_work
 from raiserver.services import Services
 from raiserver.store.db import Database, utcnow
@@ -165,9 +165,10 @@ def finish_job(
     job.message = message
     fence(svc, job)  # no line of any run lands after this: what is archived is the whole log
     copy = svc.storage.worker_copy_path(job.id, run_attempt or job.attempt)
-    svc.logs.archive(job.id, copy if copy.exists() else None)
+    relevant = RelevantLines()
+    svc.logs.archive(job.id, copy if copy.exists() else None, each=lambda b: relevant.feed(b.s, b.x))
     copy.unlink(missing_ok=True)
-    summary = parse_log(relevant_lines((b.s, b.x) for b in svc.logs.stored(job.id)))
+    summary = parse_log(relevant.lines)
     summary.gpu_shared_with = gpu_shared_with
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import redis
@@ -152,10 +152,11 @@ class LogStore:
                 return
             after = decode_entry(*entries[-1]).last
 
-    def archive(self, job_id: str, worker_copy: Path | None = None) -> int:
+    def archive(self, job_id: str, worker_copy: Path | None = None, each: Callable[[Batch], None] | None = None) -> int:
         """Copy the live stream into storage page by page; keep it in Redis a little longer for
         late readers. ``worker_copy``: the lines the run's worker kept (JSON lines of batches),
         sent when Redis lost some of them: the stored log is made whole from it (``merge``).
+        ``each``: sees every batch stored, in order (the job's results are read from them).
         Returns the number of lines."""
         key = stream_key(job_id)
         lines = 0
@@ -167,6 +168,8 @@ class LogStore:
             for batch in batches:
                 fh.write(json.dumps(batch.to_dict(), ensure_ascii=False) + "\n")
                 lines += batch.c
+                if each is not None:
+                    each(batch)
         self.redis.expire(key, self.ttl)
         self.redis.delete(cancel_key(job_id))
         return lines
