@@ -127,8 +127,10 @@ static long ns_until(const struct timespec *t) {
 }
 
 /* Read what is ready on o's terminal into its buffer (all of it when draining), writing the other
- * stream's pending bytes first so the two keep the order they were printed in. */
-static void pump(struct out *o, struct out *other, int drain) {
+ * stream's pending bytes first so the two keep the order they were printed in. Returns how many
+ * bytes it read. */
+static size_t pump(struct out *o, struct out *other, int drain) {
+    size_t got = 0;
     if (other->len) flush_out(other);
     for (;;) {
         if (o->len == BUF_SIZE) flush_out(o);
@@ -140,27 +142,29 @@ static void pump(struct out *o, struct out *other, int drain) {
                 if (o->due.tv_nsec >= 1000000000L) { o->due.tv_sec++; o->due.tv_nsec -= 1000000000L; }
             }
             o->len += (size_t)n;
+            got += (size_t)n;
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) {
             if (drain) flush_out(o);
-            return;
+            return got;
         }
         flush_out(o); /* EIO: every slave descriptor is closed */
         o->open = 0;
-        return;
+        return got;
     }
 }
 
-/* A moment for more output to gather (GATHER_NS), never past a batch's due time. */
-static void gather(const struct out *a, const struct out *b) {
+/* A moment for more output to gather (GATHER_NS), never past a batch's due time; the command's
+ * end (SIGCHLD, unblocked by wait_mask) cuts it short. */
+static void gather(const struct out *a, const struct out *b, const sigset_t *wait_mask) {
     long ns = GATHER_NS;
     if (a->len) { long d = ns_until(&a->due); ns = d < ns ? d : ns; }
     if (b->len) { long d = ns_until(&b->due); ns = d < ns ? d : ns; }
     if (ns <= 0) return;
     struct timespec nap = {.tv_sec = 0, .tv_nsec = ns};
-    nanosleep(&nap, NULL);
+    ppoll(NULL, 0, &nap, wait_mask);
 }
 
 int main(int argc, char **argv) {
@@ -236,9 +240,10 @@ int main(int argc, char **argv) {
         }
         int r = ppoll(fds, 2, timeout, &wait_mask);
         if (r > 0) {
-            if (fds[0].revents) pump(&out, &err, 0);
-            if (fds[1].revents) pump(&err, &out, 0);
-            gather(&out, &err);
+            size_t got = 0;
+            if (fds[0].revents) got += pump(&out, &err, 0);
+            if (fds[1].revents) got += pump(&err, &out, 0);
+            if (got) gather(&out, &err, &wait_mask);
         }
         if (out.len && ns_until(&out.due) <= 0) flush_out(&out);
         if (err.len && ns_until(&err.due) <= 0) flush_out(&err);
