@@ -21,7 +21,7 @@ from docker.types import Mount, Ulimit
 from ... import gpu_access
 from ...logsink import LogSink
 from ...nvml import MemoryShare
-from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, terminal_env
+from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, gathered, terminal_env
 from ..base import Executor, JobContext
 from .client import LABEL, SPARE, _runtimes, container_name, shared_client
 from .collect import EndMarked, Handover
@@ -164,8 +164,9 @@ class ContainerJob(Executor):
                 return
             if not data:
                 return
+            data, ended = gathered(raw, data)
             frames.feed(data)
-            if isinstance(frames, EndMarked) and frames.code is not None:
+            if ended or (isinstance(frames, EndMarked) and frames.code is not None):
                 return
 
     def _exec_as(self, user: str, script: str, *args: str) -> tuple[int, bytes]:
