@@ -11,7 +11,7 @@ and once, with the Docker executor:
     what the terminal alone costs.
 Prints each round, the median ratio b/a (issue 38's goal: <= 1.4) and its range.
 
-    .venv/bin/python bench/log_throughput.py [-n 2000000] [--rounds 5] [--executor docker|process]
+    .venv/bin/python bench/log_throughput.py [-n 2000000] [--rounds 5] [--executor docker|process] [--dev-client]
 """
 
 from __future__ import annotations
@@ -61,10 +61,12 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=2_000_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--executor", default="docker")
+    ap.add_argument("--dev-client", action="store_true", help="raiclient from this environment, not installed as students do")
     args = ap.parse_args()
     n = args.n
     with raid_dev(args.executor) as dev:
-        dev.student_client()
+        if not args.dev_client:
+            dev.student_client()
         if args.executor == "docker":
             direct = ["docker", "run", "--rm", "--network", "none", IMAGE, "seq", "1", str(n)]
         else:  # no engine on this host: the same program on a terminal, straight to /dev/null
