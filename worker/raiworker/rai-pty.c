@@ -89,11 +89,15 @@ static void write_all(int fd, const char *buf, size_t n) {
 #define BUF_SIZE 65536
 #define BATCH_NS 5000000L
 
-/* After a read, the helper lets output gather on the terminals for up to GATHER_NS before it looks
- * again: a program printing line by line otherwise wakes it (and the kernel's terminal worker
- * wakes it) every few lines. 1 ms, well inside the batch above, keeps output as live; stdout and
- * stderr lines printed a millisecond or more apart keep their order. On the 2-core bench machine a
- * job printing 2,000,000 lines ran 2-9% faster end to end with it (issue 38, bench/overhead-2core.txt). */
+/* Once a batch holds GATHER_FROM bytes or more (output in bulk: a program printing line by line,
+ * fast), the helper lets output gather on the terminals for up to GATHER_NS after each read that got
+ * output on that stream alone, before it looks again: such a program otherwise wakes it (and the
+ * kernel's terminal worker wakes it) every few lines. 1 ms, well inside the batch above, keeps
+ * output as live. The other stream printing meanwhile ends the moment at once (what the busy one
+ * wrote until then is read first), and output slower than that is read as it comes, so stdout and
+ * stderr keep the order they were printed in. On the 2-core bench machine a job printing 2,000,000
+ * lines ran 2-9% faster end to end with it (issue 38, bench/overhead-2core.txt). */
+#define GATHER_FROM 4096
 #define GATHER_NS 1000000L
 
 /* RAI_PTY_FRAMES=1: both streams go to stdout as frames (8-byte header: stream 1 or 2, three zero
@@ -156,15 +160,20 @@ static size_t pump(struct out *o, struct out *other, int drain) {
     }
 }
 
-/* A moment for more output to gather (GATHER_NS), never past a batch's due time; the command's
- * end (SIGCHLD, unblocked by wait_mask) cuts it short. */
-static void gather(const struct out *a, const struct out *b, const sigset_t *wait_mask) {
+/* A moment for more output to gather (GATHER_NS) while ``busy`` prints, never past a batch's due
+ * time; the command's end (SIGCHLD, unblocked by wait_mask) cuts it short, and so does output on
+ * ``quiet``: what ``busy`` wrote until then is read first, then ``quiet``'s. */
+static void gather(struct out *busy, struct out *quiet, const sigset_t *wait_mask) {
     long ns = GATHER_NS;
-    if (a->len) { long d = ns_until(&a->due); ns = d < ns ? d : ns; }
-    if (b->len) { long d = ns_until(&b->due); ns = d < ns ? d : ns; }
+    if (busy->len) { long d = ns_until(&busy->due); ns = d < ns ? d : ns; }
+    if (quiet->len) { long d = ns_until(&quiet->due); ns = d < ns ? d : ns; }
     if (ns <= 0) return;
     struct timespec nap = {.tv_sec = 0, .tv_nsec = ns};
-    ppoll(NULL, 0, &nap, wait_mask);
+    struct pollfd other = {.fd = quiet->open ? quiet->master : -1, .events = POLLIN};
+    if (ppoll(&other, 1, &nap, wait_mask) > 0 && other.revents) {
+        if (busy->open) pump(busy, quiet, 0);
+        pump(quiet, busy, 0);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -240,10 +249,11 @@ int main(int argc, char **argv) {
         }
         int r = ppoll(fds, 2, timeout, &wait_mask);
         if (r > 0) {
-            size_t got = 0;
-            if (fds[0].revents) got += pump(&out, &err, 0);
-            if (fds[1].revents) got += pump(&err, &out, 0);
-            if (got) gather(&out, &err, &wait_mask);
+            size_t got_out = 0, got_err = 0;
+            if (fds[0].revents) got_out = pump(&out, &err, 0);
+            if (fds[1].revents) got_err = pump(&err, &out, 0);
+            if (got_out && !got_err && out.len >= GATHER_FROM) gather(&out, &err, &wait_mask);
+            if (got_err && !got_out && err.len >= GATHER_FROM) gather(&err, &out, &wait_mask);
         }
         if (out.len && ns_until(&out.due) <= 0) flush_out(&out);
         if (err.len && ns_until(&err.due) <= 0) flush_out(&err);
