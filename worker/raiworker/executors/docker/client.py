@@ -3,7 +3,7 @@ container is named, and small helpers for execs and containers."""
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import threading
 import time
@@ -13,6 +13,8 @@ import docker
 from docker.errors import DockerException, NotFound
 
 from ...errors import ExecutorUnavailable
+
+log = logging.getLogger("raiworker")
 
 LABEL = "rai.job"
 SPARE = "spare"  # the rai.job label of a container started ahead of time, before it has a job
@@ -91,8 +93,20 @@ def _close(conn: Any) -> None:
 
 
 def _remove_later(container: Any) -> None:
+    """Remove the container in the background, trying again on any failure (its connection to the
+    engine closed under it, a busy engine): what is still left is logged, and a restarted worker
+    removes it (``reap_containers``)."""
+
     def remove() -> None:
-        with contextlib.suppress(DockerException):
-            container.remove(force=True)
+        for attempt in range(3):
+            try:
+                container.remove(force=True)
+                return
+            except NotFound:
+                return
+            except Exception as exc:  # noqa: BLE001 - requests' errors are not DockerException
+                if attempt == 2:
+                    log.warning("container %s not removed: %s", container.short_id, exc)
+                time.sleep(0.5)
 
     threading.Thread(target=remove, name=f"remove-{container.short_id}", daemon=True).start()

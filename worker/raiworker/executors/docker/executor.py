@@ -230,15 +230,17 @@ class DockerExecutor(TimedRuns):
     def tidy(self) -> None:
         """After the job's end is reported: remove its container, start the next one ahead of time;
         the engine connections the job left idle are closed."""
-        container, self.leftover = self.leftover, None
-        if container is not None:
-            if self.spares and self.ctx is not None:
-                ctx, helper = self.ctx, self.helper
-                _slot.prepare(lambda: self._make_spare(ctx, helper), then=lambda: _remove_later(container))
-            else:
-                _remove_later(container)
         # docker-py keeps a pool per URL (up to 25, each with its idle connection): a pool process
         # held 4 to 26 sockets to the engine by the jobs it had run, ~400 on a host of 16 slots.
-        # Closing them now (connections in use close when their request ends; the client opens
-        # new ones as needed) leaves a process's descriptors the same from one job to the next.
+        # Closed before the threads below start (a request that took a pool a moment before it was
+        # closed fails: _remove_later tries again; a spare that fails is made by the next job), so a
+        # process's descriptors are the same from one job to the next.
         self.client.api.close()
+        container, self.leftover = self.leftover, None
+        if container is None:
+            return
+        if self.spares and self.ctx is not None:
+            ctx, helper = self.ctx, self.helper
+            _slot.prepare(lambda: self._make_spare(ctx, helper), then=lambda: _remove_later(container))
+        else:
+            _remove_later(container)
