@@ -148,10 +148,12 @@ def gathered(raw: socket.socket, first: bytes) -> tuple[bytes, bool]:
     if len(first) < GATHER_FROM:
         return first, False
     parts, size = [first], len(first)
+    ready = select.poll()  # not select(): a descriptor numbered 1024 or more is fine
+    ready.register(raw.fileno(), select.POLLIN)
     deadline = time.monotonic() + GATHER_S
     while size < GATHER_BYTES:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([raw], [], [], left)[0]:
+        if left <= 0 or not ready.poll(left * 1000):
             break
         try:
             data = raw.recv(65536)
