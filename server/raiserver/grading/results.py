@@ -142,24 +142,28 @@ class RelevantLines:
     """The lines of a log, fed batch by batch as (stream, text), that the parsers can use: a batch
     holding no marker is skipped whole, so a log of millions of lines parses in a moment. rai's own
     lines are kept (they separate commands), and so is a batch that continues an nsys table. Fed
-    while the log is stored, so that a job's end reads its log once (issue 38)."""
+    while the log is stored, so that a job's end reads its log once (issue 38); the batches kept
+    are split into lines only as ``lines()`` is read."""
 
     def __init__(self) -> None:
-        self.lines: list[Line] = []
+        self._kept: list[tuple[LogStream, str]] = []
         self._table = False
         self._streams = {s.value: s for s in LogStream}
 
     def feed(self, stream: str, text: str) -> None:
         if not (stream == "sys" or self._table or any(m in text for m in MARKERS)):
             return
-        lines = text.split("\n")
-        kind = self._streams.get(stream, LogStream.out)
-        self.lines += (Line(kind, t) for t in lines)
+        self._kept.append((self._streams.get(stream, LogStream.out), text))
         if stream != "sys":
-            last = next((t for t in reversed(lines) if t.strip()), "")
+            last = next((t for t in reversed(text.split("\n")) if t.strip()), "")
             self._table = (self._table or "Total Time (ns)" in text) and bool(
                 NSYS_ROW.match(last) or "Total Time (ns)" in last or set(last.strip()) <= set("- ")
             )
+
+    def lines(self) -> Iterator[Line]:
+        for kind, text in self._kept:
+            for t in text.split("\n"):
+                yield Line(kind, t)
 
 
 def relevant_lines(batches: Iterable[tuple[str, str]]) -> Iterator[Line]:
@@ -167,7 +171,7 @@ def relevant_lines(batches: Iterable[tuple[str, str]]) -> Iterator[Line]:
     relevant = RelevantLines()
     for stream, text in batches:
         relevant.feed(stream, text)
-    return iter(relevant.lines)
+    return relevant.lines()
 
 
 def parse_log(lines: Iterable[LogLine | Line]) -> JobResultSummary:

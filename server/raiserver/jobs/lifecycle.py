@@ -168,7 +168,7 @@ def finish_job(
     relevant = RelevantLines()
     svc.logs.archive(job.id, copy if copy.exists() else None, each=lambda b: relevant.feed(b.s, b.x))
     copy.unlink(missing_ok=True)
-    summary = parse_log(relevant.lines)
+    summary = parse_log(relevant.lines())
     summary.gpu_shared_with = gpu_shared_with
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)
