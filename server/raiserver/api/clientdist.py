@@ -11,7 +11,9 @@ server's protocol.
 - ``raiprotocol-V-py3-none-any.whl`` and ``raiclient-V-py3-none-any.whl``: the full client, for
   ``pip install`` (their dependencies come from the package index as usual).
 
-Built once per server process, in memory, when first asked (tens of milliseconds).
+Built once per server process, in memory, when first asked (tens of milliseconds). A server run
+from a source tree (PYTHONPATH, no installed distributions) cannot make the wheels: it offers what
+it can and says what it cannot, rather than failing the page.
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ class Download:
     what: str
 
 
+@dataclass(frozen=True)
+class Offer:
+    files: dict[str, Download]  # by name
+    missing: tuple[str, ...]  # what could not be made here, each with its reason
+
+
 def _package_dir(name: str) -> Path:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
@@ -64,10 +72,10 @@ def _sources(name: str) -> list[tuple[str, Path]]:
     return [(f"{name}/{p.relative_to(root).as_posix()}", p) for p in files]
 
 
-def _pyz() -> bytes:
+def _pyz(packages: tuple[str, ...]) -> bytes:
     with tempfile.TemporaryDirectory(prefix="rai-pyz-") as tmp:
         stage = Path(tmp) / "src"
-        for package in PYZ_PACKAGES:
+        for package in packages:
             for arcname, path in _sources(package):
                 dest = stage / arcname
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -108,11 +116,25 @@ def _wheel(dist: str) -> tuple[str, bytes]:
     return f"{dist}-{version}-py3-none-any.whl", buf.getvalue()
 
 
-@cache
-def downloads() -> dict[str, Download]:
-    """Every file GET /client/ offers, by name."""
-    files = [Download(PYZ, _pyz(), "application/zip", "one file, any Python >= 3.10: python3 raiclient.pyz submit")]
-    for dist in ("raiprotocol", "raiclient"):
-        name, data = _wheel(dist)
+def offer(dists: tuple[str, ...] = ("raiprotocol", "raiclient"), pyz_packages: tuple[str, ...] = PYZ_PACKAGES) -> Offer:
+    """Every file GET /client/ can offer, and a line for each it cannot."""
+    files: list[Download] = []
+    missing: list[str] = []
+    try:
+        files.append(Download(PYZ, _pyz(pyz_packages), "application/zip", "one file, any Python >= 3.10: python3 raiclient.pyz submit"))
+    except RuntimeError as exc:
+        missing.append(f"{PYZ}: {exc}")
+    for dist in dists:
+        try:
+            name, data = _wheel(dist)
+        except (importlib.metadata.PackageNotFoundError, RuntimeError):
+            missing.append(f"the {dist} wheel: the distribution {dist} is not installed beside the server")
+            continue
         files.append(Download(name, data, "application/zip", "wheel, for pip install (the full client)"))
-    return {f.name: f for f in files}
+    return Offer({f.name: f for f in files}, tuple(missing))
+
+
+@cache
+def downloads() -> Offer:
+    """The server's own offer, made once per process."""
+    return offer()

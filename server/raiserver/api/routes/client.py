@@ -17,23 +17,27 @@ router = APIRouter(tags=["client"])
 
 @router.get("/client/", response_class=HTMLResponse)
 async def listing() -> HTMLResponse:
-    files = await run_in_threadpool(downloads)
+    made = await run_in_threadpool(downloads)
     rows = "".join(
-        f'<li><a href="{escape(f.name)}">{escape(f.name)}</a> ({len(f.data) // 1024} KiB): {escape(f.what)}</li>\n' for f in files.values()
+        f'<li><a href="{escape(f.name)}">{escape(f.name)}</a> ({len(f.data) // 1024} KiB): {escape(f.what)}</li>\n'
+        for f in made.files.values()
     )
+    rows += "".join(f"<li>Not offered by this server: {escape(line)}</li>\n" for line in made.missing)
     return HTMLResponse(
-        f"<!doctype html>\n<html><head><title>raiclient</title></head><body>\n<h1>raiclient</h1>\n"
+        status_code=200 if made.files else 503,
+        content=f"<!doctype html>\n<html><head><title>raiclient</title></head><body>\n<h1>raiclient</h1>\n"
         f"<p><code>curl -O SERVER/client/raiclient.pyz &amp;&amp; python3 raiclient.pyz submit</code>, or "
-        f"<code>pip install --find-links SERVER/client/ raiclient</code></p>\n<ul>\n{rows}</ul>\n</body></html>\n"
+        f"<code>pip install --find-links SERVER/client/ raiclient</code></p>\n<ul>\n{rows}</ul>\n</body></html>\n",
     )
 
 
 @router.get("/client/{name}")
 async def download(name: str) -> Response:
-    files = await run_in_threadpool(downloads)
-    found = files.get(name)
+    made = await run_in_threadpool(downloads)
+    found = made.files.get(name)
     if found is None:
-        raise HTTPException(404, f"no {name} here; /client/ lists what there is")
+        why = "".join(f"; {line}" for line in made.missing)
+        raise HTTPException(404, f"no {name} here; /client/ lists what there is{why}")
     return Response(
         found.data,
         media_type=found.media_type,
