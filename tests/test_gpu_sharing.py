@@ -138,3 +138,45 @@ def test_profilers_of_jobs_sharing_a_gpu_take_turns(tmp_path, redis_url):
     builds = [_span(jobs[i])[0] for i in ids]
     assert (max(builds) - min(builds)).total_seconds() < 2, "the jobs did not share the GPU"
     assert sum("is profiling: this command waits its turn" in logs[i] for i in ids) >= 2, logs
+
+
+def test_a_profiler_that_keeps_its_turn_while_another_waits_is_stopped_at_the_turn_limit(tmp_path, redis_url):
+    """A student's profiling command that holds the shared GPU's profiler on (``ncu …; sleep``) kept
+    every neighbour's profiler waiting, their time running, for its whole command limit (the wall
+    clock: an hour by default). Past RAI_PROFILER_TURN_SECONDS while another job waits, it is
+    stopped with a line that says why, and the one that waited profiles; alone, nobody stops it."""
+    svc = start_service(
+        tmp_path / "svc",
+        redis_url,
+        None,
+        "process",
+        slots=0,
+        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "2", "RAI_PROFILER_TURN_SECONDS": "2", "RAI_SUBMISSIONS_PER_MINUTE": "1000"},
+    )
+    try:
+        holder = make_project(tmp_path / "holder", ["sh /src/ncu"], extra=GPU, files={"ncu": "echo holding the profiler; sleep 60\n"})
+        waiter = make_project(tmp_path / "waiter", ["sleep 1", "sh /src/ncu"], extra=GPU, files={"ncu": PROFILER})
+        alone = make_project(tmp_path / "alone", ["sh /src/ncu"], extra=GPU, files={"ncu": "sleep 4; echo profiled alone\n"})
+
+        def submit(proj) -> str:
+            res = svc.client("submit", "-p", str(proj), "--detach")
+            assert res.returncode == 0, res.stdout + res.stderr
+            return re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1)
+
+        ids = [submit(holder), submit(waiter)]
+        with svc.http() as h:
+            jobs = jobs_at_their_end(h, ids, 45)
+            logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
+            last = submit(alone)
+            jobs |= jobs_at_their_end(h, [last], 45)
+            logs[last] = h.get(f"/api/v1/jobs/{last}/log.txt").text
+    finally:
+        svc.shutdown()
+
+    held, waited = ids
+    assert jobs[held]["state"] == "timed_out", jobs[held]
+    assert "held this shared GPU's profiler for more than 2 s while another job's profiling command waited its turn" in logs[held]
+    assert jobs[waited]["state"] == "succeeded" and "is profiling: this command waits its turn" in logs[waited], logs[waited]
+    assert "profiled until" in logs[waited]
+    assert (_span(jobs[waited])[1] - _span(jobs[held])[0]).total_seconds() < 20, "the waiter waited for the holder's whole command"
+    assert jobs[last]["state"] == "succeeded" and "profiled alone" in logs[last], logs[last]  # nobody waited: not stopped

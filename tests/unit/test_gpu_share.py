@@ -3,6 +3,7 @@ job of a queue that allows one job per GPU (or a ranked run) has its GPU alone."
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import ExitStack
 
@@ -11,7 +12,7 @@ import pytest
 from raiprotocol.models import GpuInfo
 from raiworker.config import WorkerSettings
 from raiworker.errors import NoGpu
-from raiworker.gpus import ShareWatch, hold_gpus, occupancy
+from raiworker.gpus import ShareWatch, hold_gpus, occupancy, profiler_lock, profiler_turn
 
 GPUS = [GpuInfo(index=0), GpuInfo(index=1)]
 
@@ -63,3 +64,32 @@ def test_jobs_per_gpu_is_read_per_queue(tmp_path, monkeypatch):
     monkeypatch.setenv("RAI_JOBS_PER_GPU", "gpu=99")
     with pytest.raises(ValueError, match="from 1 to 16"):
         WorkerSettings(work_dir=tmp_path, worker_name="w")
+
+
+def test_the_profiler_turn_knows_while_another_job_waits_for_it(tmp_path):
+    """What the turn limit (RAI_PROFILER_TURN_SECONDS) stands on: the holder sees a waiter while it
+    waits and not before or after; the waiter gets the turn once the holder lets it go."""
+    path = profiler_lock(tmp_path, "0")
+    told, got, done = threading.Event(), threading.Event(), threading.Event()
+
+    def waiter() -> None:
+        with profiler_turn(path, done.is_set, told.set) as turn:
+            assert turn is not None and not turn.others_waiting()
+            got.set()
+
+    with profiler_turn(path, lambda: False, lambda: None) as mine:
+        assert mine is not None and not mine.others_waiting()
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        assert told.wait(5)
+        deadline = time.monotonic() + 5
+        while not mine.others_waiting():
+            assert time.monotonic() < deadline, "the holder never saw the waiter"
+            time.sleep(0.05)
+        assert not got.is_set()
+    assert got.wait(5)
+    thread.join(5)
+    with profiler_turn(path, lambda: False, lambda: None) as again:
+        assert again is not None and not again.others_waiting()  # the waiter left no mark
+    again.close()
+    assert not again.others_waiting()  # a closed turn is never asked of a descriptor it no longer owns

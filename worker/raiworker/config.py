@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
 from raiprotocol.settings import CommaList, SharedSettings
@@ -84,6 +84,9 @@ class WorkerSettings(SharedSettings):
         """The most jobs any queue lets share one GPU: the number of shares each GPU is cut in."""
         return max([self.share_for(q) for q in self.queues] + [1])
 
+    # a profiling command on a shared GPU holds its turn (gpus.profiler_turn) at most this long while
+    # another job's waits: past it, it is stopped, so one student cannot keep the profiler from the rest
+    profiler_turn_seconds: int = Field(default=120, gt=0)
     gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"
     work_dir: Path = Path("/var/lib/rai-worker")
 

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from raiprotocol.models import GpuInfo
@@ -239,17 +239,49 @@ def profiler_lock(lock_dir: Path, gpu: str) -> Path:
     return lock_dir / f"gpu{gpu}.profiler.lock"
 
 
+class ProfilerTurn:
+    """A held turn: since when, and whether another job's profiling command waits for it. The
+    watchdog thread asks while the command's thread may end the turn: one lock, so a closed
+    descriptor (its number perhaps reused for another lock file) is never flocked."""
+
+    def __init__(self, waiting_path: Path):
+        self.since = time.monotonic()
+        self._waiting: int | None = os.open(waiting_path, os.O_CREAT | os.O_RDWR, 0o600)
+        self._lock = threading.Lock()
+
+    def others_waiting(self) -> bool:
+        """Each waiter holds the waiting file shared: the exclusive lock is refused while one does."""
+        with self._lock:
+            if self._waiting is None:
+                return False
+            try:
+                fcntl.flock(self._waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(self._waiting, fcntl.LOCK_UN)
+            return False
+
+    def close(self) -> None:
+        with self._lock:
+            if self._waiting is not None:
+                os.close(self._waiting)
+                self._waiting = None
+
+
 @contextmanager
-def profiler_turn(path: Path, stopped: Callable[[], bool], waiting: Callable[[], None]) -> Iterator[bool]:
-    """Hold the GPU's profiler lock while the block runs: True once held; False when ``stopped()``
-    came first (the command's time ran out, the job was cancelled). ``waiting()`` hears it once
-    when another job holds it.
+def profiler_turn(path: Path, stopped: Callable[[], bool], waiting: Callable[[], None]) -> Iterator[ProfilerTurn | None]:
+    """Hold the GPU's profiler lock while the block runs: the turn once held; None when
+    ``stopped()`` came first (the command's time ran out, the job was cancelled). ``waiting()``
+    hears it once when another job holds it; while it waits it holds the waiting file shared, so
+    the holder knows someone waits (``ProfilerTurn.others_waiting``).
 
     The GPU's driver lets one process collect profiling data at a time; ncu's own lock lives in
     each container's /tmp and its process namespace, so profilers in jobs sharing a GPU did not
     wait for each other and failed ("a driver resource was unavailable"). The worker makes them
     take turns from outside the containers, where no job can reach the lock."""
+    waiting_path = path.with_suffix(".waiting")
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    queued: int | None = None  # the waiting file, held shared while this one waits
     try:
         told = False
         while True:
@@ -258,14 +290,27 @@ def profiler_turn(path: Path, stopped: Callable[[], bool], waiting: Callable[[],
                 break
             except BlockingIOError:
                 if stopped():
-                    yield False
+                    yield None
                     return
+                if queued is None:
+                    queued = os.open(waiting_path, os.O_CREAT | os.O_RDWR, 0o600)
+                with suppress(BlockingIOError):  # not blocking: a holder looks with the exclusive lock for a moment only
+                    fcntl.flock(queued, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 if not told:
                     waiting()
                     told = True
                 time.sleep(0.1)
-        yield True
+        if queued is not None:
+            os.close(queued)
+            queued = None
+        turn = ProfilerTurn(waiting_path)
+        try:
+            yield turn
+        finally:
+            turn.close()
     finally:
+        if queued is not None:
+            os.close(queued)
         os.close(fd)
 
 

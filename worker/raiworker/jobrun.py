@@ -215,6 +215,7 @@ class JobRun:
                 ctx = self.context(gpu_ids)
                 if gpu_ids and share > 1:
                     ctx.profiler_lock = profiler_lock(locks, gpu_ids[0])
+                    ctx.profiler_turn_seconds = self.settings.profiler_turn_seconds
                     total = next((g.memory_mb for g in self.gpus if str(g.index) == gpu_ids[0]), None)
                     ctx.gpu_memory_share_mb = total // share if total else None
                     ctx.gpu_jobs_per_gpu = share

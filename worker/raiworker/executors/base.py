@@ -19,7 +19,7 @@ from raiprotocol.models import JobState, MeasuredRun, Phase, TimedRun
 
 from .. import counters
 from ..config import WorkerSettings
-from ..gpus import profiler_turn
+from ..gpus import ProfilerTurn, profiler_turn
 from ..logsink import LogSink
 
 log = logging.getLogger("raiworker")
@@ -46,6 +46,7 @@ class JobContext:
     timed: TimedRun | None = None  # a ranked run: the course's timed command, measured by the executor
     measured: list[MeasuredRun] = field(default_factory=list)  # what each timed run gave
     profiler_lock: Path | None = None  # its GPU is shared: profiling commands take turns on this lock (gpus.profiler_turn)
+    profiler_turn_seconds: int = 120  # the most a turn is held while another job's profiler waits
     gpu_memory_share_mb: int | None = None  # its GPU is shared: the device memory its processes may hold (nvml.MemoryShare)
     gpu_jobs_per_gpu: int = 1  # how many jobs its queue lets share the GPU (for what the job is told)
 
@@ -65,10 +66,17 @@ class Outcome:
 @dataclass
 class _Watch:
     deadline: float = float("inf")
-    reason: str | None = None  # "cancel" | "wall" | "command"
+    reason: str | None = None  # "cancel" | "wall" | "command" | "profiler"
     wall_deadline: float = float("inf")
     command: str = ""
     stop: threading.Event = field(default_factory=threading.Event)
+    turn: ProfilerTurn | None = None  # the shared GPU's profiler turn the running command holds
+    turn_seconds: float = float("inf")
+
+    def overstayed(self) -> bool:
+        """The running command held the profiler's turn past its time while another job waited."""
+        turn = self.turn
+        return turn is not None and time.monotonic() - turn.since > self.turn_seconds and turn.others_waiting()
 
     def arm(self, ctx: JobContext, command: str) -> None:
         """``command`` runs now: it is stopped at the wall clock's end, or at its own limit if sooner."""
@@ -177,6 +185,8 @@ def _watchdog(watch: _Watch, executor: Executor, ctx: JobContext, cancel: thread
             watch.reason = "cancel"
         elif time.monotonic() > watch.deadline:
             watch.reason = "wall" if watch.deadline >= watch.wall_deadline else "command"
+        elif watch.overstayed():
+            watch.reason = "profiler"
         if watch.reason:
             try:
                 executor.kill()
@@ -225,8 +235,12 @@ def _profiler_turn(ctx: JobContext, command: str, sink: LogSink, watch: _Watch) 
         yield True
         return
     said = "Another job on this shared GPU is profiling: this command waits its turn (profilers take turns on a shared GPU)"
-    with profiler_turn(ctx.profiler_lock, lambda: bool(watch.reason), lambda: sink.system(said)) as go:
-        yield go
+    with profiler_turn(ctx.profiler_lock, lambda: bool(watch.reason), lambda: sink.system(said)) as turn:
+        watch.turn, watch.turn_seconds = turn, ctx.profiler_turn_seconds
+        try:
+            yield turn is not None
+        finally:
+            watch.turn = None
 
 
 def _failed(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watch, command: str, code: int) -> Outcome:
@@ -280,5 +294,14 @@ def _watched_end(watch: _Watch, ctx: JobContext) -> Outcome:
             JobState.timed_out,
             failed_command=watch.command,
             message=f"timed out: '{watch.command}' hit the per-command limit of {ctx.command_seconds} s",
+        )
+    if watch.reason == "profiler":
+        return Outcome(
+            JobState.timed_out,
+            failed_command=watch.command,
+            message=(
+                f"stopped: '{watch.command}' held this shared GPU's profiler for more than {ctx.profiler_turn_seconds} s "
+                "while another job's profiling command waited its turn (profilers take turns on a shared GPU)"
+            ),
         )
     return Outcome(JobState.succeeded, exit_code=0)
