@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from helpers.rows import add_job, add_user, add_worker
 
+from raiprotocol.models import JobState
 from raiserver.config import Settings
 from raiserver.jobs.lifecycle import release_jobs
 from raiserver.jobs.views import QueueView
@@ -53,3 +54,24 @@ def test_a_ranked_run_is_released_on_the_reserved_place_however_busy_the_slots(d
     assert released_order(db, settings, 2) == []  # both slots and the one reserved place are held
     add_worker(db, "w2", slots=1)  # a second host: one more slot and one more reserved place
     assert released_order(db, settings, 3) == [shared[2].id, second.id]
+
+
+def test_a_worker_of_two_queues_has_its_slots_handed_out_once(db):
+    """A worker serving two queues runs one set of slots: a job running from one queue holds a slot
+    the other queue cannot have too (counted per queue, both queues were given every slot, and the
+    jobs released past them waited unclaimed, ahead of fairer ones). A job running on a worker
+    that does not serve the queue holds none of its slots."""
+    settings = Settings(staff_priority=False)
+    alice, bob = add_user(db, "alice"), add_user(db, "bob")
+    w2 = add_worker(db, "w2", queues=("gpu", "cpu"), slots=2)
+    cpu = [add_job(db, alice, queue="cpu", seconds_ago=30 - i) for i in range(2)]
+    assert released_order(db, settings, 2) == [j.id for j in cpu]
+    for job in cpu:
+        job.state, job.worker = JobState.running, w2.name
+    db.commit()
+    gpu = add_job(db, bob, queue="gpu", seconds_ago=5)
+    assert released_order(db, settings, 2) == []  # both of w2's slots run cpu jobs
+    add_worker(db, "w3", queues=("cpu",), slots=1)
+    cpu[1].worker = "w3"  # one of them runs elsewhere: w2 has a slot for the gpu queue again
+    db.commit()
+    assert released_order(db, settings, 2) == [gpu.id]

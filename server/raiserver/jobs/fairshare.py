@@ -86,13 +86,19 @@ def free_slots(db: Session, queue: str, dead_after: float) -> tuple[int, int]:
     ranked runs (``Job.reserved``) have a place of their own on each live worker host (its reserved
     pool process, issue 32), so a ranked run is never held in the queue behind other jobs, and while
     it waits for its host to empty it holds none of the slots. Only runs the service builds and
-    times take it: a student's ``exclusive: true`` runs alone but waits its turn on the slots."""
+    times take it: a student's ``exclusive: true`` runs alone but waits its turn on the slots.
+
+    A worker serving several queues has one set of slots for all of them: what runs on the queue's
+    workers counts whatever its queue (counted per queue, a worker of two queues had its slots
+    handed out twice), and so do this queue's jobs released and not yet claimed."""
     live = live_workers(db, dead_after, queue)
     rows = db.execute(
         select(Job.reserved, func.count())
         .where(
-            Job.queue == queue,
-            or_(Job.state == JobState.running, (Job.state == JobState.queued) & Job.released_at.is_not(None)),
+            or_(
+                (Job.state == JobState.running) & Job.worker.in_([w.name for w in live]),
+                (Job.queue == queue) & (Job.state == JobState.queued) & Job.released_at.is_not(None),
+            )
         )
         .group_by(Job.reserved)
     ).all()
