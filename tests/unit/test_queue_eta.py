@@ -180,3 +180,19 @@ def test_jobs_running_on_every_slot_never_make_the_wait_zero(db):
     view = QueueView(db, settings)
     assert view.eta(first, view.position(first)) == 10
     assert view.eta(second, view.position(second)) == 10  # four slots: both start when the next one frees
+
+
+def test_a_job_of_another_queue_on_the_same_worker_holds_its_slot(db):
+    """A worker of two queues runs one set of slots: a gpu job waits for the cpu job that holds the
+    only slot (its ETA said 'now' while the cpu job ran)."""
+    settings = Settings(wall_seconds=600)
+    add_worker(db, queues=("gpu", "cpu"), slots=1)
+    alice = add_user(db, "alice")
+    for _ in range(3):
+        finished(db, alice, 60)
+    cpu = running(db, alice, ran=15)
+    cpu.queue = "cpu"
+    db.commit()
+    waiting = add_job(db, alice)
+    view = QueueView(db, settings)
+    assert view.eta(waiting, view.position(waiting)) >= 30

@@ -44,10 +44,6 @@ def live_workers(db: Session, dead_after: float, queue: str | None = None) -> li
     return [w for w in rows if queue is None or queue in (w.queues or [])]
 
 
-def live_slots(db: Session, queue: str, dead_after: float) -> int:
-    return sum(w.slots for w in live_workers(db, dead_after, queue))
-
-
 def known_queues(db: Session, default_queue: str) -> list[str]:
     """Queues that a worker served in the last day, plus the default one (which jobs may await)."""
     cutoff = utcnow() - timedelta(days=1)

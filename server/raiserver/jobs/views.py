@@ -9,14 +9,14 @@ import heapq
 from collections import Counter
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import JobOut, JobResultSummary, JobState, QueueSummary
 from raiprotocol.states import UNFINISHED
 from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
-from raiserver.fleet.workers import live_slots, live_workers
+from raiserver.fleet.workers import live_workers
 from raiserver.grading.kinds import Deadlines, in_words
 from raiserver.jobs.fairshare import fair_order
 from raiserver.jobs.lifecycle import claimed_at, phases_of, wall_limit
@@ -165,13 +165,16 @@ class QueueView:
 
     def _schedule(self, queue: str) -> dict[str, float] | None:
         """Every waiting job's start, seconds from now: the slots' free times in a heap, the
-        released jobs first (they start as soon as a worker takes them), then the fair order."""
-        slots = live_slots(self.db, queue, self.settings.worker_dead_after)
+        released jobs first (they start as soon as a worker takes them), then the fair order. A
+        job of another queue on one of this queue's workers holds one of its slots too."""
+        live = live_workers(self.db, self.settings.worker_dead_after, queue)
+        slots = sum(w.slots for w in live)
         if slots == 0:
             return None
         now = utcnow()
         frees = []
-        for running in self.db.scalars(select(Job).where(Job.queue == queue, Job.state == JobState.running, Job.waiting.is_(None))):
+        on_its_slots = or_(Job.queue == queue, Job.worker.in_([w.name for w in live]))
+        for running in self.db.scalars(select(Job).where(on_its_slots, Job.state == JobState.running, Job.waiting.is_(None))):
             claimed = claimed_at(running)
             frees.append(self.remaining(running, (now - claimed).total_seconds() if claimed else 0.0))
         frees += [0.0] * max(slots - len(frees), 0)  # idle slots free now
