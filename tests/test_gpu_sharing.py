@@ -180,3 +180,43 @@ def test_a_profiler_that_keeps_its_turn_while_another_waits_is_stopped_at_the_tu
     assert "profiled until" in logs[waited]
     assert (_span(jobs[waited])[1] - _span(jobs[held])[0]).total_seconds() < 20, "the waiter waited for the holder's whole command"
     assert jobs[last]["state"] == "succeeded" and "profiled alone" in logs[last], logs[last]  # nobody waited: not stopped
+
+
+def test_a_job_profiling_command_after_command_lets_the_waiting_job_have_the_next_turn(tmp_path, redis_url):
+    """The hostile review: a job whose profiling came as many short commands took the lock back
+    ~10 ms after each, before the waiter's next look (every 0.1 s), and kept the turn for all
+    eight (the waiter waited 1.6 -> 20.4 s with a 3 s turn limit). A job that finds another
+    waiting lets it take a free turn first."""
+    svc = start_service(
+        tmp_path / "svc",
+        redis_url,
+        None,
+        "process",
+        slots=0,
+        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "2", "RAI_PROFILER_TURN_SECONDS": "30", "RAI_SUBMISSIONS_PER_MINUTE": "1000"},
+    )
+    try:
+        many = make_project(tmp_path / "many", ["sh /src/ncu"] * 6, extra=GPU, files={"ncu": PROFILER})
+        one = make_project(tmp_path / "one", ["sleep 1", "sh /src/ncu"], extra=GPU, files={"ncu": PROFILER})
+        ids = []
+        for proj in (many, one):
+            res = svc.client("submit", "-p", str(proj), "--detach")
+            assert res.returncode == 0, res.stdout + res.stderr
+            ids.append(re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1))
+        with svc.http() as h:
+            jobs = jobs_at_their_end(h, ids, 90)
+            logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
+    finally:
+        svc.shutdown()
+
+    assert all(j["state"] == "succeeded" for j in jobs.values()), {i: j["state"] for i, j in jobs.items()}
+
+    def spans(log: str) -> list[tuple[float, float]]:
+        starts = [float(t) for t in re.findall(r"profiling from ([\d.]+)", log)]
+        return list(zip(starts, [float(t) for t in re.findall(r"profiled until ([\d.]+)", log)], strict=True))
+
+    held, waited = spans(logs[ids[0]]), spans(logs[ids[1]])
+    assert len(held) == 6 and len(waited) == 1
+    everything = sorted(held + waited)
+    assert all(a[1] <= b[0] for a, b in zip(everything, everything[1:], strict=False)), f"two profilers ran at once: {everything}"
+    assert waited[0][0] < held[2][0], f"the waiter waited past the other job's next turns: {held} / {waited}"

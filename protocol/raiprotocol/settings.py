@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BeforeValidator, model_validator
+from pydantic import BeforeValidator, ValidationError, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -25,6 +25,28 @@ RENAMED = {"RAI_JOB_WALL_SECONDS": "RAI_WALL_SECONDS", "RAI_JOB_MEMORY_MB": "RAI
 
 
 _Settings = TypeVar("_Settings", bound="SharedSettings")
+_SECRET_WORDS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "URL")  # their values are not echoed
+
+
+def settings_problem(exc: ValueError) -> str:
+    """A refused setting as the operator wrote it: ``RAI_PROFILER_TURN_SECONDS: Input should be
+    greater than 0 (it is '0')``, not pydantic's field name and help link."""
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    lines = []
+    for error in exc.errors():
+        loc = error.get("loc") or ()
+        name = f"RAI_{str(loc[0]).upper()}" if loc else ""
+        msg = error["msg"].removeprefix("Value error, ")
+        if not loc or name in msg:  # a check of ours that says it all
+            lines.append(msg)
+            continue
+        line = f"{name}: {msg}"
+        given = error.get("input")
+        if isinstance(given, str | int | float) and not any(word in name for word in _SECRET_WORDS):
+            line += f" (it is {given!r})"
+        lines.append(line)
+    return "; ".join(lines)
 
 
 class SharedSettings(BaseSettings):

@@ -56,3 +56,23 @@ def test_importing_the_worker_does_no_work(tmp_path):
     )
     assert res.stdout.strip() == "ok", res.stderr
     assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "env,said",
+    [
+        ({"RAI_PROFILER_TURN_SECONDS": "0"}, "RAI_PROFILER_TURN_SECONDS: Input should be greater than 0 (it is '0')"),
+        ({"RAI_SLOTS": "many"}, "RAI_SLOTS: Input should be a valid integer, unable to parse string as an integer (it is 'many')"),
+        ({"RAI_JOBS_PER_GPU": "17"}, "RAI_JOBS_PER_GPU for '*' is 17: from 1 to 16"),
+        ({"RAI_JOB_WALL_SECONDS": "60"}, "RAI_JOB_WALL_SECONDS is now RAI_WALL_SECONDS"),
+    ],
+)
+def test_a_bad_setting_stops_the_worker_named_as_the_operator_wrote_it(tmp_path, env, said):
+    res = subprocess.run(
+        [sys.executable, "-m", "raiworker.cli", "run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_WORK_DIR": str(tmp_path / "w"), **env},
+    )
+    assert res.returncode == 2 and res.stderr.strip() == f"raiworker: bad settings: {said}", res.stderr

@@ -8,6 +8,8 @@ import shutil
 
 import typer
 
+from raiprotocol.settings import settings_problem
+
 from .config import WorkerSettings
 from .errors import ExecutorUnavailable
 from .executors import executor_class
@@ -39,7 +41,7 @@ def run(
     try:
         settings = WorkerSettings.load()
     except ValueError as exc:  # pydantic's ValidationError: say which setting, and stop
-        typer.echo(f"raiworker: bad settings: {exc}", err=True)
+        typer.echo(f"raiworker: bad settings: {settings_problem(exc)}", err=True)
         raise typer.Exit(2) from None
     prepare(settings.work_dir)  # before the pool forks: job counters from every process
     rt = WorkerRuntime.start(settings)
@@ -119,7 +121,7 @@ def _images_settings() -> WorkerSettings:  # the work folder and RAI_WORKER_IMAG
     try:
         return WorkerSettings.load()
     except ValueError as exc:
-        typer.echo(f"raiworker: bad settings: {exc}", err=True)
+        typer.echo(f"raiworker: bad settings: {settings_problem(exc)}", err=True)
         raise typer.Exit(2) from None
 
 

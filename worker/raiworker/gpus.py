@@ -239,6 +239,19 @@ def profiler_lock(lock_dir: Path, gpu: str) -> Path:
     return lock_dir / f"gpu{gpu}.profiler.lock"
 
 
+HANDOFF = 0.5  # a profiler that finds another job's waiting lets it take a free turn first (it polls every 0.1 s)
+
+
+def _waited_on(fd: int) -> bool:
+    """Each waiter holds the waiting file shared: the exclusive lock is refused while one does."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
 class ProfilerTurn:
     """A held turn: since when, and whether another job's profiling command waits for it. The
     watchdog thread asks while the command's thread may end the turn: one lock, so a closed
@@ -250,16 +263,8 @@ class ProfilerTurn:
         self._lock = threading.Lock()
 
     def others_waiting(self) -> bool:
-        """Each waiter holds the waiting file shared: the exclusive lock is refused while one does."""
         with self._lock:
-            if self._waiting is None:
-                return False
-            try:
-                fcntl.flock(self._waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(self._waiting, fcntl.LOCK_UN)
-            return False
+            return self._waiting is not None and _waited_on(self._waiting)
 
     def close(self) -> None:
         with self._lock:
@@ -273,43 +278,46 @@ def profiler_turn(path: Path, stopped: Callable[[], bool], waiting: Callable[[],
     """Hold the GPU's profiler lock while the block runs: the turn once held; None when
     ``stopped()`` came first (the command's time ran out, the job was cancelled). ``waiting()``
     hears it once when another job holds it; while it waits it holds the waiting file shared, so
-    the holder knows someone waits (``ProfilerTurn.others_waiting``).
+    the holder knows someone waits (``ProfilerTurn.others_waiting``). One that arrives while
+    another job already waits does not take the turn from under it: a job running profiler after
+    profiler took the lock back ~10 ms after each, before the waiter's next look, and kept it.
 
     The GPU's driver lets one process collect profiling data at a time; ncu's own lock lives in
     each container's /tmp and its process namespace, so profilers in jobs sharing a GPU did not
     wait for each other and failed ("a driver resource was unavailable"). The worker makes them
-    take turns from outside the containers, where no job can reach the lock."""
+    take turns from outside the containers, where no container can reach the lock (the process
+    executor's jobs run as the worker's user and can: trusted work only)."""
     waiting_path = path.with_suffix(".waiting")
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    queued: int | None = None  # the waiting file, held shared while this one waits
+    queued = os.open(waiting_path, os.O_CREAT | os.O_RDWR, 0o600)  # held shared while this one waits
     try:
         told = False
+        first_try = time.monotonic() + HANDOFF if _waited_on(queued) else 0.0
         while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if stopped():
-                    yield None
-                    return
-                if queued is None:
-                    queued = os.open(waiting_path, os.O_CREAT | os.O_RDWR, 0o600)
-                with suppress(BlockingIOError):  # not blocking: a holder looks with the exclusive lock for a moment only
-                    fcntl.flock(queued, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                if not told:
-                    waiting()
-                    told = True
-                time.sleep(0.1)
-        if queued is not None:
-            os.close(queued)
-            queued = None
+            if time.monotonic() >= first_try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    pass
+            if stopped():
+                yield None
+                return
+            with suppress(BlockingIOError):  # not blocking: a holder looks with the exclusive lock for a moment only
+                fcntl.flock(queued, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            if not told and time.monotonic() >= first_try:
+                waiting()
+                told = True
+            time.sleep(0.1)
+        os.close(queued)
+        queued = -1
         turn = ProfilerTurn(waiting_path)
         try:
             yield turn
         finally:
             turn.close()
     finally:
-        if queued is not None:
+        if queued >= 0:
             os.close(queued)
         os.close(fd)
 

@@ -10,6 +10,7 @@ import uvicorn
 from rich.console import Console
 
 from raiprotocol.profile import Profile, write_profile
+from raiprotocol.settings import settings_problem
 from raiserver.access.auth import create_user, rotate_keys
 from raiserver.access.guard import CERTFILE_ENV, KEYFILE_ENV, UVICORN_OPTIONS, tls_context
 from raiserver.access.hardening import check_deployment, private_files, write_secrets_file
@@ -30,7 +31,7 @@ def checked_settings() -> Settings:
     try:
         settings = load_settings()
     except ValueError as exc:  # pydantic's ValidationError
-        Console(stderr=True).print(f"raiserver: bad settings: {exc}", markup=False)
+        Console(stderr=True).print(f"raiserver: bad settings: {settings_problem(exc)}", markup=False)
         raise typer.Exit(2) from None
     private_files(settings)
     return settings

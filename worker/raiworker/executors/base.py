@@ -234,7 +234,10 @@ def _profiler_turn(ctx: JobContext, command: str, sink: LogSink, watch: _Watch) 
     if ctx.profiler_lock is None or not is_profiled(command):
         yield True
         return
-    said = "Another job on this shared GPU is profiling: this command waits its turn (profilers take turns on a shared GPU)"
+    said = (
+        "Another job on this shared GPU is profiling: this command waits its turn (profilers take turns on a shared GPU; "
+        f"a command holds the turn at most {ctx.profiler_turn_seconds} s while another waits)"
+    )
     with profiler_turn(ctx.profiler_lock, lambda: bool(watch.reason), lambda: sink.system(said)) as turn:
         watch.turn, watch.turn_seconds = turn, ctx.profiler_turn_seconds
         try:
@@ -301,7 +304,8 @@ def _watched_end(watch: _Watch, ctx: JobContext) -> Outcome:
             failed_command=watch.command,
             message=(
                 f"stopped: '{watch.command}' held this shared GPU's profiler for more than {ctx.profiler_turn_seconds} s "
-                "while another job's profiling command waited its turn (profilers take turns on a shared GPU)"
+                "while another job's profiling command waited its turn (profilers take turns on a shared GPU: "
+                "profile less in one command, e.g. ncu -c or -k, or in several commands)"
             ),
         )
     return Outcome(JobState.succeeded, exit_code=0)
