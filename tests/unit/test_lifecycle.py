@@ -59,7 +59,7 @@ def test_a_cancel_wins_over_the_failure_it_caused(db, services):
     claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
     cancel_job(db, services, job, alice)
     assert job.state is JobState.running and job.cancel_requested  # the worker stops it
-    assert ("sys", "Cancel requested by alice; stopping the container") in log_of(services, job.id)
+    assert ("sys", "Cancel requested by alice; stopping its commands") in log_of(services, job.id)
     update_job(db, services, job.id, JobUpdate(attempt=1, state=JobState.failed, exit_code=137, message="killed"))
     assert job.state is JobState.cancelled
 

@@ -250,7 +250,7 @@ def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
         audit(db, by.username, "job.cancel", job.id, owner=job.owner.username)
     db.commit()
     svc.logs.request_cancel(job.id)
-    svc.logs.system(job.id, f"Cancel requested by {by.username}; stopping the container")
+    svc.logs.system(job.id, f"Cancel requested by {by.username}; stopping its commands")
 
 
 def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGranted:
