@@ -44,6 +44,8 @@ def main() -> None:
     holder = project(tmp / "holder", [keeps])
     waiter = project(tmp / "waiter", ["sleep 6", NCU])
     alone = project(tmp / "alone", [f"sh -c 'for i in $(seq 6); do {NCU} || exit 1; done'"])
+    many = project(tmp / "many", [NCU] * 6)  # profiling as six commands: the turn is handed on between them
+    other = project(tmp / "other", ["sleep 6", NCU])
     env = {
         "RAI_JOBS_PER_GPU": "2",
         "RAI_PROFILER_TURN_SECONDS": str(args.turn),
@@ -76,6 +78,7 @@ def main() -> None:
         t0 = time.monotonic()
         single = finish([submit(alone)], 240)
         alone_s = time.monotonic() - t0
+        handed = finish([submit(many), submit(other)], 240)
     for name, job in zip(["holder", "waiter", "alone"], [*pair.values(), *single.values()], strict=True):
         (out / f"{name}.log.txt").write_text(job["log"])
         log = job["log"]
@@ -85,6 +88,16 @@ def main() -> None:
             f"stopped at the turn limit: {'held this shared GPU' in log}"
         )
     print(f"holder + waiter drained in {pair_s:.1f} s (the holder alone would profile ~120 s); alone: {alone_s:.1f} s")
+    six, one = handed.values()
+    (out / "many.log.txt").write_text(six["log"])
+    (out / "other.log.txt").write_text(one["log"])
+    ended = max(p["at"] for p in one["phases"] if p["name"] == "command ended")
+    before = sum(1 for p in six["phases"] if p["name"] == "command started" and "ncu" in (p["detail"] or "") and p["at"] < ended)
+    print(
+        f"six ncu commands and one more job's: {six['state']} / {one['state']}, ncu errors "
+        f"{six['log'].count('==ERROR==') + one['log'].count('==ERROR==')}; the other job's ncu waited its turn: "
+        f"{'waits its turn' in one['log']}, and ended before the six-command job's ncu command {before + 1} of 6 started"
+    )
 
 
 if __name__ == "__main__":

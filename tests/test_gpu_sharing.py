@@ -31,6 +31,34 @@ def _span(job: dict) -> tuple[datetime, datetime]:
     return datetime.fromisoformat(started[0]), datetime.fromisoformat(ended[-1])
 
 
+PROFILER = "echo profiling from $(date +%s.%N); sleep 2; echo profiled until $(date +%s.%N)\n"
+
+
+def _shared_gpu(tmp_path, redis_url, jobs_per_gpu: int, **env: str):
+    """The whole service with the process executor and one GPU that jobs share."""
+    extra = {"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": str(jobs_per_gpu), "RAI_SUBMISSIONS_PER_MINUTE": "1000", **env}
+    return start_service(tmp_path / "svc", redis_url, None, "process", slots=0, extra_env=extra)
+
+
+def _submitted(svc, proj) -> str:
+    res = svc.client("submit", "-p", str(proj), "--detach")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1)
+
+
+def _ended(svc, ids: list[str], timeout: float) -> tuple[dict[str, dict], dict[str, str]]:
+    """Each job at its end, and its log."""
+    with svc.http() as h:
+        jobs = jobs_at_their_end(h, ids, timeout)
+        return jobs, {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
+
+
+def _profiled(log: str) -> list[tuple[float, float]]:
+    """When each of a log's PROFILER runs started and ended."""
+    starts = [float(t) for t in re.findall(r"profiling from ([\d.]+)", log)]
+    return list(zip(starts, [float(t) for t in re.findall(r"profiled until ([\d.]+)", log)], strict=True))
+
+
 def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_url):
     svc = start_service(
         tmp_path / "svc",
@@ -50,12 +78,7 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
         shared = make_project(tmp_path / "shared", SHARED, extra=GPU)
         alone = make_project(tmp_path / "alone", SHARED, extra=ALONE)
 
-        def submit(proj) -> str:
-            res = svc.client("submit", "-p", str(proj), "--detach")
-            assert res.returncode == 0, res.stdout + res.stderr
-            return re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1)
-
-        first = [submit(shared) for _ in range(4)]
+        first = [_submitted(svc, shared) for _ in range(4)]
         seen_busy = 0
         with svc.http() as h:
             deadline = time.monotonic() + 60
@@ -72,9 +95,9 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
             assert token is not None
             web.post("/login", data={"access_key": prof.access_key, "secret_key": prof.secret_key, "csrf": token.group(1)})
             page = web.get("/workers")
-        ranked = submit(alone)
+        ranked = _submitted(svc, alone)
         time.sleep(1.0)  # the ranked run now waits for the host
-        later = [submit(shared) for _ in range(2)]
+        later = [_submitted(svc, shared) for _ in range(2)]
         ids = first + [ranked] + later
         with svc.http() as h:
             jobs = jobs_at_their_end(h, ids, 120)
@@ -100,40 +123,21 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
     assert page.status_code == 200 and re.search(r"[1-4]/4 jobs", page.text), page.text
 
 
-PROFILER = "echo profiling from $(date +%s.%N); sleep 2; echo profiled until $(date +%s.%N)\n"
-
-
 def test_profilers_of_jobs_sharing_a_gpu_take_turns(tmp_path, redis_url):
     """Issue 38: the GPU's driver lets one process at a time collect profiling data, and ncu's own
     lock does not reach across containers (on the H100, 34 of 40 shared runs failed with "a driver
     resource was unavailable"). Jobs sharing a GPU run together, but their profiling commands take
     turns, and the one that waits says so; a job with the GPU alone never waits for one."""
-    svc = start_service(
-        tmp_path / "svc",
-        redis_url,
-        None,
-        "process",
-        slots=0,
-        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "3", "RAI_SUBMISSIONS_PER_MINUTE": "1000"},
-    )
+    svc = _shared_gpu(tmp_path, redis_url, 3)
     try:
         proj = make_project(tmp_path / "prof", ["sh -c 'sleep 1; echo built'", "sh /src/ncu"], extra=GPU, files={"ncu": PROFILER})
-        ids = []
-        for _ in range(3):
-            res = svc.client("submit", "-p", str(proj), "--detach")
-            assert res.returncode == 0, res.stdout + res.stderr
-            ids.append(re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1))
-        with svc.http() as h:
-            jobs = jobs_at_their_end(h, ids, 90)
-            logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
+        ids = [_submitted(svc, proj) for _ in range(3)]
+        jobs, logs = _ended(svc, ids, 90)
     finally:
         svc.shutdown()
 
     assert all(j["state"] == "succeeded" for j in jobs.values()), {i: j["state"] for i, j in jobs.items()}
-    spans = sorted(
-        (float(re.search(r"profiling from ([\d.]+)", logs[i]).group(1)), float(re.search(r"profiled until ([\d.]+)", logs[i]).group(1)))
-        for i in ids
-    )
+    spans = sorted(span for i in ids for span in _profiled(logs[i]))
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), f"two profilers ran at once: {spans}"
     builds = [_span(jobs[i])[0] for i in ids]
     assert (max(builds) - min(builds)).total_seconds() < 2, "the jobs did not share the GPU"
@@ -145,31 +149,17 @@ def test_a_profiler_that_keeps_its_turn_while_another_waits_is_stopped_at_the_tu
     every neighbour's profiler waiting, their time running, for its whole command limit (the wall
     clock: an hour by default). Past RAI_PROFILER_TURN_SECONDS while another job waits, it is
     stopped with a line that says why, and the one that waited profiles; alone, nobody stops it."""
-    svc = start_service(
-        tmp_path / "svc",
-        redis_url,
-        None,
-        "process",
-        slots=0,
-        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "2", "RAI_PROFILER_TURN_SECONDS": "2", "RAI_SUBMISSIONS_PER_MINUTE": "1000"},
-    )
+    svc = _shared_gpu(tmp_path, redis_url, 2, RAI_PROFILER_TURN_SECONDS="2")
     try:
         holder = make_project(tmp_path / "holder", ["sh /src/ncu"], extra=GPU, files={"ncu": "echo holding the profiler; sleep 60\n"})
         waiter = make_project(tmp_path / "waiter", ["sleep 1", "sh /src/ncu"], extra=GPU, files={"ncu": PROFILER})
         alone = make_project(tmp_path / "alone", ["sh /src/ncu"], extra=GPU, files={"ncu": "sleep 4; echo profiled alone\n"})
-
-        def submit(proj) -> str:
-            res = svc.client("submit", "-p", str(proj), "--detach")
-            assert res.returncode == 0, res.stdout + res.stderr
-            return re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1)
-
-        ids = [submit(holder), submit(waiter)]
-        with svc.http() as h:
-            jobs = jobs_at_their_end(h, ids, 45)
-            logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
-            last = submit(alone)
-            jobs |= jobs_at_their_end(h, [last], 45)
-            logs[last] = h.get(f"/api/v1/jobs/{last}/log.txt").text
+        ids = [_submitted(svc, holder), _submitted(svc, waiter)]
+        jobs, logs = _ended(svc, ids, 45)
+        last = _submitted(svc, alone)
+        after, after_log = _ended(svc, [last], 45)
+        jobs |= after
+        logs |= after_log
     finally:
         svc.shutdown()
 
@@ -187,35 +177,17 @@ def test_a_job_profiling_command_after_command_lets_the_waiting_job_have_the_nex
     ~10 ms after each, before the waiter's next look (every 0.1 s), and kept the turn for all
     eight (the waiter waited 1.6 -> 20.4 s with a 3 s turn limit). A job that finds another
     waiting lets it take a free turn first."""
-    svc = start_service(
-        tmp_path / "svc",
-        redis_url,
-        None,
-        "process",
-        slots=0,
-        extra_env={"RAI_GPUS": "0", "RAI_JOBS_PER_GPU": "2", "RAI_PROFILER_TURN_SECONDS": "30", "RAI_SUBMISSIONS_PER_MINUTE": "1000"},
-    )
+    svc = _shared_gpu(tmp_path, redis_url, 2, RAI_PROFILER_TURN_SECONDS="30")
     try:
         many = make_project(tmp_path / "many", ["sh /src/ncu"] * 6, extra=GPU, files={"ncu": PROFILER})
         one = make_project(tmp_path / "one", ["sleep 1", "sh /src/ncu"], extra=GPU, files={"ncu": PROFILER})
-        ids = []
-        for proj in (many, one):
-            res = svc.client("submit", "-p", str(proj), "--detach")
-            assert res.returncode == 0, res.stdout + res.stderr
-            ids.append(re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1))
-        with svc.http() as h:
-            jobs = jobs_at_their_end(h, ids, 90)
-            logs = {i: h.get(f"/api/v1/jobs/{i}/log.txt").text for i in ids}
+        ids = [_submitted(svc, many), _submitted(svc, one)]
+        jobs, logs = _ended(svc, ids, 90)
     finally:
         svc.shutdown()
 
     assert all(j["state"] == "succeeded" for j in jobs.values()), {i: j["state"] for i, j in jobs.items()}
-
-    def spans(log: str) -> list[tuple[float, float]]:
-        starts = [float(t) for t in re.findall(r"profiling from ([\d.]+)", log)]
-        return list(zip(starts, [float(t) for t in re.findall(r"profiled until ([\d.]+)", log)], strict=True))
-
-    held, waited = spans(logs[ids[0]]), spans(logs[ids[1]])
+    held, waited = _profiled(logs[ids[0]]), _profiled(logs[ids[1]])
     assert len(held) == 6 and len(waited) == 1
     everything = sorted(held + waited)
     assert all(a[1] <= b[0] for a, b in zip(everything, everything[1:], strict=False)), f"two profilers ran at once: {everything}"
