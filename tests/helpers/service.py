@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from raiprotocol.states import JobState
 from raiserver.ops import launch
 from raiserver.ops.launch import Part, free_port
 
@@ -45,7 +46,7 @@ def jobs_at_their_end(h: httpx.Client, ids: list[str], timeout: float) -> dict[s
     deadline = time.monotonic() + timeout
     while True:
         jobs = {i: h.get(f"/api/v1/jobs/{i}").json() for i in ids}
-        if all(j["state"] in ("succeeded", "failed", "error") for j in jobs.values()) or time.monotonic() >= deadline:
+        if all(JobState(j["state"]).finished for j in jobs.values()) or time.monotonic() >= deadline:
             return jobs
         time.sleep(0.5)
 
