@@ -38,10 +38,14 @@ def test_the_next_job_takes_a_fresh_container_started_ahead(tmp_path, redis_url,
         assert f"id={b}" in out_b and "1000" in out_b.splitlines()
         host_b = next(line for line in out_b.splitlines() if line.startswith("host="))
         assert host_b != host_a and host_b == f"host={spare[0].id[:12]}"
-        # B's container is gone, and another one waits: never the same container twice
+        # another one waits, and B's container is gone (removed once the next one is made, in the
+        # background, within seconds): never the same container twice
         wait_for(lambda: [c for c in spares(docker_engine) if c.id != spare[0].id], what="the next spare")
-        ids = {c.id for c in docker_engine.containers.list(all=True, filters={"label": "rai.worker=w1"})}
-        assert spare[0].id not in ids
+
+        def gone() -> bool:
+            return spare[0].id not in {c.id for c in docker_engine.containers.list(all=True, filters={"label": "rai.worker=w1"})}
+
+        wait_for(gone, timeout=10, what="B's container removed")
         with svc.http() as h:
             phases = [p["name"] for p in h.get(f"/api/v1/jobs/{b}").json()["phases"]]
         assert "container started" in phases
