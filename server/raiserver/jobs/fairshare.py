@@ -13,13 +13,13 @@ from __future__ import annotations
 import heapq
 from datetime import datetime
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import JobState
 from raiserver.access.permissions import is_staff
 from raiserver.fleet.workers import live_workers
-from raiserver.store.tables import Job
+from raiserver.store.tables import Job, Worker
 
 
 def _priority(job: Job, staff_priority: bool, priority_kinds: set[str]) -> int:
@@ -81,6 +81,12 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
     return order
 
 
+def runs_on(live: list[Worker]) -> ColumnElement[bool]:
+    """A job these workers run: it holds one of their slots (or reserved places) whatever its
+    queue, since a worker serving several queues has one set of slots for all of them."""
+    return (Job.state == JobState.running) & Job.worker.in_([w.name for w in live])
+
+
 def free_slots(db: Session, queue: str, dead_after: float) -> tuple[int, int]:
     """(free slots, free reserved places) of the queue. Other jobs fill the live workers' slots;
     ranked runs (``Job.reserved``) have a place of their own on each live worker host (its reserved
@@ -96,7 +102,7 @@ def free_slots(db: Session, queue: str, dead_after: float) -> tuple[int, int]:
         select(Job.reserved, func.count())
         .where(
             or_(
-                (Job.state == JobState.running) & Job.worker.in_([w.name for w in live]),
+                runs_on(live),
                 (Job.queue == queue) & (Job.state == JobState.queued) & Job.released_at.is_not(None),
             )
         )

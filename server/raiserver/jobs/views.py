@@ -18,7 +18,7 @@ from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_workers
 from raiserver.grading.kinds import Deadlines, in_words
-from raiserver.jobs.fairshare import fair_order
+from raiserver.jobs.fairshare import fair_order, runs_on
 from raiserver.jobs.lifecycle import claimed_at, phases_of, wall_limit
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, User
@@ -173,8 +173,8 @@ class QueueView:
             return None
         now = utcnow()
         frees = []
-        on_its_slots = or_(Job.queue == queue, Job.worker.in_([w.name for w in live]))
-        for running in self.db.scalars(select(Job).where(on_its_slots, Job.state == JobState.running, Job.waiting.is_(None))):
+        mine = (Job.queue == queue) & (Job.state == JobState.running)
+        for running in self.db.scalars(select(Job).where(or_(mine, runs_on(live)), Job.waiting.is_(None))):
             claimed = claimed_at(running)
             frees.append(self.remaining(running, (now - claimed).total_seconds() if claimed else 0.0))
         frees += [0.0] * max(slots - len(frees), 0)  # idle slots free now

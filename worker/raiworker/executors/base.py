@@ -71,12 +71,11 @@ class _Watch:
     command: str = ""
     stop: threading.Event = field(default_factory=threading.Event)
     turn: ProfilerTurn | None = None  # the shared GPU's profiler turn the running command holds
-    turn_seconds: float = float("inf")
 
-    def overstayed(self) -> bool:
-        """The running command held the profiler's turn past its time while another job waited."""
+    def overstayed(self, limit: float) -> bool:
+        """The running command held the profiler's turn past ``limit`` s while another job waited."""
         turn = self.turn
-        return turn is not None and time.monotonic() - turn.since > self.turn_seconds and turn.others_waiting()
+        return turn is not None and time.monotonic() - turn.since > limit and turn.others_waiting()
 
     def arm(self, ctx: JobContext, command: str) -> None:
         """``command`` runs now: it is stopped at the wall clock's end, or at its own limit if sooner."""
@@ -185,7 +184,7 @@ def _watchdog(watch: _Watch, executor: Executor, ctx: JobContext, cancel: thread
             watch.reason = "cancel"
         elif time.monotonic() > watch.deadline:
             watch.reason = "wall" if watch.deadline >= watch.wall_deadline else "command"
-        elif watch.overstayed():
+        elif watch.overstayed(ctx.profiler_turn_seconds):
             watch.reason = "profiler"
         if watch.reason:
             try:
@@ -239,7 +238,7 @@ def _profiler_turn(ctx: JobContext, command: str, sink: LogSink, watch: _Watch) 
         f"a command holds the turn at most {ctx.profiler_turn_seconds} s while another waits)"
     )
     with profiler_turn(ctx.profiler_lock, lambda: bool(watch.reason), lambda: sink.system(said)) as turn:
-        watch.turn, watch.turn_seconds = turn, ctx.profiler_turn_seconds
+        watch.turn = turn
         try:
             yield turn is not None
         finally:
