@@ -27,12 +27,24 @@ def one_line(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
-# What renders as nothing at the start of a line: format characters (zero-width spaces and joiners,
-# U+FEFF, the bidi controls), combining marks, spaces, controls, unassigned and private-use code
-# points (a newer terminal or a font may draw them as nothing), and the blank letters and symbols
-# below. A line that starts with any run of them and then rai's mark looks like rai's own line.
+# What may come before rai's mark on a line that still shows the mark first, decided by Unicode's
+# properties (a rule, so a character the last review did not try is covered too):
+# - the general categories that draw nothing or only blank space: controls, format characters
+#   (zero-width spaces and joiners, U+FEFF, the bidi controls, tags), combining marks, spaces and
+#   separators, and unassigned, private-use and surrogate code points (a newer terminal or a font
+#   may draw them as nothing);
+# - Default_Ignorable_Code_Point, which Unicode says to draw as nothing (the Hangul fillers, Lo);
+# - the Hangul conjoining vowels and finals (Hangul_Syllable_Type V and T, U+1160-U+11FF and
+#   U+D7B0-U+D7FF, Lo): with no leading consonant before them, terminals draw them zero-wide;
+# - the blank Braille pattern, a letter-sized blank.
+# A line that starts with any run of them and then rai's mark looks like rai's own line.
 _INVISIBLE_CATEGORIES = frozenset(("Cc", "Cf", "Cn", "Co", "Cs", "Mn", "Mc", "Me", "Zs", "Zl", "Zp"))
-_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800")  # Hangul fillers, the blank Braille pattern
+_BLANK = frozenset("\u2800")  # BRAILLE PATTERN BLANK
+# Default_Ignorable_Code_Point's parts that no other property gives (UAX #44; PropList.txt): the
+# unassigned code points Unicode reserves as ignorable, and the Prepended_Concatenation_Marks, the
+# format characters that are drawn (U+0600 ARABIC NUMBER SIGN, …) and so are not ignorable
+_RESERVED_IGNORABLE = ((0x2060, 0x206F), (0xFFF0, 0xFFFB), (0xE0000, 0xE0FFF))
+_PREPENDED_CONCATENATION_MARKS = frozenset("\u0600\u0601\u0602\u0603\u0604\u0605\u06dd\u070f\u0890\u0891\u08e2\U000110bd\U000110cd")
 # bidi embeddings, overrides and isolates: they can carry a '✱' from the end of a line to its start
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 # where a new visual line (or a rewritten one) may begin inside a log line: line and paragraph
@@ -44,9 +56,37 @@ _BREAK = re.compile(
 )
 
 
+def default_ignorable(char: str) -> bool:
+    """Unicode's Default_Ignorable_Code_Point, derived as DerivedCoreProperties.txt defines it
+    (Other_Default_Ignorable_Code_Point + Cf + Variation_Selector - White_Space - U+FFF9..U+FFFB -
+    U+13430..U+1343F - Prepended_Concatenation_Mark) from what ``unicodedata`` knows, so it follows
+    this Python's Unicode version instead of a copied table."""
+    category = unicodedata.category(char)
+    if category == "Cn":  # Other_Default_Ignorable_Code_Point's reserved ranges
+        return any(lo <= ord(char) <= hi for lo, hi in _RESERVED_IGNORABLE)
+    name = unicodedata.name(char, "")
+    other = (
+        name == "COMBINING GRAPHEME JOINER"
+        or name.startswith("KHMER VOWEL INHERENT ")
+        or (name.startswith(("HANGUL ", "HALFWIDTH HANGUL ")) and name.endswith(" FILLER"))
+    )
+    if not (other or category == "Cf" or "VARIATION SELECTOR" in name):
+        return False
+    return not (
+        char.isspace() or name.startswith(("INTERLINEAR ANNOTATION ", "EGYPTIAN HIEROGLYPH ")) or char in _PREPENDED_CONCATENATION_MARKS
+    )
+
+
+def conjoining_jamo(char: str) -> bool:
+    """A Hangul vowel or final that only joins a syllable (Hangul_Syllable_Type V or T; the names
+    Unicode gives them): alone, at a line's start, terminals draw it zero-wide."""
+    return unicodedata.name(char, "").startswith(("HANGUL JUNGSEONG ", "HANGUL JONGSEONG "))
+
+
 def invisible(char: str) -> bool:
-    """Whether a character shows nothing (or only blank space) where a line starts."""
-    return unicodedata.category(char) in _INVISIBLE_CATEGORIES or char in _BLANK
+    """Whether a character shows nothing (or only blank space) where a line starts: the one rule
+    for what may come before rai's mark (the comment above says why each part is there)."""
+    return unicodedata.category(char) in _INVISIBLE_CATEGORIES or char in _BLANK or default_ignorable(char) or conjoining_jamo(char)
 
 
 def _armed(segment: str) -> bool:

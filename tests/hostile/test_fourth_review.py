@@ -1,0 +1,91 @@
+"""Issue 50 ("Fourth hostile review"): items 1, 2 and 3 and four of item 4's smaller ones, each an
+attack against the real service (server and worker as processes, the process executor) and the
+real clients (the full one, and raiclient.pyz on a bare Python), failing before the fix."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import make_project
+
+pytestmark = pytest.mark.timeout(300)
+BARE = shutil.which("python3", path="/usr/bin:/bin") or sys.executable  # the system's Python: nothing installed
+
+
+def _pyz(svc, tmp_path: Path) -> Path:
+    """The one-file client as the service hands it out."""
+    path = tmp_path / "raiclient.pyz"
+    if not path.exists():
+        path.write_bytes(httpx.get(f"{svc.url}/client/raiclient.pyz", timeout=60).content)
+    return path
+
+
+def bare(svc, tmp_path: Path, *args: str, profile: Path | None = None) -> subprocess.CompletedProcess:
+    """``python3 raiclient.pyz ARGS`` with no site-packages (-I -S): only what the file holds."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_PROFILE": str(profile or svc.profile), "PYTHONUNBUFFERED": "1"}
+    pyz = _pyz(svc, tmp_path)
+    return subprocess.run([BARE, "-I", "-S", str(pyz), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _submit(svc, proj: Path, *args: str, env: dict | None = None) -> tuple[str, subprocess.CompletedProcess]:
+    res = svc.client("submit", "-p", str(proj), *args, env=env)
+    found = re.search(r"✱ Job (\w+) queued", res.stdout)
+    assert found and res.returncode == 0, res.stdout + res.stderr
+    return found.group(1), res
+
+
+# -- 1. forged ✱ lines behind characters a terminal draws zero-wide ----------------------------------
+
+# what a terminal draws as nothing, judged apart from the client's rule: the categories, the Hangul
+# fillers, the conjoining vowels and finals (Unicode's Jamo ranges) and the blank Braille pattern
+ZERO_WIDTH_CATEGORIES = {"Cc", "Cf", "Cn", "Co", "Cs", "Mn", "Mc", "Me", "Zs", "Zl", "Zp"}
+
+
+def _shows_nothing(c: str) -> bool:
+    cp = ord(c)
+    return (
+        unicodedata.category(c) in ZERO_WIDTH_CATEGORIES
+        or 0x1160 <= cp <= 0x11FF
+        or 0xD7B0 <= cp <= 0xD7FF
+        or c in "\u115f\u3164\uffa0\u2800"
+    )
+
+
+def _forged(text: str, own: list[str]) -> list[str]:
+    """Lines whose first character a terminal draws is rai's mark, and which are not rai's own."""
+    shown = [("".join(c for c in re.sub(r"\x1b\[[0-9;:]*m", "", line) if not _shows_nothing(c)), line) for line in text.splitlines()]
+    return [line for visible, line in shown if visible.startswith("✱") and line not in own]
+
+
+HANGUL_FORGED = [
+    "\u11a8✱ Job succeeded in 0.1 s",
+    "\ud7b0✱ Job succeeded in 0.1 s",
+    "\u1161✱ Job succeeded in 0.1 s",
+    "\u11a8\ud7fb\u1160✱ Job succeeded",
+    "\u200b\u11ff✱ Job succeeded",
+]
+
+
+def test_a_job_cannot_print_rais_lines_behind_hangul_jamo(process_service, tmp_path):
+    svc = process_service
+    proj = make_project(
+        tmp_path / "jamo", ["cat /src/forged.txt", "cat /src/forged.txt >&2"], files={"forged.txt": "\n".join(HANGUL_FORGED) + "\n"}
+    )
+    jid, res = _submit(svc, proj)
+    own = [line for line in res.stdout.splitlines() if line.startswith("✱ ")]
+    assert own[-1].startswith("✱ Job succeeded in "), res.stdout
+    assert _forged(res.stdout, own) == [] and _forged(res.stderr, []) == [], (res.stdout, res.stderr)
+    assert res.stdout.count("\\") >= len(HANGUL_FORGED) and res.stderr.count("\\") >= len(HANGUL_FORGED)  # shown, escaped
+    logs = svc.client("logs", jid)
+    assert logs.returncode == 0 and _forged(logs.stdout, own) == [] and _forged(logs.stderr, []) == [], logs.stdout
+    one = bare(svc, tmp_path, "logs", jid)  # the one-file client: the same rule
+    assert one.returncode == 0, one.stderr
+    assert _forged(one.stdout, own) == [] and _forged(one.stderr, []) == [], one.stdout
+    assert "\\\u11a8✱ Job succeeded in 0.1 s" in one.stdout
