@@ -16,6 +16,7 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from raiprotocol.profile import ProfileError, load_profile
+from raiprotocol.safejson import escaped
 from raiprotocol.states import ExitCode
 
 from .api import Api
@@ -42,8 +43,9 @@ def show(*renderables: RenderableType, soft_wrap: bool | None = None) -> None:
 
 
 def print_json(value: Any, kind: Any) -> None:
-    """``value`` as JSON of the protocol model ``kind`` (e.g. ``list[JobOut]``): what scripts read."""
-    sys.stdout.write(TypeAdapter(kind).dump_json(value, indent=2).decode() + "\n")
+    """``value`` as JSON of the protocol model ``kind`` (e.g. ``list[JobOut]``): what scripts read,
+    with no control or bidi character raw (raiprotocol.safejson)."""
+    sys.stdout.write(escaped(TypeAdapter(kind).dump_json(value, indent=2).decode()) + "\n")
     sys.stdout.flush()
 
 

@@ -6,10 +6,10 @@ Unusual spellings go to the full command line (``cli.py``), which prints the sam
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any, NamedTuple
 
+from raiprotocol.safejson import dumps
 from raiprotocol.states import ExitCode, JobState, exit_code_for
 
 from .errors import ApiError
@@ -72,6 +72,6 @@ def run(listing: Listing) -> int:
         return exc.code
     finally:
         conn.close()
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.write(dumps(data) + "\n")  # a job's text holds no control or bidi character raw
     sys.stdout.flush()
     return code

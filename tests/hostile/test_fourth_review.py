@@ -4,6 +4,7 @@ real clients (the full one, and raiclient.pyz on a bare Python), failing before 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -89,3 +90,26 @@ def test_a_job_cannot_print_rais_lines_behind_hangul_jamo(process_service, tmp_p
     assert one.returncode == 0, one.stderr
     assert _forged(one.stdout, own) == [] and _forged(one.stderr, []) == [], one.stdout
     assert "\\\u11a8✱ Job succeeded in 0.1 s" in one.stdout
+
+
+# -- 2. raw terminal controls in --json --------------------------------------------------------------
+
+MODEL = "m\x9b31m\u202eevil\u2066\u200f\u061cz"  # an 8-bit CSI, an override, an isolate, marks
+RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def test_json_listings_hold_no_control_from_a_job(process_service, tmp_path):
+    """A job's model name (read from its output) through status --json and history --json, from the
+    full client and from raiclient.pyz: nothing raw for a terminal or jq, the same name read back."""
+    svc = process_service
+    proj = make_project(tmp_path / "json", ["cat /src/out.txt"], files={"out.txt": f"Correctness: 0.95 Model: {MODEL}\nOp Time: 0.5\n"})
+    jid, _ = _submit(svc, proj)
+    for run in (lambda *a: svc.client(*a), lambda *a: bare(svc, tmp_path, *a)):
+        for args, pick in (
+            (("status", jid, "--json"), lambda d: d),
+            (("history", "-n", "5", "--json"), lambda d: next(j for j in d if j["id"] == jid)),
+        ):
+            res = run(*args)
+            assert res.returncode == 0, res.stdout + res.stderr
+            assert RAW.findall(res.stdout.replace("\n", "")) == [], (args, ascii(res.stdout))
+            assert pick(json.loads(res.stdout))["results"]["correctness"] == {MODEL: 0.95}, args
