@@ -133,7 +133,9 @@ def test_staff_adjust_a_grade_with_a_reason_or_answer_and_bad_answers_change_not
     svc = course
     bo = svc.add_user("rg_bo")
     ta = svc.add_user("rg_ta2", role="ta")
-    job = run(svc, tmp_path, bo, kind="dev")  # not ranked: it cannot be measured again
+    # a graded kind that is not ranked: its runs count toward a grade, and cannot be measured again
+    assert svc.client("admin", "kinds", "set", "dev", "--grade", "pass").returncode == 0
+    job = run(svc, tmp_path, bo, kind="dev")
     assert svc.client("regrade", job, "My report was not counted.", env=as_(bo)).returncode == 0
     rid = next(r["id"] for r in open_requests(svc) if r["job_id"] == job)
 

@@ -77,6 +77,9 @@ class Settings(SharedSettings):
     submissions_per_minute: int = 5
     submissions_per_day: int = 0  # per student in the last 24 hours; 0 = no daily limit
     late_days: int = 0  # per student: late days to spend on kinds whose late policy is "days" (issue 36)
+    # regrade requests per student (issue 50): open at once, and asked in the last 24 hours
+    regrades_open_per_student: int = Field(default=3, ge=1)
+    regrades_per_day: int = Field(default=5, ge=1)
     gpu_minutes_per_day: float = 0  # 0 = no daily limit
     staff_exempt: bool = True
     staff_priority: bool = True

@@ -113,3 +113,51 @@ def test_json_listings_hold_no_control_from_a_job(process_service, tmp_path):
             assert res.returncode == 0, res.stdout + res.stderr
             assert RAW.findall(res.stdout.replace("\n", "")) == [], (args, ascii(res.stdout))
             assert pick(json.loads(res.stdout))["results"]["correctness"] == {MODEL: 0.95}, args
+
+
+# -- 3. regrade requests in bulk ---------------------------------------------------------------------
+
+
+def _ask(h: httpx.Client, job: str, message: str = "x" * 2000) -> httpx.Response:
+    return h.post(f"/api/v1/jobs/{job}/regrade", json={"message": message})
+
+
+def test_regrade_requests_only_for_graded_runs_few_open_and_few_a_day(process_service, tmp_path):
+    """The review's attack: 15 requests of 2,000 characters in 0.1 s, ungraded dev runs among them.
+    With the defaults: a dev run is refused, three open at once, five asked a day, each in one line."""
+    svc = process_service
+    assert svc.client("admin", "kinds", "set", "m1", "--grade", "pass").returncode == 0
+    student = svc.add_user("rg50_sam")
+    env = {"RAI_PROFILE": str(student)}
+    dev, _ = _submit(svc, make_project(tmp_path / "dev", ["echo dev"]), env=env)
+    graded = [_submit(svc, make_project(tmp_path / f"m1-{i}", [f"echo m1 {i}"]), "--kind", "m1", env=env)[0] for i in range(4)]
+
+    res = svc.client("regrade", dev, "grade my dev run", env=env)
+    assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert f"job {dev} is a 'dev' run, which counts toward no grade" in res.stderr, res.stderr
+
+    with svc.http(student) as h:  # the burst, at once from 15 threads
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(15) as pool:
+            answers = list(pool.map(lambda i: _ask(h, [dev, *graded][i % 5]), range(15)))
+    codes = sorted(r.status_code for r in answers)
+    assert codes.count(201) == 3 and all(400 <= c < 500 for c in codes if c != 201), codes
+    with svc.http() as staff:
+        open_now = [r for r in staff.get("/api/v1/admin/regrades").json() if r["student"] == "rg50_sam"]
+    assert len(open_now) == 3 and all(r["kind"] == "m1" for r in open_now)  # staff's list: three, none on dev
+    left = next(j for j in graded if j not in {r["job_id"] for r in open_now})
+    res = svc.client("regrade", left, "one more", env=env)
+    assert res.returncode != 0 and "you have 3 open regrade requests (#" in res.stderr and "the most at once" in res.stderr, res.stderr
+
+    # staff answer them; two more may be asked today, then the day's limit says when to come back
+    for r in open_now:
+        assert svc.client("admin", "regrade", str(r["id"]), "--answer", "looked again").returncode == 0
+    assert svc.client("regrade", left, "the fourth run", env=env).returncode == 0
+    assert svc.client("regrade", open_now[0]["job_id"], "again", env=env).returncode == 0
+    res = svc.client("regrade", open_now[1]["job_id"], "and again", env=env)
+    assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "you asked for 5 regrades in the last 24 hours, the most a day; try again in 23 h" in res.stderr, res.stderr
+    with svc.http(student) as h:
+        r = _ask(h, open_now[2]["job_id"])
+    assert r.status_code == 429 and int(r.headers["retry-after"]) > 80000, r.text

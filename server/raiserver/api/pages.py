@@ -181,7 +181,7 @@ def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: Ser
         spec=job.spec_yaml,
         can_cancel=can_cancel(p, job),
         regrades=[regrades.out(r) for r in asked],
-        may_ask=regrades.may_ask(p, job, asked),
+        may_ask=regrades.may_ask(db, svc.settings, p, job, asked),
         message_chars=REGRADE_MESSAGE_CHARS,
     )
 

@@ -26,11 +26,12 @@ def ask_from_web(
     csrf: Annotated[str, Form()],
     p: WebUser,
     db: SessionDep,
+    svc: ServicesDep,
     message: Annotated[str, Form(max_length=64 * 1024)] = "",
 ) -> Response:
     check_csrf(request, csrf, FORM_EXPIRED)
     job = visible_job(db, p, job_id)
-    regrades.ask(db, p, job, message)
+    regrades.ask(db, svc.settings, p, job, message)
     return RedirectResponse(f"/jobs/{job.id}#regrades", status.HTTP_303_SEE_OTHER)
 
 

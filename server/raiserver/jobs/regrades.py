@@ -3,22 +3,31 @@ staff re-measure the run (ranked runs, through ``lifecycle.remeasure``), adjust 
 reason, or answer. Each of those closes the request, audited; the student reads the outcome.
 
 One open request per run and student (a partial unique index backs the check); every text is
-bounded and refused with one sentence before anything changes."""
+bounded and refused with one sentence before anything changes. Requests are for runs that count
+toward a grade (a kind with a grade rule, or a ranked kind) and are bounded per student: at most
+RAI_REGRADES_OPEN_PER_STUDENT open at once and RAI_REGRADES_PER_DAY asked in 24 hours (issue 50,
+item 3: a student filed 15 requests of 2,000 characters in 0.1 s, on ungraded dev runs too, and
+staff's page listed them all)."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import math
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from raiprotocol.models import REGRADE_GRADE_CHARS, REGRADE_MESSAGE_CHARS, RegradeAction, RegradeOut
 from raiserver.access.audit import audit
 from raiserver.access.permissions import Principal, can_answer_regrades, can_request_regrade
-from raiserver.errors import Conflict, Forbidden, Invalid, NotFound
+from raiserver.config import Settings
+from raiserver.errors import Conflict, Forbidden, Invalid, NotFound, TooManyAttempts
+from raiserver.grading.kinds import rule_of
 from raiserver.jobs.lifecycle import remeasure
 from raiserver.services import Services
 from raiserver.store.db import utcnow
-from raiserver.store.tables import Job, RegradeRequest
+from raiserver.store.tables import Job, Kind, RegradeRequest, User
 
 ACTIONS = ("remeasure", "adjust", "close")
 OUTCOMES = {"remeasure": "remeasured", "adjust": "adjusted", "close": "answered"}
@@ -34,18 +43,61 @@ def bounded(text: str, what: str, limit: int = REGRADE_MESSAGE_CHARS, required: 
     return text
 
 
-def ask(db: Session, p: Principal, job: Job, message: str) -> RegradeRequest:
-    """A student of the run's team asks for a regrade of a run that has ended."""
+def counts_toward_a_grade(db: Session, settings: Settings, job: Job) -> bool:
+    """Whether the run's kind is graded (it has a grade rule) or ranked (its board is re-measured):
+    a run of any other kind (``dev``) has no grade to look at again."""
+    if job.kind in settings.ranked_kind_set:
+        return True
+    row = db.get(Kind, job.kind)
+    return row is not None and rule_of(row) is not None
+
+
+def _within_limits(db: Session, settings: Settings, p: Principal) -> None:
+    """The student's open requests and those asked in the last 24 hours, under their row's lock (the
+    database's write lock on SQLite), so requests racing each other cannot all pass."""
+    db.execute(update(User).where(User.id == p.user.id).values(id=User.id))
+    held = db.scalars(
+        select(RegradeRequest.id).where(RegradeRequest.student_id == p.user.id, RegradeRequest.state == "open").order_by(RegradeRequest.id)
+    ).all()
+    if len(held) >= settings.regrades_open_per_student:
+        ids = ", ".join(f"#{i}" for i in held[:10])
+        raise Conflict(
+            f"you have {len(held)} open regrade requests ({ids}), the most at once; "
+            "ask again once staff have answered one (raiclient regrades)"
+        )
+    now = utcnow()
+    since = now - timedelta(days=1)
+    asked, first = db.execute(
+        select(func.count(RegradeRequest.id), func.min(RegradeRequest.created_at)).where(
+            RegradeRequest.student_id == p.user.id, RegradeRequest.created_at > since
+        )
+    ).one()
+    if asked >= settings.regrades_per_day:
+        wait = max(1, math.ceil((first + timedelta(days=1) - now).total_seconds())) if first else 3600
+        raise TooManyAttempts(
+            f"you asked for {asked} regrades in the last 24 hours, the most a day; try again in {wait // 3600} h {wait % 3600 // 60} min",
+            wait,
+        )
+
+
+def ask(db: Session, settings: Settings, p: Principal, job: Job, message: str) -> RegradeRequest:
+    """A student of the run's team asks for a regrade of a graded run that has ended, within their limits."""
     if not can_request_regrade(p, job):
         raise Forbidden("staff answer regrade requests; they do not ask for them")
     text = bounded(message, "the message", hint=": say what staff should look at again")
     if not job.state.finished:
         raise Conflict(f"job {job.id} has not ended yet; ask for a regrade once it has")
+    if not counts_toward_a_grade(db, settings, job):
+        raise Invalid(
+            f"job {job.id} is a '{job.kind}' run, which counts toward no grade ('{job.kind}' has no grade rule and is not ranked); "
+            "ask about a run of a graded kind"
+        )
     held = _open_of(db, job.id, p.user.id)
     if held is not None:
         raise Conflict(
             f"you already have an open regrade request (#{held.id}) for job {job.id}; its answer comes first (raiclient regrades)"
         )
+    _within_limits(db, settings, p)
     req = RegradeRequest(job_id=job.id, student_id=p.user.id, message=text, state="open")
     db.add(req)
     try:
@@ -117,9 +169,14 @@ def for_staff(db: Session, p: Principal, everything: bool = False, limit: int = 
     return list(db.scalars(q.limit(limit)))
 
 
-def may_ask(p: Principal, job: Job, requests: list[RegradeRequest]) -> bool:
-    """Whether the job page offers this user the form: their run, ended, and none of theirs open."""
-    return can_request_regrade(p, job) and job.state.finished and not any(r.state == "open" and r.student_id == p.user.id for r in requests)
+def may_ask(db: Session, settings: Settings, p: Principal, job: Job, requests: list[RegradeRequest]) -> bool:
+    """Whether the job page offers this user the form: their run, ended, graded, and none of theirs open."""
+    return (
+        can_request_regrade(p, job)
+        and job.state.finished
+        and not any(r.state == "open" and r.student_id == p.user.id for r in requests)
+        and counts_toward_a_grade(db, settings, job)
+    )
 
 
 def out(req: RegradeRequest) -> RegradeOut:

@@ -14,9 +14,10 @@ router = APIRouter(prefix="/api/v1", tags=["regrades"])
 
 
 @router.post("/jobs/{job_id}/regrade", response_model=RegradeOut, status_code=201)
-def ask(job_id: str, body: RegradeIn, p: CurrentUser, db: SessionDep) -> RegradeOut:
-    """Ask staff to look at this run again, saying why (up to 2000 characters); one open request per run."""
-    return regrades.out(regrades.ask(db, p, visible_job(db, p, job_id), body.message))
+def ask(job_id: str, body: RegradeIn, p: CurrentUser, db: SessionDep, svc: ServicesDep) -> RegradeOut:
+    """Ask staff to look at a graded run again, saying why (up to 2000 characters); one open request
+    per run, a few open at once and a few a day per student."""
+    return regrades.out(regrades.ask(db, svc.settings, p, visible_job(db, p, job_id), body.message))
 
 
 @router.get("/regrades", response_model=list[RegradeOut])
