@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from raiprotocol.logwire import Batch
 from raiprotocol.markers import SYSTEM_MARK, disarm
+from raiprotocol.safejson import escaped
 from raiprotocol.states import JobState, exit_code_for
 
 SGR = re.compile(r"\x1b\[[0-9;:]*m")
@@ -78,9 +79,11 @@ def guard_pipes() -> None:
 
 def cell(text: object) -> str:
     """Job- or user-controlled text for one table cell or one line: every control removed
-    (colours too: they would break the table), line breaks and tabs shown as \\n and \\t."""
+    (colours too: they would break the table), line breaks and tabs shown as \\n and \\t, bidi
+    marks, overrides and isolates and line separators shown as \\u202e (as ``--json`` writes them):
+    a right-to-left override in a student's message would reorder what a TA reads after it."""
     text = str(text).replace("\n", "\\n").replace("\t", "\\t")
-    return CONTROLS.sub("", text) if SUSPECT.search(text) else text
+    return escaped(CONTROLS.sub("", text) if SUSPECT.search(text) else text)
 
 
 def clean(text: str, colour: bool = True) -> str:

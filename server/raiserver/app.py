@@ -124,7 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(termpages.router)
     app.include_router(regradepages.router)
     app.include_router(similaritypages.router)
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(SecurityHeaders, hsts_seconds=settings.hsts_seconds)
     app.add_middleware(metrics.HttpCounts, counts=svc.counts)
 
     @app.get("/healthz", tags=["meta"])

@@ -50,6 +50,7 @@ class Settings(SharedSettings):
     pseudonym_secret: str = "change-me-pseudonym-secret"  # keys the leaderboard's pseudonyms
     secrets_file: Path | None = None  # KEY=VALUE file (`raiserver secrets`); the environment wins
     cookie_secure: bool | None = None  # Secure session cookie; default: when public_url is https
+    hsts_seconds: int = Field(default=31_536_000, ge=0)  # Strict-Transport-Security over HTTPS (a year); 0 = none
     # failed logins in 10 minutes: past per_ip an address's wrong credentials get 429 (right ones are
     # still served); past per_key one (address, key) pair waits 15 s, doubling, at most 5 minutes
     login_failures_per_ip: int = 100

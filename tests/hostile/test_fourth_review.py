@@ -4,9 +4,12 @@ real clients (the full one, and raiclient.pyz on a bare Python), failing before 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import unicodedata
@@ -161,3 +164,105 @@ def test_regrade_requests_only_for_graded_runs_few_open_and_few_a_day(process_se
     with svc.http(student) as h:
         r = _ask(h, open_now[2]["job_id"])
     assert r.status_code == 429 and int(r.headers["retry-after"]) > 80000, r.text
+
+
+# -- 4. the smaller ones ----------------------------------------------------------------------------
+
+
+def test_the_canvas_assignment_is_never_a_formula_nor_a_second_row(process_service):
+    svc = process_service
+    assert svc.client("admin", "kinds", "set", "m1", "--grade", "pass").returncode == 0
+    with svc.http() as h:
+        r = h.get("/api/v1/admin/grades/m1", params={"format": "canvas", "assignment": '=HYPERLINK("http://x.test","Final")'})
+        assert r.status_code == 200, r.text
+        header = next(csv.reader(io.StringIO(r.text)))
+        assert header[-1] == '\'=HYPERLINK("http://x.test","Final")', header  # shown as text, as the roster's cells
+        for name in ("Final\nStudent,ID,SIS User ID,SIS Login ID,Section,Final\nPoints Possible", "Final\rX", "Final\u2028X"):
+            r = h.get("/api/v1/admin/grades/m1", params={"format": "canvas", "assignment": name})
+            assert r.status_code == 422 and "the Canvas assignment name holds a line break or control character" in r.json()["detail"], (
+                r.text
+            )
+    res = svc.client("admin", "grades", "m1", "--format", "canvas", "--assignment", "Final\nProject")
+    assert res.returncode != 0 and "give it on one line" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+def test_a_right_to_left_override_in_a_regrade_message_does_not_reach_a_tas_terminal(process_service, tmp_path):
+    svc = process_service
+    assert svc.client("admin", "kinds", "set", "m1", "--grade", "pass").returncode == 0
+    student = svc.add_user("rg50_rlo")
+    env = {"RAI_PROFILE": str(student)}
+    job, _ = _submit(svc, make_project(tmp_path / "rlo", ["echo m1"]), "--kind", "m1", env=env)
+    message = "please look \u202eedarg ym ecalper\u202c \u2066x\u2069 \u200f\u061c\x9b2J done"
+    assert svc.client("regrade", job, message, env=env).returncode == 0
+    ta = svc.add_user("rg50_ta", role="ta")
+    for who in (ta, student):
+        res = svc.client("admin", "regrades", env={"RAI_PROFILE": str(who)}) if who == ta else svc.client("regrades", env=env)
+        assert res.returncode == 0, res.stderr
+        assert RAW.findall(res.stdout.replace("\n", "")) == [], ascii(res.stdout)
+        assert "please look \\u202eedarg ym ecalper\\u202c \\u2066x\\u2069" in res.stdout, res.stdout  # shown, not obeyed
+
+
+def test_add_user_writes_the_profile_for_its_owner_alone_whatever_the_umask(process_service, tmp_path):
+    """`raiserver add-user … -o FILE`, and `… > FILE` on this host: 0600 under umask 000 (0644 by the
+    redirect before); a file the command cannot make private is refused before any key is made."""
+    svc = process_service
+    base = [sys.executable, "-m", "raiserver.ops.cli", "add-user"]
+
+    def umask0(args: list[str], redirect: Path | None = None) -> subprocess.CompletedProcess:
+        line = " ".join(f"'{a}'" for a in args) + (f" > '{redirect}'" if redirect else "")
+        return subprocess.run(["sh", "-c", f"umask 000; {line}"], env=svc.env, capture_output=True, text=True, timeout=60)
+
+    for flag in ("-o", "--output", "--profile"):
+        out = tmp_path / f"o{flag.strip('-')}.profile"
+        res = umask0([*base, f"um50{flag.strip('-')}", "--server-url", svc.url, flag, str(out)])
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600, oct(out.stat().st_mode)
+    redirected = tmp_path / "redirected.profile"
+    res = umask0([*base, "um50redirect", "--server-url", svc.url], redirect=redirected)
+    assert res.returncode == 0, res.stderr
+    assert stat.S_IMODE(redirected.stat().st_mode) == 0o600 and "secret_key" in redirected.read_text()
+    piped = subprocess.run([*base, "um50pipe", "--server-url", svc.url], env=svc.env, capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 0 and "secret_key" in piped.stdout  # a pipe (compose's exec): printed as before
+
+
+@pytest.fixture(scope="module")
+def https_and_proxy(tmp_path_factory, redis_url):
+    """A service on plain HTTP (behind a trusted proxy at 127.0.0.2) and the same on HTTPS."""
+    from helpers import start_service
+    from test_tls import make_ca
+
+    from raiserver.ops import launch
+
+    d = tmp_path_factory.mktemp("hsts")
+    ca, cert, key = make_ca(d)
+    port = launch.free_port()
+    svc = start_service(d / "svc", redis_url, None, "process", worker=False, extra_env={"RAI_TRUSTED_PROXIES": "127.0.0.2"})
+    try:
+        command = [*launch.server_command("127.0.0.1", port), "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+        part = launch.Part("https", command, svc.env, svc.logs / "https.log").start()
+        svc.procs["https"] = part
+
+        def up() -> bool:
+            try:
+                return httpx.get(f"https://127.0.0.1:{port}/healthz", verify=str(ca), timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        launch.wait_until(up, part, "https server", timeout=40)
+        yield svc, f"https://127.0.0.1:{port}", ca
+    finally:
+        svc.shutdown()
+
+
+def test_hsts_over_https_only(https_and_proxy):
+    svc, url, ca = https_and_proxy
+    for path in ("/healthz", "/login", "/api/v1/me"):
+        r = httpx.get(url + path, verify=str(ca), timeout=30)
+        assert r.headers.get("strict-transport-security") == "max-age=31536000", (path, dict(r.headers))
+    assert "strict-transport-security" not in httpx.get(svc.url + "/login", timeout=30).headers  # plain HTTP: a browser ignores it
+    proxy = httpx.Client(base_url=svc.url, transport=httpx.HTTPTransport(local_address="127.0.0.2"), timeout=30)
+    with proxy:
+        assert proxy.get("/login", headers={"X-Forwarded-Proto": "https"}).headers.get("strict-transport-security") == "max-age=31536000"
+        assert "strict-transport-security" not in proxy.get("/login", headers={"X-Forwarded-Proto": "http"}).headers
+    # a client's own X-Forwarded-Proto is not believed
+    assert "strict-transport-security" not in httpx.get(svc.url + "/login", headers={"X-Forwarded-Proto": "https"}, timeout=30).headers

@@ -200,10 +200,13 @@ def write_secrets_file(path: Path, redis_host: str | None = None) -> bool:
 
 
 class SecurityHeaders:
-    """CSP with a per-response nonce for the pages' inline scripts, no framing, no sniffing."""
+    """CSP with a per-response nonce for the pages' inline scripts, no framing, no sniffing; over
+    HTTPS (served with TLS, or a trusted proxy's X-Forwarded-Proto), HSTS, so a browser that has
+    been here once never again tries plain HTTP, where a session cookie could be stripped."""
 
-    def __init__(self, app: ASGIApp):
+    def __init__(self, app: ASGIApp, hsts_seconds: int = 0):
         self.app = app
+        self.hsts = f"max-age={hsts_seconds}".encode() if hsts_seconds > 0 else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -226,6 +229,8 @@ class SecurityHeaders:
                     (b"x-content-type-options", b"nosniff"),
                     (b"referrer-policy", b"same-origin"),
                 ]
+                if self.hsts is not None and scope.get("scheme") == "https":
+                    headers.append((b"strict-transport-security", self.hsts))
                 message["headers"] = headers
             await send(message)
 

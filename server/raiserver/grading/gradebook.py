@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import io
+import unicodedata
 
+from raiserver.errors import Invalid
 from raiserver.grading.grades import GradeRow, submitted, timing
 
 FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -14,6 +16,15 @@ FORMULA = ("=", "+", "-", "@", "\t", "\r")
 def _text(value: str) -> str:
     """A roster's text as a spreadsheet shows it, never as a formula."""
     return "'" + value if value.startswith(FORMULA) else value
+
+
+def _assignment(name: str) -> str:
+    """The Canvas column's name as a header cell: never a formula (a leading '), and never a line
+    break or control, which would start a row of its own in a spreadsheet or Canvas's import."""
+    bad = next((c for c in name if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        raise Invalid(f"the Canvas assignment name holds a line break or control character (U+{ord(bad):04X}); give it on one line")
+    return _text(name)
 
 
 def rai_csv(rows: list[GradeRow], base_url: str) -> str:
@@ -68,7 +79,7 @@ def canvas_csv(rows: list[GradeRow], assignment: str) -> str:
     the roster's username; ID and SIS User ID are Canvas's own and left empty."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", assignment])
+    w.writerow(["Student", "ID", "SIS User ID", "SIS Login ID", "Section", _assignment(assignment)])
     w.writerow(["Points Possible", "", "", "", "", f"{rows[0].points:g}" if rows else ""])
     for r in rows:
         student = f"{r.last}, {r.first}" if r.last else (r.first or r.username)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from pathlib import Path
 
 import typer
@@ -85,6 +87,25 @@ def migrate_cmd() -> None:
     console.print(f"database at {settings.db_url.split('@')[-1]} is up to date")
 
 
+def _private_stdout() -> None:
+    """The profile holds a secret key: printed into a file (``> alice.profile``, made by the shell
+    with the umask's mode, often 0644), the file is made the owner's alone first; one that cannot
+    be (not ours) is refused, pointing to -o."""
+    try:
+        st = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return  # not a file descriptor (captured): nothing others can read
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o077:
+        return  # a terminal or a pipe, or a file already private
+    try:
+        os.fchmod(sys.stdout.fileno(), 0o600)
+    except OSError:
+        Console(stderr=True).print(
+            "raiserver: the profile holds a secret key and standard output is a file others can read; write it with -o FILE", markup=False
+        )
+        raise typer.Exit(2) from None
+
+
 @app.command("add-user")
 def add_user(
     username: str,
@@ -92,9 +113,13 @@ def add_user(
     team: str | None = None,
     email: str | None = None,
     server_url: str = typer.Option("http://127.0.0.1:8000", "--server-url", help="URL written into the profile"),
-    profile: Path | None = typer.Option(None, "--profile", help="write a ready-to-use ~/.rai_profile here"),
+    profile: Path | None = typer.Option(
+        None, "-o", "--output", "--profile", help="write the ready-to-use profile to this file (mode 0600, whatever the umask)"
+    ),
 ) -> None:
     """Create a user (or give an existing one new keys) and print/write their profile."""
+    if profile is None:
+        _private_stdout()  # before any key is made: a refusal changes nothing
     settings = checked_settings()
     db = Database(settings.db_url)
     migrate(db.engine)
