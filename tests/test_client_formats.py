@@ -15,7 +15,8 @@ from datetime import timedelta, timezone
 from pathlib import Path
 
 import pytest
-from helpers import BUSYBOX, make_project
+from helpers import make_project
+from helpers.ranked import HONEST_SH, install_course
 from pydantic import TypeAdapter
 
 from raiprotocol.models import AuditRow, CourseBuildOut, Entry, JobOut, QueueImages, QueueSummary, VersionOut
@@ -23,19 +24,6 @@ from raiprotocol.models import AuditRow, CourseBuildOut, Entry, JobOut, QueueIma
 pytestmark = pytest.mark.timeout(300)
 
 RED = "printf '\\033[31mred words\\033[0m\\n'"
-COURSE = f"""rai:
-  version: 0.2
-  image: {BUSYBOX}
-commands:
-  build:
-    - cp /src/solution.sh /build/solution.sh
-ranked:
-  student_files: [solution.sh, report.pdf]
-  timed: sh ./solution.sh
-  repeats: 2
-  measure: wall
-  predictions: predictions.txt
-"""
 
 
 def job_id(output: str) -> str:
@@ -45,16 +33,13 @@ def job_id(output: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def svc(docker_service, tmp_path_factory):
+def svc(docker_service, docker_engine, tmp_path_factory):
     """The service with a course build installed, one ranked run on the board (of a team with a
     long name) and two jobs of 'rosa', the second printing in red."""
     tmp = tmp_path_factory.mktemp("formats")
-    (tmp / "final.yml").write_text(COURSE)
-    (tmp / "labels.txt").write_text("3\n1\n4\n")
-    res = docker_service.client("admin", "course", "install", "final", str(tmp / "final.yml"), "--labels", str(tmp / "labels.txt"))
-    assert res.returncode == 0, res.stdout + res.stderr
+    install_course(docker_service, docker_engine, tmp)
     team = docker_service.add_user("ranker", team="team-with-long-name")
-    proj = make_project(tmp / "final", ["true"], files={"solution.sh": "printf '3\\n1\\n4\\n' > predictions.txt", "report.pdf": "%PDF-1.4"})
+    proj = make_project(tmp / "final", ["true"], files={"solution.sh": HONEST_SH, "report.pdf": "%PDF-1.4"})
     res = docker_service.client("submit", "-p", str(proj), "--kind", "final", env={"RAI_PROFILE": str(team)}, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     rosa = docker_service.add_user("rosa")

@@ -1,62 +1,71 @@
-"""Issue 23: a leaderboard no student can forge. A ranked kind runs the course's build file, not
-the student's; the service times the course's command itself (here the wall time the worker sees
-from outside the container: CI has no GPU, the ncu path runs on the GPU host, see
-bench/ranked_gpu.py) and checks the predictions against answers the container never sees.
+"""Issues 23, 32, 46: a leaderboard no student can win without doing the work. A ranked kind runs
+the course's build file, not the student's; rai-timed (root in the timed run's container, out of
+the job's reach) holds the clock, draws each operation's inputs after its begin mark and freezes
+the whole cgroup at its end mark; the outputs are checked against the course's reference on the
+same inputs. CI has no GPU: a CPU convolution stands in for the GPU's (tests/fixtures/ranked_op/op.c,
+with the course's harness rai_op.h), the GPU's run on the GPU host (bench/ranked_gpu.py).
 
-Each test is one thing a hostile student tries, through the real service and Docker engine."""
+Each test is one thing a hostile student tries (../shared/cheat-classes.md), through the real service
+and Docker engine, beside an honest run: none ranks ahead of it, and each is told why."""
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
+import time
 
 import httpx
 import pytest
-from helpers import BUSYBOX, make_project
+from helpers import make_project
+from helpers.ranked import IMAGE, build_op, ensure_course_image, offer_course_image
 
 pytestmark = pytest.mark.timeout(300)
 
-LABELS = "3\n1\n4\n1\n5\n9\n2\n6\n"
-RIGHT = "printf '3\\n1\\n4\\n1\\n5\\n9\\n2\\n6\\n' > predictions.txt"
-COURSE = f"""# the course's build file for 'final': the student supplies solution.sh and report.pdf; the
-# build runs it once (as the real course's build runs ./m2), the timed runs start from solution.sh alone
+COURSE = f"""# the course's build file for 'final': the student supplies op (their program, built with the
+# course's harness) and report.pdf; the reference (the course's own op) comes from the course's image
 rai:
   version: 0.2
-  image: {BUSYBOX}
+  image: {IMAGE}
 commands:
   build:
-    - cp /src/solution.sh /build/solution.sh
-    - sh ./solution.sh build
+    - cp /src/op /build/op
+    - chmod 755 /build/op
+    - cp /opt/rai/op/ref /build/ref
     - echo course build done
 ranked:
-  student_files: [solution.sh, report.pdf]
-  timed: sh ./solution.sh
+  student_files: [op, report.pdf]
+  timed: ./op
+  reference: ./ref
   repeats: 3
-  measure: wall
-  predictions: predictions.txt
+  keep: [op, ref]
+  cpu_seconds: 1.5
   tolerance: 0.5
-  keep: [solution.sh]
-  cpu_seconds: 0.6
 """
 
 
 @pytest.fixture(scope="module")
-def course(docker_service, tmp_path_factory):
+def course_image(docker_engine, tmp_path_factory):
+    """The course's image: busybox and the course's reference program at /opt/rai/op/ref."""
+    return ensure_course_image(docker_engine, tmp_path_factory.mktemp("course-image"))
+
+
+@pytest.fixture(scope="module")
+def course(docker_service, docker_engine, course_image, tmp_path_factory):
+    offer_course_image(docker_service, docker_engine)
     tmp = tmp_path_factory.mktemp("course")
     (tmp / "final.yml").write_text(COURSE)
-    (tmp / "labels.txt").write_text(LABELS)
-    res = docker_service.client("admin", "course", "install", "final", str(tmp / "final.yml"), "--labels", str(tmp / "labels.txt"))
+    res = docker_service.client("admin", "course", "install", "final", str(tmp / "final.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "'final' now runs the course's build file version 1" in res.stdout and "checks 8 answers" in res.stdout
+    assert "'final' now runs the course's build file version 1" in res.stdout and "checks its outputs against './ref'" in res.stdout
     return docker_service
 
 
-def submit(svc, tmp_path, solution: str, commands: list[str] | None = None, name: str = "student"):
-    """A student's final: their own build file (ignored) and solution.sh; the job's JSON and output."""
+def submit(svc, tmp_path, variant: str, name: str | None = None, commands: list[str] | None = None):
+    """A student's final: their own build file (ignored) and their op; the job's JSON and output."""
+    name = name or variant
     profile = svc.add_user(name)
-    proj = make_project(tmp_path / name, commands or ["echo my own build file"], files={"solution.sh": solution, "report.pdf": "%PDF-1.4"})
-    res = svc.client("submit", "-p", str(proj), "--kind", "final", env={"RAI_PROFILE": str(profile)}, timeout=180)
+    proj = make_project(tmp_path / name, commands or ["echo my own build file"], files={"report.pdf": "%PDF-1.4"})
+    build_op(variant, proj / "op")
+    res = svc.client("submit", "-p", str(proj), "--kind", "final", env={"RAI_PROFILE": str(profile)}, timeout=240)
     job_id = re.search(r"Job (\S+) queued", res.stdout)
     assert job_id, res.stdout + res.stderr
     with svc.http() as h:
@@ -68,69 +77,118 @@ def ranked(svc) -> list[dict]:
         return h.get("/api/v1/leaderboard").json()
 
 
+def verdict_line(out: str) -> str:
+    return next((line for line in out.splitlines() if "Ranked #" in line or "Not ranked" in line), "")
+
+
+@pytest.fixture(scope="module")
+def honest(course, tmp_path_factory):
+    """The honest run every cheat is held against."""
+    job, out = submit(course, tmp_path_factory.mktemp("honest"), "honest")
+    assert job["state"] == "succeeded", out
+    return job, out
+
+
+def test_an_honest_run_ranks_by_its_operations_time_checked_against_the_reference(course, honest):
+    job, out = honest
+    m = job["results"]["measured"]
+    assert m["problem"] is None and m["accuracy"] == 1.0 and m["measure"] == "op" and len(m["runs"]) == 3, m
+    assert m["error"] is not None and m["error"] < 1e-6  # the same sums in the same order: the reference's outputs
+    assert all(0.001 < t < 2.0 for t in m["runs"]) and m["op_time"] == sorted(m["runs"])[1]
+    assert m["reference_time"] and m["reference_time"] > 0
+    assert "course build done" in out and "Reference runs: the course's ./ref, on each timed run's inputs" in out
+    assert verdict_line(out).startswith("✱ Ranked #"), out
+    row = next(e for e in ranked(course) if e["name"] == "honest")
+    assert row["verified"] and row["op_time"] == m["op_time"] and row["runs"] == 3
+
+
+def test_printed_op_time_and_correctness_are_shown_never_ranked(course, honest, tmp_path):
+    """C19: what the program prints is shown and flagged, never ranked."""
+    job, _ = submit(course, tmp_path, "printer")
+    m = job["results"]["measured"]
+    assert job["results"]["op_time_total"] == 0.000001  # what it printed, kept and shown
+    assert m["problem"] is None and m["op_time"] > 0.001 and m["printed_op_time"] == 0.000001
+    assert any("the program printed an op time of 1e-06 s; the service measured" in f for f in m["flags"])
+
+
+DIFFERS = r"the outputs of operation {} differ from the course's reference by \S+ \(relative; the course allows 0.0001\)"
+NOT_THE_WORK = {
+    # C02: returns at once; a thread computes after the end mark (and would finish before the reading)
+    "thread": r"timed run 1 of 3: the outputs of operation 1 changed after its end mark: work went on after the clock stopped",
+    # C30: wrong outputs at the end mark, then the main thread exits (a zombie leader); its thread writes the right ones
+    "zombie": r"timed run 1 of 3: the outputs of operation 1 changed after its end mark: work went on after the clock stopped",
+    # C03: an auto-reaped child (SIGCHLD ignored) computes after the end mark
+    "child": r"timed run 1 of 3: the outputs of operation 1 changed after its end mark: work went on after the clock stopped",
+    # C04/C14: the work before the clock, on inputs it guesses
+    "precompute": "timed run 1 of 3: " + DIFFERS.format(1),
+    # C06/C07: the first operation's outputs replayed for the next
+    "cache": "timed run 1 of 3: " + DIFFERS.format(2),
+    # C16: all but the last image of the batch
+    "partial": "timed run 1 of 3: " + DIFFERS.format(1),
+    # C17: inputs cut to bfloat16
+    "precision": "timed run 1 of 3: " + DIFFERS.format(1),
+    # C19: an end mark of its own before the harness's
+    "forger": r"timed run 1 of 3: the run broke the marks protocol \(an end without a begin\)",
+    # C03: the CPU of auto-reaped children, which rusage never counts: the cgroup does
+    "cpuhog": r"\S+ s of CPU time in timed run 1 of 3 \(the course allows 1.5 s\)",
+}
+
+
+@pytest.mark.parametrize("variant", sorted(NOT_THE_WORK))
+def test_a_run_that_did_not_do_the_work_in_the_timed_span_does_not_rank_and_says_why(course, honest, tmp_path, variant):
+    job, out = submit(course, tmp_path, variant)
+    m = job["results"]["measured"]
+    assert m["problem"] and re.fullmatch(NOT_THE_WORK[variant], m["problem"]), m
+    assert verdict_line(out) == f"✱ Not ranked: {m['problem']}", out
+    assert all(e["name"] != variant for e in ranked(course))
+    assert next(e for e in ranked(course) if e["name"] == "honest")
+
+
+@pytest.mark.parametrize("variant", ["mutate", "lease"])
+def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_path, variant):
+    """C13: the inputs are sealed, read-only (a reference computed later sees what was drawn).
+    C30: a lease or a lock on the outputs makes nothing wait: rai-timed never opens them again.
+    Both runs did the work, so they rank, with their measured time."""
+    job, out = submit(course, tmp_path, variant)
+    m = job["results"]["measured"]
+    assert m["problem"] is None and m["accuracy"] == 1.0, m
+    if variant == "mutate":
+        assert "mutating the inputs: refused" in out and "ALLOWED" not in out, out
+    else:
+        assert "lease on the outputs: refused" in out and "TAKEN" not in out, out
+    assert job["phases"] and all(t < 2.0 for t in m["runs"])
+
+
+def test_a_final_cannot_hold_the_host_past_its_bound(course, honest, tmp_path):
+    """A timed run that sleeps is stopped at its bound (20x the reference's run, at least 5 s,
+    unless the course sets one): the host is free again, and the student is told why."""
+    started = time.monotonic()
+    job, out = submit(course, tmp_path, "sleeper")
+    took = time.monotonic() - started
+    m = job["results"]["measured"]
+    assert m["problem"] and re.fullmatch(
+        r"timed run 1 of 3: it was stopped at its bound of 5 s \(the course's reference took \S+ s\)", m["problem"]
+    ), m
+    assert took < 60, took  # one bound, not the hour of the wall clock
+    assert verdict_line(out) == f"✱ Not ranked: {m['problem']}", out
+
+
 def test_the_forged_echo_run_does_not_run_and_cannot_rank(course, tmp_path):
     """The issue's attack: a final whose only command echoes a perfect op time and correctness."""
     forged = ["sh -c \"echo 'Op Time: 0.000001'; echo 'Correctness: 1.0 Model: 100'\""]
-    job, out = submit(course, tmp_path, "echo nothing computed", commands=forged, name="forger")
+    job, out = submit(course, tmp_path, "forger", name="echoer", commands=forged)
     assert "built and timed by the course's build file (version 1); your rai_build.yml is not used" in out, out
     assert "Op Time: 0.000001" not in out and "course build done" in out  # the course's commands ran, not theirs
-    m = job["results"]["measured"]
-    assert m["problem"] == "timed run 1 of 3 left no predictions.txt in /build (the file the course's program writes its answers to)"
-    assert all(e["name"] != "forger" for e in ranked(course))
-
-
-def test_an_honest_run_ranks_with_the_measured_time_and_the_checked_answers(course, tmp_path):
-    job, out = submit(course, tmp_path, f"{RIGHT}; sleep 0.4; echo Op Time: 0.4", name="honest")
-    assert job["state"] == "succeeded", out
-    m = job["results"]["measured"]
-    assert m["problem"] is None and m["accuracy"] == 1.0 and len(m["runs"]) == 3 and m["course_version"] == 1
-    assert all(0.4 <= t < 3.0 for t in m["runs"]) and m["op_time"] == sorted(m["runs"])[1]
-    row = next(e for e in ranked(course) if e["name"] == "honest")
-    assert row["verified"] and row["op_time"] == m["op_time"] and row["runs"] == 3 and row["correctness"] == 1.0
-
-
-def test_printed_op_time_and_correctness_are_shown_never_ranked(course, tmp_path):
-    job, _ = submit(course, tmp_path, f"{RIGHT}; sleep 0.3; echo Op Time: 0.000001; echo Correctness: 1.0 Model: x", name="printer")
-    m = job["results"]["measured"]
-    assert job["results"]["op_time_total"] == 0.000001  # what it printed, kept and shown
-    assert m["op_time"] >= 0.3 and m["printed_op_time"] == 0.000001
-    assert any("the program printed an op time of 1e-06 s; the service measured" in f for f in m["flags"])
-    row = next(e for e in ranked(course) if e["name"] == "printer")
-    assert row["op_time"] >= 0.3 and row["flags"]  # staff see why to look
-    with course.http() as h:  # and the staff's CSV carries the measured time and the flag
-        line = next(x for x in h.get("/api/v1/leaderboard.csv").text.splitlines() if x.split(",")[1] == "printer")
-    assert f"{m['op_time']:.9f}" in line and "the program printed an op time of 1e-06 s" in line
-    # wrong answers with a printed perfect correctness: measured accuracy decides, and it is off the board
-    job, _ = submit(
-        course, tmp_path, "printf '0\\n0\\n0\\n0\\n0\\n0\\n0\\n0\\n' > predictions.txt; echo Correctness: 1.0 Model: x", name="guesser"
-    )
-    assert job["results"]["correctness"] == {"x": 1.0} and job["results"]["measured"]["accuracy"] == 0.0
-    assert all(e["name"] != "guesser" for e in ranked(course))
-
-
-def test_a_background_process_cannot_change_the_answers_after_the_timed_run(course, tmp_path):
-    """Fast wrong answers in the timed run, the right ones written by a process it left behind."""
-    job, _ = submit(course, tmp_path, f"printf 'x\\n' > predictions.txt; (sleep 1; {RIGHT}) > /dev/null 2>&1 & echo fast", name="swapper")
-    m = job["results"]["measured"]
-    assert m["accuracy"] == 0.0 and m["problem"] is None, m
-    assert all(e["name"] != "swapper" for e in ranked(course))
-    with course.http() as h:  # the build folder kept is the build's: its swapper was ended before it wrote
-        r = h.get(f"/api/v1/jobs/{job['id']}/build.tar.gz")
-    with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
-        member = next(m for m in tar.getmembers() if m.name.removeprefix("./") == "predictions.txt")
-        assert tar.extractfile(member).read() == b"x\n"
+    assert all(e["name"] != "echoer" for e in ranked(course))
 
 
 def test_the_student_files_are_all_that_runs_of_their_project(course, tmp_path):
-    """Their Makefile, data or a planted predictions file never reach the container."""
-    job, out = submit(course, tmp_path, f"ls -1 /src; {RIGHT}", name="planter")
-    assert job["state"] == "succeeded", out
-    assert "report.pdf\nsolution.sh\n" in out.replace("\r", "")  # /src: only the course's named files
-    # without one of them the submission is refused before it queues
+    """Their Makefile, data or a planted reference never reach the container; without one of the
+    named files the submission is refused before it queues."""
     profile = course.add_user("forgetful")
     proj = make_project(tmp_path / "forgetful", ["true"], files={"report.pdf": "%PDF"})
     res = course.client("submit", "-p", str(proj), "--kind", "final", env={"RAI_PROFILE": str(profile)})
-    assert res.returncode != 0 and "a 'final' submission must include solution.sh" in res.stderr, res.stderr
+    assert res.returncode != 0 and "a 'final' submission must include op" in res.stderr, res.stderr
 
 
 def test_a_student_build_file_cannot_claim_the_course_section(course, tmp_path):
@@ -139,85 +197,29 @@ def test_a_student_build_file_cannot_claim_the_course_section(course, tmp_path):
     assert res.returncode != 0 and "'ranked' belongs to the course's build file" in res.stderr, res.stderr
 
 
-def test_only_instructors_install_and_every_version_is_kept(course, tmp_path):
+def test_only_instructors_install_every_version_is_kept_and_old_measures_are_refused(course, honest, tmp_path):
     student = course.add_user("sneaky")
     with course.http(student) as h:
-        r = h.put("/api/v1/admin/course/final", json={"build_file": COURSE, "labels": "1\n"})
+        r = h.put("/api/v1/admin/course/final", json={"build_file": COURSE})
         assert r.status_code == 403
+    for old in ("kernels", "wall"):  # issue 46: what a profiler or a command's wall time says no longer ranks
+        (tmp_path / f"{old}.yml").write_text(COURSE.replace("  reference: ./ref\n", f"  measure: {old}\n"))
+        bad = course.client("admin", "course", "install", "final", str(tmp_path / f"{old}.yml"))
+        assert bad.returncode != 0 and f"ranked.measure: {old} no longer ranks" in bad.stderr, bad.stderr
     (tmp_path / "v2.yml").write_text(COURSE.replace("repeats: 3", "repeats: 2"))
-    (tmp_path / "labels.txt").write_text(LABELS)
-    res = course.client("admin", "course", "install", "final", str(tmp_path / "v2.yml"), "--labels", str(tmp_path / "labels.txt"))
+    res = course.client("admin", "course", "install", "final", str(tmp_path / "v2.yml"))
     assert "version 2" in res.stdout, res.stdout + res.stderr
     shown = course.client("admin", "course", "show").stdout
-    assert "final: version 2" in shown and "students supply: solution.sh, report.pdf" in shown, shown
-    assert "timed: sh ./solution.sh (wall, 2 runs, the median ranks); 8 answers" in shown, shown
-    bad = course.client("admin", "course", "install", "final", str(tmp_path / "labels.txt"), "--labels", str(tmp_path / "labels.txt"))
-    assert bad.returncode != 0 and "course build file" in bad.stderr
-    job, _ = submit(course, tmp_path, RIGHT, name="second")
+    assert "final: version 2" in shown and "students supply: op, report.pdf" in shown, shown
+    assert "timed: ./op (op, 2 runs, the median ranks)" in shown and "checked against: ./ref (relative tolerance 0.0001)" in shown, shown
+    job, _ = submit(course, tmp_path, "honest", name="second")
     assert job["results"]["measured"]["course_version"] == 2 and len(job["results"]["measured"]["runs"]) == 2
+    (tmp_path / "v3.yml").write_text(COURSE)  # back to 3 runs for the tests after this one
+    assert course.client("admin", "course", "install", "final", str(tmp_path / "v3.yml")).returncode == 0
 
 
-# -- issue 32: what ranks covers all the work that produced the answers ---------------------------
-HONEST_SLOW = f"sleep 1.2; {RIGHT}"  # the answers from "the GPU": time passes, the CPU idles
-
-
-def verdict_line(out: str) -> str:
-    return next((line for line in out.splitlines() if "Ranked #" in line or "Not ranked" in line), "")
-
-
-def test_answers_computed_on_the_cpu_do_not_rank_and_say_why(course, tmp_path):
-    """The cheat most students would think of: compute on the host's CPU (here two busy
-    processes), faster in wall time than the honest run, one trivial "kernel". The CPU time of
-    every process of the timed run, read outside the container, is over the course's budget."""
-    honest, out_h = submit(course, tmp_path, HONEST_SLOW, name="gpu-honest")
-    assert honest["results"]["measured"]["problem"] is None, honest
-    assert verdict_line(out_h).startswith("✱ Ranked #"), out_h
-    burn = "i=0; while [ $i -lt 1000000 ]; do i=$((i+1)); done"
-    cheat, out = submit(course, tmp_path, f"({burn}) & ({burn}) & wait; {RIGHT}", name="cpu-cheat")
-    m = cheat["results"]["measured"]
-    assert m["problem"] and re.search(r"s of CPU time in timed run 1 of \d \(the course allows 0.6 s\)", m["problem"]), m
-    assert "✱ Not ranked: " in verdict_line(out) and "of CPU time" in verdict_line(out), out
-    assert all(e["name"] != "cpu-cheat" for e in ranked(course))
-    assert honest["results"]["measured"]["cpu_seconds"] and max(honest["results"]["measured"]["cpu_seconds"]) < 0.6
-
-
-def test_a_cache_filled_by_the_build_or_an_earlier_timed_run_is_gone(course, tmp_path):
-    """Every timed run starts from the course's kept files in a fresh container: what the build
-    (which runs the student's code) or timed run 1 left in /build or /tmp is not there."""
-    cache = (
-        "if [ -f /build/cache ] || [ -f /tmp/cache ]; then cat /build/cache > predictions.txt 2>/dev/null || "
-        f"cat /tmp/cache > predictions.txt; echo took-the-cache; else sleep 1.2; {RIGHT}; "
-        "cp predictions.txt /build/cache; cp predictions.txt /tmp/cache; fi"
-    )
-    job, out = submit(course, tmp_path, cache, name="cacher")
-    m = job["results"]["measured"]
-    assert m["problem"] is None and m["accuracy"] == 1.0, m
-    assert all(t >= 1.2 for t in m["runs"]), m["runs"]  # no timed run found a cache
-    assert "took-the-cache" not in out
-
-
-@pytest.mark.parametrize("how", ["child", "setsid"])
-def test_a_process_that_writes_after_the_timed_command_exits_is_frozen_first(course, tmp_path, how):
-    """The command exits at once; a process it left writes the answers 50 ms later. rai-timed
-    stops every process of the job the moment the command ends, before anything is read."""
-    leave = "sh late.sh > /dev/null 2>&1 &" if how == "child" else "(setsid sh late.sh > /dev/null 2>&1 &)"
-    solution = f"cat > late.sh <<'EOF'\nsleep 0.05\n{RIGHT}\nEOF\n{leave}\necho done\n"
-    job, out = submit(course, tmp_path, solution, name=f"late-{how}")
-    m = job["results"]["measured"]
-    assert re.fullmatch(
-        r"timed run 1 of \d left no predictions.txt in /build \(the file the course's program writes its answers to\)", m["problem"] or ""
-    ), m
-    assert verdict_line(out) == f"✱ Not ranked: {m['problem']}", out
-    assert all(e["name"] != f"late-{how}" for e in ranked(course))
-
-
-def test_the_student_learns_why_a_wrong_run_does_not_rank(course, tmp_path):
-    """Accuracy under the course's threshold: the run succeeds (the program ran) and one line says
-    it does not rank, and why; the job page shows the same as a banner."""
-    job, out = submit(course, tmp_path, "printf '3\\n1\\n4\\n0\\n0\\n0\\n0\\n0\\n' > predictions.txt", name="wrongish")
-    assert job["state"] == "succeeded"
-    assert verdict_line(out) == "✱ Not ranked: accuracy 0.375 is below 0.8", out
-    assert job["results"]["measured"]["verdict"] == "Not ranked: accuracy 0.375 is below 0.8"
+def test_the_student_sees_the_verdict_on_the_jobs_page(course, tmp_path):
+    job, _ = submit(course, tmp_path, "partial", name="pagecheck")
     from raiprotocol.profile import read_profile_file
 
     p = read_profile_file(course.profile)
@@ -225,7 +227,11 @@ def test_the_student_learns_why_a_wrong_run_does_not_rank(course, tmp_path):
         token = re.search(r'name="csrf" value="([^"]+)"', web.get("/login").text)
         web.post("/login", data={"access_key": p.access_key, "secret_key": p.secret_key, **({"csrf": token.group(1)} if token else {})})
         page = web.get(f"/jobs/{job['id']}")
-    assert page.status_code == 200 and 'id="verdict"' in page.text and "Not ranked: accuracy 0.375 is below 0.8" in page.text
+    assert (
+        page.status_code == 200
+        and 'id="verdict"' in page.text
+        and "Not ranked: timed run 1 of 3: the outputs of operation 1 differ" in page.text
+    )
 
 
 def test_no_job_process_can_signal_the_container_init_or_keepalive(docker_service, tmp_path):
@@ -244,7 +250,7 @@ def test_no_job_process_can_signal_the_container_init_or_keepalive(docker_servic
 def test_staff_can_measure_an_entry_again_and_its_result_replaces_it(course, tmp_path):
     """Issue 32: a TA doubts an entry; a re-measure runs the same files with the same course build,
     more timed runs, audited; once it ends its result stands on the board instead of the original."""
-    job, _ = submit(course, tmp_path, f"sleep 0.3; {RIGHT}", name="doubted")
+    job, _ = submit(course, tmp_path, "honest", name="doubted")
     ta = course.add_user("ta-remeasure", role="ta")
     student = course.add_user("nosy")
     with course.http(student) as h:  # students may not
@@ -263,7 +269,7 @@ def test_staff_can_measure_an_entry_again_and_its_result_replaces_it(course, tmp
     assert any(a["action"] == "job.remeasure" and a["target"] == job["id"] and a["actor"] == "ta-remeasure" for a in audit)
 
 
-def test_a_ranked_run_waits_in_its_own_place_and_gets_the_host_before_the_queue(docker_engine, redis_url, tmp_path):
+def test_a_ranked_run_waits_in_its_own_place_and_gets_the_host_before_the_queue(docker_engine, course_image, redis_url, tmp_path):
     """Issue 32: both slots busy and three jobs queued ahead of it in the fair order, a ranked run is
     still released at once (its own lane: one reserved place per host) and claimed at once, in the
     pool's process for ranked runs (it holds no slot while it waits), says what it waits for, and
@@ -277,16 +283,17 @@ def test_a_ranked_run_waits_in_its_own_place_and_gets_the_host_before_the_queue(
     extra = {"RAI_STAFF_PRIORITY": "false", "RAI_SUBMISSIONS_PER_MINUTE": "1000"}
     svc = start_service(tmp_path / "svc", redis_url, None, "docker", slots=2, extra_env=extra)
     try:
+        offer_course_image(svc, docker_engine)
         (tmp_path / "final.yml").write_text(COURSE)
-        (tmp_path / "labels.txt").write_text(LABELS)
-        res = svc.client("admin", "course", "install", "final", str(tmp_path / "final.yml"), "--labels", str(tmp_path / "labels.txt"))
+        res = svc.client("admin", "course", "install", "final", str(tmp_path / "final.yml"))
         assert res.returncode == 0, res.stdout + res.stderr
         students = [svc.add_user(f"s{i}") for i in range(5)]
         short_first = make_project(tmp_path / "first", ["sh -c 'sleep 4; echo done'"])
         long_run = make_project(tmp_path / "long", ["sh -c 'sleep 10; echo done'"])
         short_run = make_project(tmp_path / "short", ["echo queued"])
         mine = make_project(tmp_path / "mine", ["echo alone"], extra="resources:\n  gpu:\n    exclusive: true\n")
-        final = make_project(tmp_path / "final", ["echo ignored"], files={"solution.sh": RIGHT, "report.pdf": "%PDF-1.4"})
+        final = make_project(tmp_path / "final", ["echo ignored"], files={"report.pdf": "%PDF-1.4"})
+        build_op("honest", final / "op")
 
         def submit(proj, who: int, *kind: str) -> str:
             res = svc.client("submit", "-p", str(proj), "--detach", *kind, env={"RAI_PROFILE": str(students[who])})

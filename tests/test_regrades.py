@@ -11,35 +11,23 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import BUSYBOX, make_project
+from helpers import make_project
+from helpers.ranked import HONEST_SH, course_file, ensure_course_image, offer_course_image
 
 pytestmark = pytest.mark.timeout(300)
 SHOTS = Path("/tmp/shots36b")
 
-COURSE = f"""rai:
-  version: 0.2
-  image: {BUSYBOX}
-commands:
-  build:
-    - cp /src/solution.sh /build/solution.sh
-ranked:
-  student_files: [solution.sh]
-  timed: sh ./solution.sh
-  repeats: 2
-  measure: wall
-  predictions: predictions.txt
-  tolerance: 0.5
-  keep: [solution.sh]
-"""
-RIGHT = "printf '3\\n1\\n4\\n' > predictions.txt"
+COURSE = course_file("[solution.sh]", extra="  keep: [solution.sh]\n")
+RIGHT = HONEST_SH
 
 
 @pytest.fixture(scope="module")
-def course(pg_service, tmp_path_factory):
+def course(pg_service, docker_engine, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("course")
     (tmp / "final.yml").write_text(COURSE)
-    (tmp / "labels.txt").write_text("3\n1\n4\n")
-    res = pg_service.client("admin", "course", "install", "final", str(tmp / "final.yml"), "--labels", str(tmp / "labels.txt"))
+    ensure_course_image(docker_engine, tmp / "image")
+    offer_course_image(pg_service, docker_engine)
+    res = pg_service.client("admin", "course", "install", "final", str(tmp / "final.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
     return pg_service
 

@@ -11,23 +11,23 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import BUSYBOX, ROOT, make_project
+from helpers import ROOT, make_project
+from helpers.ranked import IMAGE, IN_IMAGE, ensure_course_image, offer_course_image
 
 pytestmark = pytest.mark.timeout(300)
 SHOTS = Path("/tmp/shots36b")
 STARTER = ROOT / "examples" / "ece408-conv" / "new-forward.cu"
 COURSE = f"""rai:
   version: 0.2
-  image: {BUSYBOX}
+  image: {IMAGE}
 commands:
   build:
     - cp /src/new-forward.cu /build/
 ranked:
   student_files: [new-forward.cu, report.pdf]
   timed: "true"
+  reference: {IN_IMAGE}/ref
   repeats: 2
-  measure: wall
-  predictions: predictions.txt
   tolerance: 0.5
 """
 TILED = """
@@ -58,14 +58,15 @@ __global__ void unrolled(const float *in, float *out, int n, int K) {
 
 
 @pytest.fixture(scope="module")
-def klass(pg_service, tmp_path_factory):
+def klass(pg_service, docker_engine, tmp_path_factory):
     """Five teams' 'final' submissions: sim-a's kernel, sim-b's disguised copy of it (and an earlier
     submission of its own, not its latest), sim-c's own kernel, sim-d and sim-e the untouched starter."""
     svc = pg_service
     tmp = tmp_path_factory.mktemp("sim")
+    ensure_course_image(docker_engine, tmp / "image")
+    offer_course_image(svc, docker_engine)
     (tmp / "final.yml").write_text(COURSE)
-    (tmp / "labels.txt").write_text("1\n")
-    res = svc.client("admin", "course", "install", "final", str(tmp / "final.yml"), "--labels", str(tmp / "labels.txt"))
+    res = svc.client("admin", "course", "install", "final", str(tmp / "final.yml"))
     assert res.returncode == 0, res.stdout + res.stderr
     starter = STARTER.read_text()
     copy = TILED.replace("acc", "mySum").replace("tile", "buffer").replace("row", "r").replace("    ", "  ")

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import BUSYBOX, make_project
+from helpers import make_project
+from helpers.ranked import HONEST_SH, IMAGE, IN_IMAGE, ensure_course_image, offer_course_image
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -52,7 +53,7 @@ def test_login_rejects_wrong_keys_and_forms_need_csrf(browser, docker_service):
     page.close()
 
 
-def test_instructor_watches_queue_job_log_and_leaderboard_live(browser, docker_service, tmp_path):
+def test_instructor_watches_queue_job_log_and_leaderboard_live(browser, docker_service, docker_engine, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     staff = docker_service.add_user("prof", role="instructor")
     page = login(browser, docker_service, staff)
@@ -61,20 +62,21 @@ def test_instructor_watches_queue_job_log_and_leaderboard_live(browser, docker_s
     # then the service times the student's solution.sh twice and checks its answer
     course = tmp_path / "final.yml"
     epochs = "sh -c 'for k in 1 2 3 4 5 6 7 8; do printf \"\\033[32mepoch $k ok\\033[0m\\n\"; sleep 0.5; done'"
+    ensure_course_image(docker_engine, tmp_path / "image")
+    offer_course_image(docker_service, docker_engine)
     course.write_text(
-        f"rai: {{version: 0.2, image: {BUSYBOX}}}\ncommands:\n  build:\n    - {json.dumps(epochs)}\n"
+        f"rai: {{version: 0.2, image: {IMAGE}}}\ncommands:\n  build:\n    - {json.dumps(epochs)}\n"
         "    - cp /src/solution.sh /build/\n"
-        "ranked: {student_files: [solution.sh], timed: sh ./solution.sh, repeats: 2, measure: wall}\n"
+        f"ranked: {{student_files: [solution.sh], timed: sh ./solution.sh, reference: {IN_IMAGE}/ref, repeats: 2}}\n"
     )
-    (tmp_path / "labels.txt").write_text("7\n")
-    res = docker_service.client("admin", "course", "install", "final", str(course), "--labels", str(tmp_path / "labels.txt"))
+    res = docker_service.client("admin", "course", "install", "final", str(course))
     assert res.returncode == 0, res.stdout + res.stderr
     proj = make_project(
         tmp_path / "p",
         ["echo never run: the course's build file is"],
         files={
             "report.pdf": "%PDF-1.4 report",
-            "solution.sh": "echo 7 > predictions.txt; echo Op Time: 0.0123; echo Op Time: 0.0456; echo Correctness: 0.91 Model: ece408",
+            "solution.sh": f"echo Op Time: 0.0123; echo Op Time: 0.0456; echo Correctness: 0.91 Model: ece408; {HONEST_SH}",
         },
     )
     proc = docker_service.popen_client("submit", "-p", str(proj), "--kind", "final")

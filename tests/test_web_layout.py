@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import BUSYBOX, make_project, start_service, wait_for
+from helpers import make_project, start_service, wait_for
+from helpers.ranked import HONEST_SH, IMAGE, IN_IMAGE, ensure_course_image, offer_course_image
 from test_web import CHROMIUM, REQUIRE_BROWSER  # the browser fixture is conftest.py's
 
 SHOTS = Path(os.environ.get("RAI_SHOTS") or Path(__file__).parent / "artifacts" / "layout")
@@ -63,13 +64,17 @@ def site(layout_service, tmp_path_factory):
     staff = svc.add_user("tara_ta", role="ta")
     dana = svc.add_user("dana_l", team="dbs")
     course = tmp / "final.yml"
+    import docker
+
+    engine = docker.from_env(timeout=30)
+    ensure_course_image(engine, tmp / "image")
+    offer_course_image(svc, engine)
     course.write_text(
-        f"rai: {{version: 0.2, image: {BUSYBOX}}}\ncommands:\n  build:\n    - echo compiling the course build\n"
+        f"rai: {{version: 0.2, image: {IMAGE}}}\ncommands:\n  build:\n    - echo compiling the course build\n"
         "    - cp /src/solution.sh /build/\n"
-        "ranked: {student_files: [solution.sh], timed: sh ./solution.sh, repeats: 2, measure: wall}\n"
+        f"ranked: {{student_files: [solution.sh], timed: sh ./solution.sh, reference: {IN_IMAGE}/ref, repeats: 2}}\n"
     )
-    (tmp / "labels.txt").write_text("7\n")
-    res = svc.client("admin", "course", "install", "final", str(course), "--labels", str(tmp / "labels.txt"))
+    res = svc.client("admin", "course", "install", "final", str(course))
     assert res.returncode == 0, res.stdout + res.stderr
     ranked = submit(
         svc,
@@ -79,7 +84,7 @@ def site(layout_service, tmp_path_factory):
             ["echo unused"],
             files={
                 "report.pdf": "%PDF-1.4 report",
-                "solution.sh": "echo 7 > predictions.txt; echo Op Time: 0.0123; echo Correctness: 0.91 Model: ece408",
+                "solution.sh": f"echo Op Time: 0.0123; echo Correctness: 0.91 Model: ece408; {HONEST_SH}",
             },
         ),
         "--kind",

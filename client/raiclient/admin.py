@@ -224,19 +224,19 @@ def images_load(
 def course_install(
     kind: str = typer.Argument(..., help="the ranked kind, e.g. final"),
     build_file: Path = typer.Argument(..., exists=True, dir_okay=False, help="the course's build file, with its 'ranked:' section"),
-    labels: Path = typer.Option(
-        ..., "--labels", exists=True, dir_okay=False, help="the expected answers, one per line; they stay on the server"
+    labels: Path | None = typer.Option(
+        None, "--labels", exists=True, dir_okay=False, help="unused since issue 46: the course's reference computes the answers"
     ),
     server: str | None = typer.Option(None, "--server", envvar="RAI_SERVER"),
 ) -> None:
     """Install a new version of KIND's build file: from now on KIND's submissions run it, and only
     their runs, timed and checked by the service, rank."""
     with cli.connected(server) as api:
-        out = api.install_course_build(kind, build_file.read_text(), labels.read_text())
+        out = api.install_course_build(kind, build_file.read_text(), labels.read_text() if labels else "")
     cli.say(
         f"'{out.kind}' now runs the course's build file version {out.version} (image {out.image}): "
-        f"students supply {', '.join(out.student_files)}; the service times '{out.timed}' {out.repeats} times "
-        f"({out.measure}) and checks {out.labels} answers"
+        f"students supply {', '.join(out.student_files)}; the service times each operation of '{out.timed}' "
+        f"{out.repeats} times on inputs drawn for each run and checks its outputs against '{out.reference}'"
     )
 
 
@@ -256,6 +256,7 @@ def course_show(as_json: bool = cli.JSON_OPT, server: str | None = typer.Option(
             Text(
                 f"{r.kind}: version {r.version}, installed {local(r.installed_at, seconds=False)} by {r.installed_by}, "
                 f"image {r.image}\n  students supply: {', '.join(r.student_files)}\n"
-                f"  timed: {r.timed} ({r.measure}, {r.repeats} runs, the median ranks); {r.labels} answers"
+                f"  timed: {r.timed} ({r.measure}, {r.repeats} runs, the median ranks)\n"
+                f"  checked against: {r.reference} (relative tolerance {r.rtol if r.rtol is not None else '?'})"
             )
         )

@@ -44,15 +44,17 @@ class JobResultSummary(BaseModel):
 
 
 class Measured(BaseModel):
-    """A ranked run as the service measured it (issue 23): these numbers rank, printed ones never do."""
+    """A ranked run as the service measured it (issues 23, 46): these numbers rank, printed ones never do."""
 
     course_version: int
-    measure: str  # kernels | wall
-    op_time: float | None = None  # seconds: the median timed run's total
+    measure: str  # op (kernels | wall: course files from before issue 46, which rank nothing)
+    op_time: float | None = None  # seconds: the median timed run's total of its operations' times
     runs: list[float] = []  # each timed run's total, in seconds
     spread: float | None = None  # max - min of runs
     cv: float | None = None  # coefficient of variation of runs
-    accuracy: float | None = None  # the lowest over the timed runs, against the course's labels
+    accuracy: float | None = None  # 1.0 when every output agreed with the course's reference (the board's gate)
+    error: float | None = None  # the largest relative difference from the reference (estimated L2), any run
+    reference_time: float | None = None  # the reference's median total on the same inputs, seconds
     kernels: list[KernelTime] = []  # the median run's kernels
     printed_op_time: float | None = None  # what the program said, shown beside, never ranked
     flags: list[str] = []  # for staff: disagreements and oddities worth a look
@@ -234,14 +236,36 @@ class ClaimGranted(BaseModel):
 
 
 class TimedRun(BaseModel):
-    """The course's timed command, which the worker runs and measures from outside the job's processes."""
+    """The course's timed command and its reference, which the worker runs under rai-timed: the
+    operations' times taken by rai-timed's clock, their outputs checked against the reference's
+    on the same inputs (issue 46)."""
 
     command: str
     repeats: int
-    measure: str  # kernels | wall
-    predictions: str  # file in /build the timed run writes its answers to
+    measure: str  # op
+    reference: str = ""  # the course's command that computes the same operations, on the same inputs
     keep: list[str] | None = None  # what of the build's /build each timed run's fresh container starts with (None: all)
-    seeds: list[int] | None = None  # RAI_SEED for each timed run (raiprotocol.inputs), secret until it runs
+    bound_seconds: float | None = None  # one timed run's bound; None: 20x the reference's run, at most 120 s
+    max_bytes: int = 2 * 1024**3  # inputs plus outputs of one operation
+    predictions: str = ""  # unused since issue 46 (a worker from before reads it)
+    seeds: list[int] | None = None  # unused since issue 46
+
+
+class OpMeasure(BaseModel):
+    """One operation of a timed run, as rai-timed took it: its time (begin mark to the freeze after
+    its end mark), the CPU the job's cgroup used meanwhile, and checks of its outputs under a key
+    the job never saw, which the server compares with the reference's (raiserver.grading.opcheck)."""
+
+    inputs: int = Field(ge=0)  # floats
+    outputs: int = Field(ge=0)  # floats
+    seconds: float | None = None  # None: the operation never ended
+    cpu_seconds: float | None = None
+    changed: bool = False  # its outputs changed after its end mark (work went on after the clock stopped)
+    nonfinite: int = 0
+    norm2: float | None = None  # sum of squares of the outputs (None: not finite)
+    sketch: list[float | None] = Field(default=[], max_length=64)  # random-sign sums
+    sample_at: list[int] = Field(default=[], max_length=64)  # outputs at random places, and their values
+    sample_values: list[float | None] = Field(default=[], max_length=64)
 
 
 class MeasuredRun(BaseModel):
@@ -249,11 +273,16 @@ class MeasuredRun(BaseModel):
 
     exit_code: int
     wall_seconds: float
-    report: str | None = None  # the profiler's CSV export of its report (measure: kernels), bounded
-    predictions: str | None = None  # the file's contents (bounded), None when missing or unreadable
+    report: str | None = None  # unused since issue 46 (the profiler's export, from a worker before it)
+    predictions: str | None = None  # unused since issue 46
     problem: str | None = None
-    cpu_seconds: float | None = None  # CPU time of every process of the run, counted by rai-timed
+    cpu_seconds: float | None = None  # CPU time of every process of the run: its cgroup's cpu.stat
     gpu: dict[str, Any] | None = None  # NVML before and after: clocks, temperature, power, throttle reasons
+    ops: list[OpMeasure] = Field(default=[], max_length=256)  # the operations the course's harness timed
+    reference: list[OpMeasure] = Field(default=[], max_length=256)  # the reference's, on the same inputs
+    reference_seconds: float | None = None  # the reference run's wall time (the bound's base)
+    reference_problem: str | None = None  # the reference run failed: the run cannot be checked
+    bound_seconds: float | None = None  # the bound this run had
 
 
 class JobUpdate(BaseModel):
@@ -349,10 +378,10 @@ class PullBody(BaseModel):
 
 
 class CourseBuildIn(BaseModel):
-    """An instructor installs the build file of a ranked kind, with the expected answers."""
+    """An instructor installs the build file of a ranked kind (its reference computes the answers)."""
 
     build_file: str = Field(max_length=64 * 1024)
-    labels: str = Field(max_length=4 * 1024 * 1024)  # one expected answer per line; kept on the server
+    labels: str = Field(default="", max_length=4 * 1024 * 1024)  # unused since issue 46 (a client from before sends them)
 
 
 class CourseBuildOut(BaseModel):
@@ -365,7 +394,9 @@ class CourseBuildOut(BaseModel):
     timed: str
     measure: str
     repeats: int
-    labels: int  # how many answers (their text never leaves the server)
+    reference: str = ""  # the course's command the outputs are checked against, on the same inputs
+    rtol: float | None = None
+    labels: int = 0  # unused since issue 46
 
 
 # -- a term: kinds, deadlines, extensions, grades, limits (issue 36) ------------------------------

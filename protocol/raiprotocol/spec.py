@@ -125,10 +125,29 @@ class Ranked(_Strict):
     student_files: list[str] = Field(min_length=1, max_length=20)  # taken from the student's project
     timed: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)  # run after the build commands
     repeats: int = Field(default=5, ge=1, le=20)  # the median ranks; the spread is shown
-    # kernels: the GPU time of every kernel the timed run launched, as the profiler (ncu) records it;
-    # wall: the timed command's wall time, taken by the worker outside the container
-    measure: Literal["kernels", "wall"] = "kernels"
-    predictions: str = "predictions.txt"  # in /build, one answer per line
+    # Issue 46: op: the course's harness (rai_op.h) marks each operation's begin and end; rai-timed,
+    # out of the job's reach, holds the clock, draws the inputs and takes the outputs, which are
+    # checked against ``reference`` run on the same inputs. kernels and wall (profiler kernel times,
+    # a command's wall time against public labels) rank nothing any more: installs refuse them
+    measure: Literal["op", "kernels", "wall"] = "op"
+    # the course's command computing the same operations (its own code, e.g. the instructors' kernel),
+    # run under rai-timed on the same inputs in a container of its own, after the student's
+    reference: str | None = Field(default=None, min_length=1, max_length=MAX_COMMAND_CHARS)
+    # the outputs may differ from the reference's by this much (relative L2 norm of the difference,
+    # and each sampled value relative to the outputs' RMS): fp32 in another order ~1e-6; tf32 or
+    # bfloat16 inputs ~1e-3 do not pass
+    rtol: float = Field(default=1e-4, gt=0, le=1)
+    # one timed run's bound (seconds): past it the run is stopped and does not rank, and the host is
+    # free again. None: 20x the reference's run (at least 5 s), at most 120 s
+    timed_seconds: float | None = Field(default=None, gt=0, le=3600)
+    # the physics floor: a total below it is not ranked (and is listed for staff). floor_seconds, or
+    # flops and bytes (per timed run, all operations) against the GPU's peaks (raiprotocol.peaks)
+    floor_seconds: float | None = Field(default=None, gt=0)
+    flops: float | None = Field(default=None, gt=0)
+    bytes: float | None = Field(default=None, gt=0)
+    # ranked submissions per student per day (None: no limit): no lottery of resubmissions
+    per_day: int | None = Field(default=None, ge=1, le=1000)
+    predictions: str = "predictions.txt"  # unused since issue 46 (course files from before it)
     tolerance: float = Field(default=0.25, gt=0, le=10)  # printed vs measured op time: flagged past this fraction
     # Issue 32: what of the build's /build each timed run starts from (None: all of it); each timed
     # run gets a fresh container with these files only and an empty /tmp, so nothing a student's
@@ -137,9 +156,7 @@ class Ranked(_Strict):
     # the CPU time (every process of the run, seconds) a timed run may use: a run that computed its
     # answers on the host's CPU instead of the GPU does not rank. None: not checked
     cpu_seconds: float | None = Field(default=None, gt=0, le=3600)
-    # the course's program reads RAI_SEED (raiprotocol.inputs): each timed run classifies the inputs
-    # in an order a secret seed chooses, checked against the labels in that order
-    seeded: bool = False
+    seeded: bool = False  # unused since issue 46: every operation's inputs are drawn for it
 
     @field_validator("student_files")
     @classmethod

@@ -1,131 +1,134 @@
-"""Issue 23: the ranked numbers come from the profiler's report and the server's own answers.
+"""Issue 46: the ranked number is the operations' time as rai-timed took it, and it ranks only
+when the outputs agree with the course's reference on the same inputs.
 
-ncu-h100-m2-baseline.ncu-rep was recorded on the H100 by root's `ncu --mode attach` while the
-job's user ran examples/ece408-conv's m2 (10,000 images) under `ncu --mode launch`; the .csv
-beside it is what `ncu --import … --csv --page raw --metrics gpu__time_duration.sum` printed for
-it there, which is what the worker sends. CI has no ncu: the parser is tested on that export."""
+tests/fixtures/rai-timed/*.txt are what rai-timed wrote for the CPU stand-in
+(tests/fixtures/ranked_op/op.c) with the same keys: the honest program (which is also the
+course's reference), one whose inputs were cut to bfloat16, one that left out the last image of
+the batch, and one whose thread wrote the outputs after the end mark."""
 
 from __future__ import annotations
 
-import time
+import math
 from pathlib import Path
 
 import pytest
 
 from raiprotocol.models import MeasuredRun
 from raiprotocol.spec import parse_course_spec
-from raiserver.grading.measured import ReportError, accuracy, kernel_times, summarize
+from raiserver.grading.floor import floor_seconds
+from raiserver.grading.measured import QUARANTINE, half_width, summarize
+from raiserver.grading.opcheck import Mismatch, compare, relative_error
+from raiworker.timed_result import parse
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "ncu-h100-m2-baseline.csv"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rai-timed"
 SPEC = parse_course_spec("""
 rai: {image: rai/ece408:cuda13}
-commands: {build: [make m2]}
-ranked: {student_files: [new-forward.cu], timed: ./m2 10000, repeats: 3}
+commands: {build: [make m2 opt]}
+ranked: {student_files: [new-forward.cu], timed: ./m2, reference: ./opt, repeats: 3, cpu_seconds: 10}
 """)
-LABELS = "1\n2\n3\n"
 
 
-def run(report: str, predictions: str | None = "1\n2\n3\n", code: int = 0) -> MeasuredRun:
-    return MeasuredRun(exit_code=code, wall_seconds=1.0, report=report, predictions=predictions)
+def result(name: str):
+    return parse((FIXTURES / f"{name}.txt").read_text())
 
 
-def test_the_h100_report_gives_each_launch_in_seconds():
-    launches = kernel_times(FIXTURE.read_text())
-    assert [name.split("(")[0] for name, _ in launches] == ["conv_forward_kernel"] * 2
-    assert [round(t, 9) for _, t in launches] == [0.0020232, 0.009225024]
+def run(name: str, scale: float = 1.0, **kw) -> MeasuredRun:
+    got, ref = result(name), result("honest")
+    for op in got.ops:
+        op.seconds = (op.seconds or 0) * scale
+    return MeasuredRun(exit_code=got.exit_code or 0, wall_seconds=1.0, cpu_seconds=got.cpu_seconds, ops=got.ops, reference=ref.ops, **kw)
 
 
-def test_the_median_run_ranks_and_the_spread_and_kernels_are_kept():
-    base = FIXTURE.read_text()
-    slower = base.replace('"9.225024"', '"9.425024"')
-    faster = base.replace('"9.225024"', '"9.125024"')
-    m = summarize([run(slower), run(base), run(faster)], SPEC, 4, LABELS, printed_op_time=0.0113)
-    assert m.op_time == round(0.0020232 + 0.009225024, 9) and m.runs[1] == m.op_time
-    assert m.spread == pytest.approx(0.0003) and 0 < m.cv < 0.02 and m.accuracy == 1.0 and m.course_version == 4
-    assert m.kernels[0].name == "conv_forward_kernel" and m.kernels[0].ms == pytest.approx(11.248224)
-    assert m.flags == [] and m.problem is None
+def test_rai_timed_result_is_read_as_written():
+    r = result("honest")
+    assert r.exit_code == 0 and r.problem is None and 0 < (r.cpu_seconds or 0) < 1
+    assert [(op.inputs, op.outputs) for op in r.ops] == [(38032, 110592), (30048, 18432)]
+    assert all(op.seconds and 0 < op.seconds < 1 for op in r.ops) and not any(op.changed for op in r.ops)
+    assert len(r.ops[0].sketch) == 8 and len(r.ops[0].sample_at) == 16 and r.ops[0].norm2 and r.ops[0].norm2 > 0
+    assert parse("exit 124\ncpu_usec 12\nbound 5000\nproblem the timed run was stopped at its bound of 5000 ms\n").bound_ms == 5000
+    assert parse("op 1 2 3 garbage\nexit zz\n").ops == []  # what does not parse is left out
 
 
-def test_every_kernel_counts_whatever_its_name():
-    """A kernel renamed to look like a harness kernel, with commas and quotes in its name (which
-    ncu's CSV quotes), is timed like any other: the total is the GPU time of every launch."""
-    base = FIXTURE.read_text()
-    renamed = base.replace("conv_forward_kernel(", 'harness_reference_kernel<""ms"", 2>(', 1)
-    assert kernel_times(renamed)[0][0].startswith('harness_reference_kernel<"ms", 2>(')
-    assert sum(t for _, t in kernel_times(renamed)) == pytest.approx(sum(t for _, t in kernel_times(base)))
-    m = summarize([run(renamed)] * 3, SPEC, 1, LABELS, None)
-    assert m.op_time == pytest.approx(0.011248224)
+def test_the_median_runs_total_ranks_and_the_spread_is_kept():
+    m = summarize([run("honest", 1.1), run("honest"), run("honest", 0.9)], SPEC, 4, printed_op_time=None)
+    total = sum(op.seconds or 0 for op in result("honest").ops)
+    assert m.problem is None and m.op_time == pytest.approx(total) and m.runs[1] == m.op_time and m.course_version == 4
+    assert m.spread == pytest.approx(0.2 * total) and m.accuracy == 1.0 and m.error == 0.0
+    assert m.reference_time == pytest.approx(total) and m.ci == pytest.approx(half_width(m.runs))
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("precision", r"the outputs of operation 1 differ from the course's reference by \S+ \(relative; the course allows 0.0001\)"),
+        ("partial", r"the outputs of operation 1 differ from the course's reference by \S+ \(relative; the course allows 0.0001\)"),
+        ("thread", r"the outputs of operation 1 changed after its end mark: work went on after the clock stopped"),
+    ],
+)
+def test_outputs_that_are_not_the_operations_do_not_rank(name, why):
+    import re
+
+    m = summarize([run(name)] * 3, SPEC, 1, None)
+    assert m.op_time is None and m.problem and re.fullmatch(f"timed run 1 of 3: {why}", m.problem), m.problem
+
+
+def test_the_error_estimate_separates_reordered_fp32_from_lower_precision():
+    honest, precision, partial = (result(n).ops[0] for n in ("honest", "precision", "partial"))
+    assert relative_error(honest, honest) == 0
+    assert 3e-4 < relative_error(precision, honest) < 3e-2  # bfloat16 inputs: ~1e-3
+    assert relative_error(partial, honest) > 1e-2  # one image of 24 missing
+    wobble = honest.model_copy(deep=True)  # fp32 in another order: ~1e-7 relative
+    wobble.sketch = [(v or 0) * (1 + 1e-7) for v in wobble.sketch]
+    wobble.sample_values = [(v or 0) * (1 + 1e-7) for v in wobble.sample_values]
+    assert relative_error(wobble, honest) < 1e-5
+    nan = honest.model_copy(deep=True)
+    nan.sketch[0] = None
+    assert math.isinf(relative_error(nan, honest))
+
+
+def test_the_operations_must_be_the_references():
+    ops = result("honest").ops
+    with pytest.raises(Mismatch, match="it timed 1 operation; the course's reference times 2"):
+        compare(ops[:1], ops, 1e-4)
+    small = [ops[0].model_copy(update={"outputs": 5}), ops[1]]
+    with pytest.raises(Mismatch, match="operation 1 has 38032 inputs and 5 outputs; the course's has 38032 and 110592"):
+        compare(small, ops, 1e-4)
+    with pytest.raises(Mismatch, match="operation 2 never reached its end mark"):
+        compare([ops[0], ops[1].model_copy(update={"seconds": None})], ops, 1e-4)
+
+
+def test_a_failed_reference_cpu_over_budget_or_no_operation_does_not_rank():
+    m = summarize([run("honest", reference_problem="the course's reference failed: it exited with status 2")] * 3, SPEC, 1, None)
+    assert m.problem == "timed run 1 of 3: the course's reference failed: it exited with status 2"
+    over = run("honest")
+    over.cpu_seconds = 59.1
+    assert summarize([over] * 3, SPEC, 1, None).problem == "59.1 s of CPU time in timed run 1 of 3 (the course allows 10 s)"
+    none = run("honest")
+    none.ops = []
+    assert summarize([none], SPEC, 1, None).problem == "timed run 1 of 3 timed no operation (the course's harness marks each one: rai_op.h)"
+    assert summarize([run("honest", problem="it was stopped at its bound of 5 s")], SPEC, 1, None).problem == (
+        "timed run 1 of 3: it was stopped at its bound of 5 s"
+    )
+
+
+def test_old_measures_rank_nothing_and_say_so():
+    old = parse_course_spec(SPEC.model_dump_json().replace('"measure":"op"', '"measure":"kernels"'))
+    m = summarize([run("honest")], old, 3, None)
+    assert m.problem and "is timed with measure: kernels, which no longer ranks" in m.problem
+
+
+def test_the_physics_floor_quarantines_a_time_no_card_can_reach():
+    """2.10e10 FLOP at 10,000 images on an H100: a run of microseconds is below the floor."""
+    gpu = parse_course_spec(SPEC.model_dump_json().replace('"flops":null', '"flops":2.1e10'))
+    assert floor_seconds(gpu.ranked, "NVIDIA H100 80GB HBM3") == pytest.approx(2.1e10 / 495e12)
+    assert floor_seconds(gpu.ranked, "a card nobody knows") is None
+    fast = run("honest", 1e-6)  # ~40 ns of "work"
+    m = summarize([fast] * 3, gpu, 1, None, gpu_name="NVIDIA H100 80GB HBM3")
+    assert m.problem and "below the physics floor of" in m.problem and QUARANTINE in m.flags
+    assert summarize([run("honest")] * 3, gpu, 1, None, gpu_name="NVIDIA H100 80GB HBM3").problem is None
 
 
 def test_printed_numbers_never_rank_and_a_disagreement_is_flagged():
-    m = summarize([run(FIXTURE.read_text(), "1\n9\n9\n")] * 3, SPEC, 1, LABELS, printed_op_time=0.000001)
-    assert m.accuracy == pytest.approx(1 / 3) and m.printed_op_time == 0.000001
-    assert m.flags == ["the program printed an op time of 1e-06 s; the service measured 0.0112482 s"]
-
-
-def test_runs_that_cannot_rank_say_why():
-    report = FIXTURE.read_text()
-    header = "\n".join(report.splitlines()[:2])
-    assert summarize(None, SPEC, 1, LABELS, None).problem == "the timed runs did not happen (the build did not succeed)"
-    assert summarize([run(report), run(header)], SPEC, 1, LABELS, None).problem == "timed run 2 of 2 launched no GPU kernel"
-    assert summarize([run(report, None)], SPEC, 1, LABELS, None).problem.startswith("timed run 1 of 1 left no predictions.txt")
-    assert summarize([run(report, code=139)], SPEC, 1, LABELS, None).problem == "timed run 1 of 1 exited with status 139"
-    assert "no kernel durations" in summarize([run("Op Time: 0.0001\n")], SPEC, 1, LABELS, None).problem
-    with pytest.raises(ReportError, match="unknown unit"):
-        kernel_times(report.replace('"ms"', '"fortnights"'))
-    with pytest.raises(ReportError, match="not a number"):
-        kernel_times(report.replace('"2.023200"', '"1e999x"'))
-
-
-def test_answers_are_compared_line_by_line_and_missing_ones_are_wrong():
-    assert accuracy("1\n2\n3\n", ["1", "2", "3"]) == 1.0
-    assert accuracy(" 1 \n2\r\n", ["1", "2", "3"]) == pytest.approx(2 / 3)
-    assert accuracy("1\n2\n3\n4\n5\n", ["1", "2", "3"]) == 1.0  # extra lines change nothing
-    assert accuracy("", ["1"]) == 0.0
-
-
-def test_a_hostile_report_or_predictions_file_costs_milliseconds():
-    rows = '"0","1","m2","h","' + "k" * 5000 + '","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","1.0"\n'
-    report = FIXTURE.read_text().splitlines(keepends=True)[0] + '"","","","","","","","","","","","ms"\n' + rows * 300
-    started = time.monotonic()
-    launches = kernel_times(report)
-    predictions = "7\n" * 500_000
-    accuracy(predictions, ["7"] * 10_000)
-    assert time.monotonic() - started < 1.0
-    assert all(len(name) == 200 for name, _ in launches)
-
-
-def test_a_run_over_the_courses_cpu_budget_does_not_rank_and_says_why():
-    """Issue 32: answers computed on the host's CPU (threads, AVX) instead of the GPU: the CPU time
-    of every process of a timed run, read outside the container, is over the course's budget."""
-    spec = parse_course_spec("""
-rai: {image: rai/ece408:cuda13}
-commands: {build: [make m2]}
-ranked: {student_files: [new-forward.cu], timed: ./m2 10000, repeats: 3, measure: wall, cpu_seconds: 2, keep: [m2]}
-""")
-    ok = [MeasuredRun(exit_code=0, wall_seconds=0.5, predictions=LABELS, cpu_seconds=0.4) for _ in range(3)]
-    m = summarize(ok, spec, 1, LABELS, None)
-    assert m.problem is None and m.cpu_seconds == [0.4, 0.4, 0.4] and m.ci == 0.0
-    burnt = [*ok[:2], MeasuredRun(exit_code=0, wall_seconds=0.01, predictions=LABELS, cpu_seconds=14.2)]
-    assert summarize(burnt, spec, 1, LABELS, None).problem == "14.2 s of CPU time in timed run 3 of 3 (the course allows 2 s)"
-    unread = [*ok[:2], MeasuredRun(exit_code=0, wall_seconds=0.5, predictions=LABELS, cpu_seconds=None)]
-    assert summarize(unread, spec, 1, LABELS, None).problem == "timed run 3 of 3: its CPU time could not be read"
-
-
-def test_the_interval_is_a_95_percent_one_of_the_runs_mean():
-    from raiserver.grading.measured import half_width
-
-    assert half_width([1.0]) == 0.0
-    assert abs(half_width([1.0, 1.1, 1.2]) - 4.303 * 0.1 / 3**0.5) < 1e-9
-
-
-def test_the_gpus_state_is_kept_per_run_and_a_slowdown_flagged():
-    state = {"sm_mhz": 1755, "mem_mhz": 2619, "temp_c": 41, "power_w": 160.2, "throttle": []}
-    slowed = {**state, "throttle": ["hardware thermal slowdown"]}
-    runs = [
-        MeasuredRun(exit_code=0, wall_seconds=0.5, report=FIXTURE.read_text(), predictions=LABELS, gpu={"before": state, "after": after})
-        for after in (state, slowed, state)
-    ]
-    m = summarize(runs, SPEC, 1, LABELS, None)
-    assert len(m.gpu) == 3 and m.gpu[0]["after"]["sm_mhz"] == 1755
-    assert "the GPU slowed down during timed run 2 (hardware thermal slowdown)" in m.flags
+    m = summarize([run("honest")] * 3, SPEC, 1, printed_op_time=0.000001)
+    assert m.op_time and m.op_time > 0.001 and m.printed_op_time == 0.000001
+    assert any(f.startswith("the program printed an op time of 1e-06 s") for f in m.flags)

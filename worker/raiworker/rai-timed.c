@@ -1,185 +1,578 @@
-/* rai-timed: run a ranked job's timed command as the job's user and, the moment it exits, stop
- * every process of the job's user in the container (issue 32), so that nothing of the job runs
- * between the end of the timed command and the service's reading of its answers and report: a
- * child left behind to write the answers "after" the run, or a loop that rewrites them after a
- * kill pass, is frozen where it stands before anything is read; the container is then killed.
+/* rai-timed: the supervisor of a ranked job's timed run (issues 32, 46). It holds the clock, the
+ * inputs and the outputs; the job holds none of them.
  *
- * It runs as root in the container (with CAP_KILL, CAP_SETUID, CAP_SETGID; the job's processes
- * have no capability and cannot gain one) and only that uid's processes are stopped: rai's own
- * (root's profiler writing its report) go on. The job cannot signal, trace or replace it.
+ * It runs as root in the timed run's container (with CAP_KILL, CAP_SETUID, CAP_SETGID only; the
+ * job's processes run as the job's user, have no capability and cannot gain one): no process of
+ * the job can signal, trace, patch or replace it. Every process of the run lives in a cgroup v2
+ * folder of its own (--cgroup, made empty by the worker, reachable only from root's folder): the
+ * run's first process moves itself there before it drops to the job's user, and whatever it
+ * starts stays there (a fork, a clone with SIGCHLD ignored, a setsid daemon, a zombie leader's
+ * threads). At the end the whole cgroup is frozen (cgroup.freeze: every thread of every
+ * process), its CPU time read (cpu.stat: what every process used, reaped or not), then killed
+ * (cgroup.kill) and waited for; only then are the outputs read, through nothing the job can
+ * lease, lock or replace. Past --bound-ms the same happens and the run says so.
  *
- * Stopping is repeated until a whole scan of /proc finds every process of the uid stopped or
- * dead (a stopped process cannot fork, so a fork bomb converges): a process still running after
- * 2 s of passes makes it exit 70 with a line saying so.
+ * The marks (--secrets): the course's harness, linked into the job's program, times each
+ * operation through the socket it finds at RAI_MARKS_FD (rai_op.h is that side):
+ *   "P <in> <out>"  prepare: rai-timed makes the operation's inputs (<in> floats, from a key the
+ *                   job never sees) in a memfd the job cannot reach yet, and answers "R" with a
+ *                   memfd for <out> floats of outputs, which the job maps before the clock runs;
+ *   "B"             begin: rai-timed reads its clock, then answers "G" with the inputs (read-only,
+ *                   sealed): before this instant the inputs were unknowable to the job;
+ *   "E"             end: rai-timed freezes the whole cgroup and reads its clock once every thread
+ *                   is frozen: the operation's time is the difference, whatever ran meanwhile (host
+ *                   threads, other processes, copies, kernels). While frozen it fingerprints the
+ *                   outputs (a keyed hash per chunk, in an order drawn then), thaws, answers "D".
+ * At the end, after the kill, the outputs are fingerprinted again: an output that changed after its
+ * end mark (a thread, a process, or a GPU still writing after the clock stopped) is reported, and
+ * the outputs are checked with a second key drawn by the worker and never shown to the job:
+ * CHECK_SKETCHES random-sign sums, the sum of squares and CHECK_SAMPLES values at random places,
+ * which the service compares with the same figures of the course's reference run on the same
+ * inputs (raiprotocol.opcheck). Nothing the job prints or writes elsewhere is read.
  *
- * It also counts the CPU time of every process of the run, which all descend from its child (it
- * is their subreaper: orphans come back to it, not to init): the descendants reaped (rusage of
- * children) plus what the stopped ones used so far, with their own reaped children. Root's
- * processes (the profiler) are not counted. Written as seconds to CPU_FILE ("-": nowhere), a file
- * in a folder only root can enter.
+ * The result is written to --out/result, a folder only root can enter: "exit N", "cpu_usec N",
+ * optional "bound MS" and "problem TEXT" lines (rai-timed's own words), and one "op" line per
+ * operation (see write_result).
  *
- * Usage: rai-timed UID GID CPU_FILE PROGRAM [ARGS...]      exit: the command's status (128+N for a signal)
+ * Usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N]
+ *                  [--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]
+ * exit: the command's status (128+N for a signal), 124 at the bound, 70 if the job could not be
+ * frozen, 126 on a setup failure (the line on stderr says which).
  * Static build: cc -O2 -static -o rai-timed rai-timed.c
  */
 #define _GNU_SOURCE
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-/* The real uid of a process, or -1 if it is gone. */
-static long uid_of(const char *pid) {
-    char path[300], line[256];
-    snprintf(path, sizeof path, "/proc/%s/status", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    long uid = -1;
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "Uid:", 4) == 0) {
-            uid = strtol(line + 4, NULL, 10);
-            break;
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#define MFD_ALLOW_SEALING 0x0002U
+#endif
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#define F_SEAL_WRITE 0x0008
+#endif
+
+#define MARKS_FD 3
+#define MAX_OPS_LIMIT 256
+#define CHECK_SKETCHES 8
+#define CHECK_SAMPLES 16
+#define CHUNK_BYTES (1u << 20)
+#define FREEZE_NS 2000000000LL /* a cgroup not frozen after 2 s: something of the job runs on */
+
+/* -- keyed randomness: SipHash-2-4 (a PRF: its outputs tell nothing of the key) and splitmix64 -- */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                                                           \
+    do {                                                                                                                                   \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);                                                                          \
+        v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                                                                                             \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                                                                                             \
+        v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);                                                                          \
+    } while (0)
+
+/* SipHash-2-4 of one 64-bit word under the 128-bit key k. */
+static uint64_t siphash(const uint64_t k[2], uint64_t m) {
+    uint64_t v0 = 0x736f6d6570736575ULL ^ k[0], v1 = 0x646f72616e646f6dULL ^ k[1];
+    uint64_t v2 = 0x6c7967656e657261ULL ^ k[0], v3 = 0x7465646279746573ULL ^ k[1];
+    uint64_t b = 8ULL << 56;
+    v3 ^= m; SIPROUND; SIPROUND; v0 ^= m;
+    v3 ^= b; SIPROUND; SIPROUND; v0 ^= b;
+    v2 ^= 0xff; SIPROUND; SIPROUND; SIPROUND; SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+static inline uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* Domains of the keyed draws: one key never gives the same stream twice. */
+enum { D_INPUT = 1, D_ORDER = 2, D_CHUNK = 3, D_SKETCH = 4, D_SAMPLE = 5 };
+static uint64_t draw(const uint64_t k[2], uint64_t domain, uint64_t op, uint64_t i) {
+    return siphash(k, (domain << 56) ^ (op << 40) ^ i);
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* -- the run's state ------------------------------------------------------------------------------ */
+struct op {
+    uint64_t in_n, out_n;       /* floats */
+    int in_fd, out_fd;          /* memfds (in_fd until it is handed over) */
+    int state;                  /* 0 prepared, 1 begun, 2 ended */
+    int64_t t0, t1;             /* rai-timed's clock at begin, and once the cgroup froze after end */
+    long long cpu0, cpu1;       /* the cgroup's CPU microseconds at those instants */
+    uint32_t nchunks;
+    uint64_t *hashes;           /* the outputs' fingerprint per chunk, taken while frozen after end */
+};
+
+static struct {
+    uid_t uid;
+    gid_t gid;
+    const char *cgroup, *out_dir, *secrets;
+    long long bound_ms, max_bytes;
+    int max_ops;
+    uint64_t in_key[2], check_key[2];
+    int procs_fd, freeze_fd, kill_fd, events_fd, cpu_fd;
+    struct op ops[MAX_OPS_LIMIT];
+    int nops;
+    char problem[300];
+    int bound_hit;
+} R = {.bound_ms = 0, .max_bytes = 2LL << 30, .max_ops = 64};
+
+static void problem(const char *fmt, ...) {
+    if (R.problem[0]) return; /* the first says why */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(R.problem, sizeof R.problem, fmt, ap);
+    va_end(ap);
+}
+
+static int open_in(const char *dir, const char *name, int flags) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return open(path, flags | O_CLOEXEC);
+}
+
+static int write_str(int fd, const char *s) {
+    return pwrite(fd, s, strlen(s), 0) == (ssize_t)strlen(s) ? 0 : -1;
+}
+
+/* The value of ``key`` in a flat-keyed cgroup file ("key value" lines), -1 if absent. */
+static long long keyed(int fd, const char *key) {
+    char buf[2048];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    size_t len = strlen(key);
+    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, key, len) == 0 && line[len] == ' ') return strtoll(line + len + 1, NULL, 10);
+    }
+    return -1;
+}
+
+static long long cpu_usec(void) { return keyed(R.cpu_fd, "usage_usec"); }
+
+/* Freeze every thread of every process of the run; returns once the kernel says frozen (or 2 s). */
+static int freeze(void) {
+    if (write_str(R.freeze_fd, "1") != 0) return -1;
+    int64_t start = now_ns();
+    for (long spin = 0;; spin++) {
+        if (keyed(R.events_fd, "frozen") == 1) return 0;
+        if (now_ns() - start > FREEZE_NS) return -1;
+        if (spin > 200) {
+            struct timespec t = {0, 20000};
+            nanosleep(&t, NULL);
         }
     }
-    fclose(f);
-    return uid;
 }
 
-/* The fields after the command name of a process's stat line ("S 1 ..."), in ``buf``; NULL if it is gone. */
-static const char *stat_fields(const char *pid, char *buf, size_t size) {
-    char path[300];
-    snprintf(path, sizeof path, "/proc/%s/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return NULL;
-    size_t n = fread(buf, 1, size - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *close = strrchr(buf, ')');
-    return close && close[1] == ' ' ? close + 2 : NULL;
-}
+static void thaw(void) { write_str(R.freeze_fd, "0"); }
 
-/* Seconds of CPU a process used, its reaped children's included (fields 14-17 of its stat line). */
-static double cpu_of(const char *pid) {
-    char buf[1024];
-    const char *p = stat_fields(pid, buf, sizeof buf);
-    if (!p) return 0;
-    /* state(3) ppid(4) pgrp(5) session(6) tty(7) tpgid(8) flags(9) minflt cminflt majflt cmajflt utime(14) stime cutime cstime */
-    unsigned long long v[15] = {0};
-    char state;
-    if (sscanf(p, "%c %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &state, &v[0], &v[1], &v[2], &v[3],
-               &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11], &v[12], &v[13]) < 15)
-        return 0;
-    long tick = sysconf(_SC_CLK_TCK);
-    return (double)(v[10] + v[11] + v[12] + v[13]) / (double)(tick > 0 ? tick : 100);
-}
-
-/* Whether the process runs (any state but stopped, traced, zombie or dead). */
-static int running(const char *pid) {
-    char buf[1024];
-    const char *p = stat_fields(pid, buf, sizeof buf);
-    return p && !(*p == 'T' || *p == 't' || *p == 'Z' || *p == 'X');
-}
-
-/* One pass: SIGSTOP to every running process of ``uid``; returns how many were running. */
-static int stop_pass(uid_t uid) {
-    DIR *d = opendir("/proc");
-    if (!d) return -1;
-    int left = 0;
-    struct dirent *e;
-    char self[32];
-    snprintf(self, sizeof self, "%d", (int)getpid());
-    while ((e = readdir(d)) != NULL) {
-        if (!isdigit((unsigned char)e->d_name[0]) || strcmp(e->d_name, self) == 0) continue;
-        if (uid_of(e->d_name) != (long)uid || !running(e->d_name)) continue;
-        left++;
-        kill((pid_t)atoi(e->d_name), SIGSTOP);
+/* -- outputs: fingerprints and checks ------------------------------------------------------------ */
+/* A keyed NH hash of one chunk: the key stream is unknown to the job, so no change it makes to the
+ * outputs after its end mark can keep a chunk's fingerprint (odds of 2^-32 per chunk). */
+static uint64_t chunk_hash(const unsigned char *p, size_t len, uint64_t seed) {
+    uint64_t h = len, s = seed;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w, k = splitmix(&s);
+        memcpy(&w, p + i, 8);
+        h += (uint64_t)((uint32_t)w + (uint32_t)k) * (uint64_t)((uint32_t)(w >> 32) + (uint32_t)(k >> 32));
     }
-    closedir(d);
-    return left;
+    if (i < len) {
+        uint64_t w = 0, k = splitmix(&s);
+        memcpy(&w, p + i, len - i);
+        h += (uint64_t)((uint32_t)w + (uint32_t)k) * (uint64_t)((uint32_t)(w >> 32) + (uint32_t)(k >> 32));
+    }
+    return h;
 }
 
-/* The CPU seconds of every process of ``uid`` still there (stopped or zombie), children included. */
-static double cpu_left(uid_t uid) {
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    double total = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (isdigit((unsigned char)e->d_name[0]) && uid_of(e->d_name) == (long)uid) total += cpu_of(e->d_name);
+/* Every chunk's fingerprint, visited in an order drawn from the check key (a late writer cannot
+ * aim at the chunks read last). ``into``: where to put them. */
+static int fingerprint(struct op *o, int index, uint64_t *into) {
+    size_t bytes = o->out_n * 4;
+    const unsigned char *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, o->out_fd, 0);
+    if (p == MAP_FAILED) return -1;
+    uint32_t *order = malloc(sizeof(uint32_t) * o->nchunks);
+    if (!order) {
+        munmap((void *)p, bytes);
+        return -1;
     }
-    closedir(d);
-    return total;
+    for (uint32_t c = 0; c < o->nchunks; c++) order[c] = c;
+    uint64_t s = draw(R.check_key, D_ORDER, (uint64_t)index, (uint64_t)now_ns());
+    for (uint32_t c = o->nchunks; c > 1; c--) {
+        uint32_t j = (uint32_t)(splitmix(&s) % c), t = order[c - 1];
+        order[c - 1] = order[j];
+        order[j] = t;
+    }
+    for (uint32_t i = 0; i < o->nchunks; i++) {
+        uint32_t c = order[i];
+        size_t off = (size_t)c * CHUNK_BYTES, len = bytes - off < CHUNK_BYTES ? bytes - off : CHUNK_BYTES;
+        into[c] = chunk_hash(p + off, len, draw(R.check_key, D_CHUNK, (uint64_t)index, c));
+    }
+    free(order);
+    munmap((void *)p, bytes);
+    return 0;
+}
+
+/* The checks the service compares with the reference run's: random-sign sums (each estimates the
+ * L2 norm of the difference from the reference), the sum of squares, values at random places. */
+static void checks(FILE *f, struct op *o, int index) {
+    size_t bytes = o->out_n * 4;
+    const float *y = mmap(NULL, bytes, PROT_READ, MAP_SHARED, o->out_fd, 0);
+    if (y == MAP_FAILED) {
+        fprintf(f, " unreadable");
+        return;
+    }
+    double sk[CHECK_SKETCHES] = {0}, norm2 = 0;
+    uint64_t st[CHECK_SKETCHES], bits[CHECK_SKETCHES] = {0}, nonfinite = 0;
+    for (int s = 0; s < CHECK_SKETCHES; s++) st[s] = draw(R.check_key, D_SKETCH, (uint64_t)index, (uint64_t)s);
+    for (uint64_t i = 0; i < o->out_n; i++) {
+        if ((i & 63) == 0)
+            for (int s = 0; s < CHECK_SKETCHES; s++) bits[s] = splitmix(&st[s]);
+        double v = y[i];
+        if (!isfinite(v)) {
+            nonfinite++;
+            v = 0;
+        }
+        norm2 += v * v;
+        for (int s = 0; s < CHECK_SKETCHES; s++) {
+            sk[s] += (bits[s] & 1) ? v : -v;
+            bits[s] >>= 1;
+        }
+    }
+    fprintf(f, " nonfinite %" PRIu64 " norm2 %.17g sketch", nonfinite, norm2);
+    for (int s = 0; s < CHECK_SKETCHES; s++) fprintf(f, " %.17g", sk[s]);
+    fprintf(f, " samples");
+    for (int j = 0; j < CHECK_SAMPLES; j++) {
+        uint64_t at = draw(R.check_key, D_SAMPLE, (uint64_t)index, (uint64_t)j) % o->out_n;
+        fprintf(f, " %" PRIu64 ":%.9g", at, (double)y[at]);
+    }
+    munmap((void *)y, bytes);
+}
+
+/* -- the marks protocol ---------------------------------------------------------------------------- */
+static int send_fd(int sock, const char *msg, int fd) {
+    struct iovec iov = {(void *)msg, strlen(msg)};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr mh = {0};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (fd >= 0) {
+        memset(&u, 0, sizeof u);
+        mh.msg_control = u.buf;
+        mh.msg_controllen = sizeof u.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+static int memfd(const char *name, size_t bytes) {
+    int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return -1;
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* "P <in> <out>": the operation's inputs, drawn now from the input key (the job sees them only
+ * after "B"), and its outputs' memfd, which the job gets at once. */
+static int prepare(int sock, const char *msg) {
+    unsigned long long in_n, out_n;
+    char extra;
+    if (sscanf(msg, "P %llu %llu %c", &in_n, &out_n, &extra) != 2 || in_n == 0 || out_n == 0)
+        return problem("the run broke the marks protocol (a prepare without two sizes)"), -1;
+    if (R.nops > 0 && R.ops[R.nops - 1].state != 2)
+        return problem("the run broke the marks protocol (operation %d prepared before the last one ended)", R.nops + 1), -1;
+    if (R.nops >= R.max_ops) return problem("the run timed more than %d operations", R.max_ops), -1;
+    if (in_n > (unsigned long long)R.max_bytes / 4 || out_n > (unsigned long long)R.max_bytes / 4 ||
+        (in_n + out_n) * 4 > (unsigned long long)R.max_bytes)
+        return problem("operation %d asked for more than %lld bytes of inputs and outputs", R.nops + 1, R.max_bytes), -1;
+    struct op *o = &R.ops[R.nops];
+    memset(o, 0, sizeof *o);
+    o->in_n = in_n;
+    o->out_n = out_n;
+    o->in_fd = memfd("rai-inputs", in_n * 4);
+    o->out_fd = memfd("rai-outputs", out_n * 4);
+    if (o->in_fd < 0 || o->out_fd < 0) return problem("operation %d: no memory for its inputs and outputs", R.nops + 1), -1;
+    float *x = mmap(NULL, in_n * 4, PROT_READ | PROT_WRITE, MAP_SHARED, o->in_fd, 0);
+    if (x == MAP_FAILED) return problem("operation %d: no memory for its inputs", R.nops + 1), -1;
+    uint64_t s = draw(R.in_key, D_INPUT, (uint64_t)R.nops, 0);
+    for (uint64_t i = 0; i < in_n; i += 2) { /* uniform in [-1, 1), 24 bits: exact as floats */
+        uint64_t z = splitmix(&s);
+        x[i] = (float)((double)(z >> 40) * 0x1p-23 - 1.0);
+        if (i + 1 < in_n) x[i + 1] = (float)((double)(z & 0xffffff) * 0x1p-23 - 1.0);
+    }
+    munmap(x, in_n * 4);
+    /* the inputs can never change (the job, or a reference computed later, sees what was drawn);
+     * the outputs can be neither shrunk (a reader would fault) nor grown */
+    if (fcntl(o->in_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
+        fcntl(o->out_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+        return problem("operation %d: its memory could not be sealed", R.nops + 1), -1;
+    o->nchunks = (uint32_t)((out_n * 4 + CHUNK_BYTES - 1) / CHUNK_BYTES);
+    o->hashes = calloc(o->nchunks, sizeof(uint64_t));
+    if (!o->hashes) return problem("operation %d: no memory", R.nops + 1), -1;
+    R.nops++;
+    return send_fd(sock, "R", o->out_fd);
+}
+
+/* "B": the clock starts, then the inputs are handed over (read-only). */
+static int begin(int sock) {
+    struct op *o = R.nops ? &R.ops[R.nops - 1] : NULL;
+    if (!o || o->state != 0) return problem("the run broke the marks protocol (a begin without a prepare)"), -1;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", o->in_fd);
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    if (ro < 0) return problem("operation %d: its inputs could not be opened", R.nops), -1;
+    o->cpu0 = cpu_usec();
+    o->t0 = now_ns();
+    o->state = 1;
+    int rc = send_fd(sock, "G", ro);
+    close(ro);
+    close(o->in_fd);
+    o->in_fd = -1;
+    return rc;
+}
+
+/* "E": the clock stops once every thread of the run is frozen; the outputs are fingerprinted. */
+static int end_mark(int sock) {
+    struct op *o = R.nops ? &R.ops[R.nops - 1] : NULL;
+    if (!o || o->state != 1) return problem("the run broke the marks protocol (an end without a begin)"), -1;
+    if (freeze() != 0) return problem("operation %d: the job could not be frozen at its end mark", R.nops), -1;
+    o->t1 = now_ns();
+    o->cpu1 = cpu_usec();
+    o->state = 2;
+    int rc = fingerprint(o, R.nops - 1, o->hashes);
+    thaw();
+    if (rc != 0) return problem("operation %d: its outputs could not be read", R.nops), -1;
+    return send_fd(sock, "D", -1);
+}
+
+/* One message from the job (any process of it may write there: the protocol, not the writer, is checked). */
+static int on_message(int sock) {
+    char msg[128];
+    ssize_t n = recv(sock, msg, sizeof msg - 1, MSG_DONTWAIT); /* no control buffer: fds sent to us are closed */
+    if (n == 0) return 1;                                      /* the job closed it */
+    if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : 1;
+    msg[n] = 0;
+    if (msg[0] == 'P') return prepare(sock, msg);
+    if (n == 1 && msg[0] == 'B') return begin(sock);
+    if (n == 1 && msg[0] == 'E') return end_mark(sock);
+    problem("the run broke the marks protocol (an unknown message)");
+    return -1;
+}
+
+/* -- the end ------------------------------------------------------------------------------------- */
+static void write_result(int status, long long cpu) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/result", R.out_dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        perror("rai-timed: result");
+        return;
+    }
+    fprintf(f, "exit %d\ncpu_usec %lld\n", status, cpu);
+    if (R.bound_hit) fprintf(f, "bound %lld\n", R.bound_ms);
+    if (R.problem[0]) fprintf(f, "problem %s\n", R.problem);
+    /* op INDEX IN OUT NS CPU_USEC CHANGED nonfinite N norm2 X sketch S1..S8 samples AT:V x16 */
+    for (int i = 0; i < R.nops; i++) {
+        struct op *o = &R.ops[i];
+        if (o->state != 2) {
+            fprintf(f, "op %d %" PRIu64 " %" PRIu64 " unended\n", i + 1, o->in_n, o->out_n);
+            continue;
+        }
+        uint64_t *now = calloc(o->nchunks, sizeof(uint64_t));
+        int changed = !now || fingerprint(o, i, now) != 0 || memcmp(now, o->hashes, sizeof(uint64_t) * o->nchunks) != 0;
+        free(now);
+        fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
+                o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, changed);
+        checks(f, o, i);
+        fputc('\n', f);
+    }
+    fclose(f);
+}
+
+/* Freeze, count, kill, wait: nothing of the job runs once this returns. */
+static long long end_everything(void) {
+    if (freeze() != 0) problem("a process of the job could not be frozen after the timed command ended");
+    long long cpu = cpu_usec();
+    write_str(R.kill_fd, "1");
+    int64_t start = now_ns();
+    while (keyed(R.events_fd, "populated") != 0 && now_ns() - start < 10000000000LL) {
+        struct timespec t = {0, 1000000};
+        nanosleep(&t, NULL);
+        write_str(R.kill_fd, "1");
+    }
+    if (keyed(R.events_fd, "populated") != 0) problem("a process of the job survived the kill of its cgroup");
+    thaw();
+    while (waitpid(-1, NULL, WNOHANG) > 0) { /* orphans the kill ended */
+    }
+    return cpu;
+}
+
+static int read_secrets(const char *path) {
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    char a[40], b[40];
+    int ok = fscanf(f, "%32s %32s", a, b) == 2 && strlen(a) == 32 && strlen(b) == 32;
+    fclose(f);
+    if (!ok) return -1;
+    char part[17] = {0};
+    for (int i = 0; i < 2; i++) {
+        memcpy(part, a + 16 * i, 16);
+        R.in_key[i] = strtoull(part, NULL, 16);
+        memcpy(part, b + 16 * i, 16);
+        R.check_key[i] = strtoull(part, NULL, 16);
+    }
+    return 0;
+}
+
+static int setup_failed(const char *what) {
+    fprintf(stderr, "rai-timed: %s: %s\n", what, strerror(errno));
+    return 126;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 5) {
-        fprintf(stderr, "usage: rai-timed UID GID CPU_FILE PROGRAM [ARGS...]\n");
+    int a = 1;
+    long long uid = -1, gid = -1;
+    for (; a < argc && strcmp(argv[a], "--") != 0; a += 2) {
+        const char *k = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
+        if (!v) break;
+        if (!strcmp(k, "--uid")) uid = atoll(v);
+        else if (!strcmp(k, "--gid")) gid = atoll(v);
+        else if (!strcmp(k, "--cgroup")) R.cgroup = v;
+        else if (!strcmp(k, "--out")) R.out_dir = v;
+        else if (!strcmp(k, "--secrets")) R.secrets = v;
+        else if (!strcmp(k, "--bound-ms")) R.bound_ms = atoll(v);
+        else if (!strcmp(k, "--max-bytes")) R.max_bytes = atoll(v);
+        else if (!strcmp(k, "--max-ops")) R.max_ops = atoi(v);
+        else break;
+    }
+    if (a >= argc - 1 || strcmp(argv[a], "--") != 0 || uid < 0 || gid < 0 || !R.cgroup || !R.out_dir) {
+        fprintf(stderr, "usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N] "
+                        "[--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]\n");
         return 2;
     }
-    uid_t uid = (uid_t)strtoul(argv[1], NULL, 10);
-    gid_t gid = (gid_t)strtoul(argv[2], NULL, 10);
-    const char *cpu_file = argv[3];
+    char **command = argv + a + 1;
     if (uid == 0) {
         fprintf(stderr, "rai-timed: the job's user may not be root\n");
         return 2;
     }
-    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); /* the run's orphans come back here: their CPU is counted */
-    pid_t child = fork();
-    if (child < 0) {
-        perror("rai-timed: fork");
+    R.uid = (uid_t)uid;
+    R.gid = (gid_t)gid;
+    if (R.max_ops < 1 || R.max_ops > MAX_OPS_LIMIT) R.max_ops = MAX_OPS_LIMIT;
+    if (R.secrets && read_secrets(R.secrets) != 0) return setup_failed("the run's keys");
+    R.procs_fd = open_in(R.cgroup, "cgroup.procs", O_WRONLY);
+    R.freeze_fd = open_in(R.cgroup, "cgroup.freeze", O_WRONLY);
+    R.kill_fd = open_in(R.cgroup, "cgroup.kill", O_WRONLY);
+    R.events_fd = open_in(R.cgroup, "cgroup.events", O_RDONLY);
+    R.cpu_fd = open_in(R.cgroup, "cpu.stat", O_RDONLY);
+    if (R.procs_fd < 0 || R.freeze_fd < 0 || R.kill_fd < 0 || R.events_fd < 0 || R.cpu_fd < 0)
+        return setup_failed("the job's cgroup (cgroup v2, made by the worker)");
+    if (keyed(R.events_fd, "populated") != 0) {
+        fprintf(stderr, "rai-timed: the job's cgroup is not empty\n");
         return 126;
     }
+    int sv[2] = {-1, -1};
+    if (R.secrets && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return setup_failed("socketpair");
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); /* the run's orphans come back here to be reaped */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, SIG_IGN); /* the job's user cannot signal root anyway; a kill from rai is SIGKILL */
+    int64_t started = now_ns();
+    pid_t child = fork();
+    if (child < 0) return setup_failed("fork");
     if (child == 0) {
-        if (setgroups(0, NULL) != 0 || setgid(gid) != 0 || setuid(uid) != 0 || getuid() != uid || geteuid() != uid) {
+        /* into the run's cgroup first, while still root: everything it starts stays there */
+        if (write(R.procs_fd, "0", 1) != 1) {
+            perror("rai-timed: cannot enter the job's cgroup");
+            _exit(126);
+        }
+        if (R.secrets) {
+            if (dup2(sv[1], MARKS_FD) != MARKS_FD) _exit(126);
+            setenv("RAI_MARKS_FD", "3", 1);
+        } else {
+            unsetenv("RAI_MARKS_FD");
+        }
+        if (setgroups(0, NULL) != 0 || setgid(R.gid) != 0 || setuid(R.uid) != 0 || getuid() != R.uid || geteuid() != R.uid) {
             perror("rai-timed: cannot become the job's user");
             _exit(126);
         }
-        execvp(argv[4], argv + 4);
+        execvp(command[0], command);
         perror("rai-timed: exec");
         _exit(127);
     }
-    signal(SIGTERM, SIG_IGN); /* the job's user cannot signal root anyway; a kill from rai is SIGKILL */
-    int status = 0;
-    while (waitpid(child, &status, 0) < 0) {
-        if (errno != EINTR) {
-            perror("rai-timed: waitpid");
-            return 126;
+    if (R.secrets) close(sv[1]);
+    int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+    if (pidfd < 0) return setup_failed("pidfd_open");
+    int status = 0, ended = 0, sock = R.secrets ? sv[0] : -1;
+    while (!ended) {
+        struct pollfd p[2] = {{pidfd, POLLIN, 0}, {sock, POLLIN, 0}};
+        int timeout = -1;
+        if (R.bound_ms > 0) {
+            long long left = R.bound_ms - (now_ns() - started) / 1000000;
+            if (left <= 0) {
+                R.bound_hit = 1;
+                break;
+            }
+            timeout = left > 1000 ? 1000 : (int)left;
         }
-    }
-    /* the command ended: freeze the rest of the job now, before anything of it runs again */
-    struct timespec pause = {0, 1000000}; /* 1 ms */
-    int left = 1;
-    for (int pass = 0; pass < 2000 && left != 0; pass++) {
-        left = stop_pass(uid);
-        if (left > 0) nanosleep(&pause, NULL);
-    }
-    if (left != 0) {
-        fprintf(stderr, "rai-timed: a process of the job kept running after the timed command ended\n");
-        return 70;
-    }
-    while (waitpid(-1, NULL, WNOHANG) > 0) { /* orphans that ended: their CPU joins the children's */
-    }
-    struct rusage ru;
-    getrusage(RUSAGE_CHILDREN, &ru);
-    double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-    cpu += cpu_left(uid);
-    if (strcmp(cpu_file, "-") != 0) {
-        FILE *f = fopen(cpu_file, "w");
-        if (f) {
-            fprintf(f, "%.3f\n", cpu);
-            fclose(f);
+        int n = poll(p, sock >= 0 ? 2 : 1, timeout);
+        if (n < 0 && errno != EINTR) break;
+        if (n <= 0) continue;
+        if (sock >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            int rc = on_message(sock);
+            if (rc < 0) break; /* a broken protocol ends the run: it does not rank */
+            if (rc > 0) {
+                close(sock);
+                sock = -1;
+            }
         }
+        if (p[0].revents & POLLIN) ended = 1;
     }
-    if (WIFEXITED(status)) return WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-    return 126;
+    if (ended && waitpid(child, &status, 0) != child) status = -1; /* before the kill: its own status */
+    long long cpu = end_everything();
+    if (!ended) waitpid(child, NULL, 0);
+    int code = R.bound_hit ? 124 : !ended ? 125 : WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 126;
+    if (R.bound_hit) problem("the timed run was stopped at its bound of %lld ms", R.bound_ms);
+    write_result(code, cpu);
+    if (R.problem[0]) fprintf(stderr, "rai-timed: %s\n", R.problem);
+    return code;
 }

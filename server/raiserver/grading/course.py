@@ -3,8 +3,8 @@
 A ranked submission runs the build file the instructors installed, not the student's: the
 student's archive supplies only the files the course names (``ranked.student_files``); the harness,
 data and tools come from the course's image. Each install is a new version; a job records the
-version it ran, and its page says so. The expected answers (labels) are kept in the database and
-never leave the server.
+version it ran, and its page says so. The answers are the course's reference's outputs on each
+run's own inputs (issue 46): no labels are needed, and none that a student could read are used.
 """
 
 from __future__ import annotations
@@ -20,12 +20,6 @@ from raiserver.errors import Invalid
 from raiserver.store.tables import CourseBuild
 
 MAX_LABELS_BYTES = 4 * 1024 * 1024
-MAX_LABELS = 1_000_000
-
-
-def labels_of(text: str) -> list[str]:
-    """The expected answers: one per line, blank lines ignored at the end only (a line's place is its index)."""
-    return text.rstrip("\n").split("\n") if text.strip() else []
 
 
 def install(db: Session, kind: str, spec_text: str, labels: str, by: str, ranked_kinds: set[str]) -> CourseBuild:
@@ -36,14 +30,19 @@ def install(db: Session, kind: str, spec_text: str, labels: str, by: str, ranked
             "set RAI_RANKED_KINDS to rank it"
         )
     try:
-        parse_course_spec(spec_text)
+        spec = parse_course_spec(spec_text)
     except SpecError as exc:
         raise Invalid(str(exc)) from None
+    if spec.ranked.measure != "op":
+        raise Invalid(
+            f"ranked.measure: {spec.ranked.measure} no longer ranks (issue 46: profiler kernel times and a command's "
+            "wall time against public labels can be won without the work); time the operation with the course's "
+            "harness (rai_op.h) and set measure: op and ranked.reference"
+        )
+    if not spec.ranked.reference:
+        raise Invalid("ranked.reference is required: the course's command that computes the same operations (its outputs are the answers)")
     if len(labels.encode()) > MAX_LABELS_BYTES:
         raise Invalid(f"the labels are larger than {MAX_LABELS_BYTES // 1024**2} MiB")
-    count = len(labels_of(labels))
-    if not 0 < count <= MAX_LABELS:
-        raise Invalid("the labels file is empty: one expected answer per line" if not count else "too many labels")
     version = (db.scalar(select(func.max(CourseBuild.version)).where(CourseBuild.kind == kind)) or 0) + 1
     row = CourseBuild(kind=kind, version=version, spec_yaml=spec_text, labels=labels, installed_by=by)
     db.add(row)

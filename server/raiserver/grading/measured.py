@@ -1,75 +1,27 @@
-"""A ranked run's numbers as the service measured and checked them (issue 23).
+"""A ranked run's numbers as the service measured and checked them (issues 23, 46).
 
-The worker runs the course's timed command several times and reports, for each run, the
-profiler's export of its report (read after every process of the job had ended, from a folder
-only root in the container can write) or the wall time it took outside the container, and the
-predictions file as it was when the run's processes were gone. Here they become the ranked op
-time (the median run), the spread, and the accuracy against labels that never left the server.
-What the program printed is kept beside them, never ranked; a disagreement is flagged for staff.
-
-Everything here reads bytes a student's program influenced (kernel names, predictions): bounded,
-linear, and run off the event loop (finish_job runs in the thread pool).
+The worker runs, for each timed run, the course's reference and then the student's program under
+rai-timed, on inputs drawn for that run from keys the job never sees. rai-timed holds the clock:
+each operation's time runs from its begin mark (before which its inputs did not exist for the job)
+to the moment every thread of the job was frozen after its end mark. Its outputs were fingerprinted
+then and checked once the job was gone (raiserver.grading.opcheck). Here the runs become the ranked
+op time (the median run's total), the spread, the interval, and the verdict's reasons. What the
+program printed is kept beside them, never ranked; a disagreement is flagged for staff.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import statistics
 
-from raiprotocol.inputs import shuffled
-from raiprotocol.models import KernelTime, Measured, MeasuredRun
+from raiprotocol.models import Measured, MeasuredRun
 from raiprotocol.spec import CourseSpec, Ranked
-from raiserver.grading.course import labels_of
+from raiserver.grading.floor import floor_seconds
+from raiserver.grading.opcheck import Mismatch, compare
 
-MAX_REPORT_BYTES = 1024 * 1024  # the CSV of one timed run; the worker cuts it there too
-MAX_ROWS = 100_000
-NAME_CHARS = 200
-_UNIT_SECONDS = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1.0, "second": 1.0}
-DURATION = "gpu__time_duration.sum"
-
-
-class ReportError(ValueError):
-    """The profiler's export is not what ncu writes: the run cannot rank."""
-
-
-def kernel_times(report: str) -> list[tuple[str, float]]:
-    """(kernel name, seconds) for every profiled launch, from ``ncu --import R --csv --page raw
-    --metrics gpu__time_duration.sum``: a header row, a units row, one row per launch."""
-    rows = csv.reader(io.StringIO(report[:MAX_REPORT_BYTES]))
-    header = next(rows, None)
-    while header is not None and DURATION not in header:  # ncu may print notes before the table
-        header = next(rows, None)
-    if header is None or "Kernel Name" not in header:
-        raise ReportError("the profiler's report has no kernel durations")
-    name_at, duration_at = header.index("Kernel Name"), header.index(DURATION)
-    units = next(rows, None)
-    unit = units[duration_at].strip() if units and len(units) > duration_at else ""
-    if unit not in _UNIT_SECONDS:
-        raise ReportError(f"the profiler's report gives durations in an unknown unit {unit[:20]!r}")
-    out = []
-    for i, row in enumerate(rows):
-        if i >= MAX_ROWS:
-            raise ReportError(f"the profiler's report has more than {MAX_ROWS} kernel launches")
-        if len(row) <= max(name_at, duration_at):
-            continue
-        try:
-            value = float(row[duration_at].replace(",", ""))
-        except ValueError:
-            raise ReportError(f"a kernel's duration is not a number: {row[duration_at][:20]!r}") from None
-        if not math.isfinite(value) or value < 0:
-            raise ReportError("a kernel's duration is not a finite number")
-        out.append((row[name_at][:NAME_CHARS], value * _UNIT_SECONDS[unit]))
-    return out
-
-
-def accuracy(predictions: str, labels: list[str]) -> float:
-    """The fraction of labels the predictions match, line by line (surrounding blanks ignored);
-    a missing line counts as wrong, extra lines are ignored."""
-    answers = predictions.split("\n", len(labels))[: len(labels)]
-    right = sum(1 for got, want in zip(answers, labels, strict=False) if got.strip() == want.strip())
-    return right / len(labels)
+QUARANTINE = "quarantine: below the physics floor"  # staff's list of runs that beat physics
+CPU_BUSY = 2.0  # CPU seconds per second of operation past which staff are told (the work may be on the CPU)
+CPU_BUSY_FLAG = "the CPU was busy during the operations"
 
 
 class _Unranked(Exception):
@@ -77,77 +29,84 @@ class _Unranked(Exception):
 
 
 def _ended_well(run: MeasuredRun, where: str) -> None:
-    """A timed run that failed ranks nothing."""
+    """A timed run that failed ranks nothing; nor one whose reference could not run."""
     if run.problem:
         raise _Unranked(f"{where}: {run.problem}")
     if run.exit_code != 0:
         raise _Unranked(f"{where} exited with status {run.exit_code}")
+    if run.reference_problem:
+        raise _Unranked(f"{where}: {run.reference_problem}")
 
 
 def _within_cpu_budget(run: MeasuredRun, ranked: Ranked, where: str) -> None:
-    """A timed run that spent more of the host's CPU than the course allows ranks nothing."""
-    if ranked.cpu_seconds is not None:  # answers computed on the host's CPU do not rank (issue 32)
+    """A timed run that spent more of the host's CPU than the course allows ranks nothing (its
+    cgroup's cpu.stat: every process and thread of the run, reaped or not)."""
+    if ranked.cpu_seconds is not None:
         if run.cpu_seconds is None:
             raise _Unranked(f"{where}: its CPU time could not be read")
         if run.cpu_seconds > ranked.cpu_seconds:
             raise _Unranked(f"{run.cpu_seconds:.3g} s of CPU time in {where} (the course allows {ranked.cpu_seconds:g} s)")
 
 
-def _kernels_of(run: MeasuredRun, where: str) -> list[tuple[str, float]]:
+def _checked_total(run: MeasuredRun, ranked: Ranked, where: str) -> tuple[float, float, float]:
+    """The run's total of its operations' times, the reference's, and the outputs' largest error."""
+    if not run.ops:
+        raise _Unranked(f"{where} timed no operation (the course's harness marks each one: rai_op.h)")
     try:
-        launches = kernel_times(run.report or "")
-    except ReportError as exc:
-        raise _Unranked(f"{where}: {exc}") from None
-    if not launches:
-        raise _Unranked(f"{where} launched no GPU kernel")
-    return launches
-
-
-def _accuracy(run: MeasuredRun, labels: list[str], seed: int | None) -> float:
-    """The run's answers against the labels, in the secret order its seed chose (a seeded course)."""
-    assert run.predictions is not None
-    if labels and seed is not None:
-        order = shuffled(len(labels), seed)
-        return accuracy(run.predictions, [labels[j] for j in order])
-    return accuracy(run.predictions, labels) if labels else 0.0
+        error = compare(run.ops, run.reference, ranked.rtol)
+    except Mismatch as why:
+        raise _Unranked(f"{where}: {why}") from None
+    total = sum(op.seconds or 0.0 for op in run.ops)
+    return total, sum(op.seconds or 0.0 for op in run.reference), error
 
 
 def summarize(
     runs: list[MeasuredRun] | None,
     spec: CourseSpec,
     version: int,
-    labels_text: str,
     printed_op_time: float | None,
-    seeds: list[int] | None = None,
+    gpu_name: str | None = None,
+    planned: int | None = None,
 ) -> Measured:
-    """``seeds``: each timed run's secret input order (a seeded course): its answers are checked
-    against the labels in that order."""
+    """The ranked number of a ranked job: the median timed run's total of its operations' times, as
+    rai-timed took them, when every run's outputs agree with the course's reference (issue 46).
+    ``planned``: how many timed runs there were to be (a failed one ends the others)."""
     ranked = spec.ranked
     m = Measured(course_version=version, measure=ranked.measure, printed_op_time=printed_op_time)
+    if ranked.measure != "op":
+        m.problem = (
+            f"the course's build file (version {version}) is timed with measure: {ranked.measure}, which no longer ranks: "
+            "instructors, install one whose harness marks the operation (measure: op)"
+        )
+        return m
     if not runs:
         m.problem = "the timed runs did not happen (the build did not succeed)"
         return m
-    labels = labels_of(labels_text)
     totals: list[float] = []
-    accuracies: list[float] = []
-    kernels_per_run: list[list[tuple[str, float]]] = []
+    references: list[float] = []
+    errors: list[float] = []
+    floor = floor_seconds(ranked, gpu_name)
     try:
         for i, run in enumerate(runs, 1):
-            where = f"timed run {i} of {len(runs)}"
-            _ended_well(run, where)
+            where = f"timed run {i} of {max(len(runs), planned or ranked.repeats)}"
             if run.cpu_seconds is not None:
                 m.cpu_seconds.append(round(run.cpu_seconds, 3))
             if run.gpu:
                 m.gpu.append(dict(run.gpu))
+            _ended_well(run, where)
             _within_cpu_budget(run, ranked, where)
-            if ranked.measure == "kernels":
-                kernels_per_run.append(_kernels_of(run, where))
-                totals.append(sum(t for _, t in kernels_per_run[-1]))
-            else:
-                totals.append(run.wall_seconds)
-            if run.predictions is None:
-                raise _Unranked(f"{where} left no {ranked.predictions} in /build (the file the course's program writes its answers to)")
-            accuracies.append(_accuracy(run, labels, seeds[i - 1] if seeds is not None and i <= len(seeds) else None))
+            total, reference, error = _checked_total(run, ranked, where)
+            if floor is not None and total < floor:
+                m.flags.append(QUARANTINE)
+                raise _Unranked(
+                    f"{where} took {in_words(total)}, below the physics floor of {in_words(floor)} for this operation on this GPU"
+                )
+            totals.append(total)
+            references.append(reference)
+            errors.append(error)
+            busy = sum(op.cpu_seconds or 0.0 for op in run.ops)
+            if total > 0 and busy > CPU_BUSY * total and CPU_BUSY_FLAG not in " ".join(m.flags):
+                m.flags.append(f"{CPU_BUSY_FLAG}: {busy:.3g} s of CPU in {in_words(total)} of operations ({where})")
     except _Unranked as why:
         m.problem = str(why)
         return m
@@ -158,30 +117,19 @@ def summarize(
     m.spread = round(max(totals) - min(totals), 9)
     m.cv = round(statistics.pstdev(totals) / mean, 6) if mean > 0 else None
     m.ci = round(half_width(totals), 9)
-    m.accuracy = round(min(accuracies), 6)
-    if kernels_per_run:
-        m.kernels = _kernel_table(kernels_per_run[totals.index(median)])
-    m.flags = _flags(m, ranked, printed_op_time, median, accuracies)
+    m.accuracy = 1.0  # every output of every run agreed with the reference (the board's gate)
+    m.error = max(errors)
+    m.reference_time = round(statistics.median_low(references), 9)
+    m.flags = _flags(m, ranked, printed_op_time, median)
     return m
 
 
-def _kernel_table(launches: list[tuple[str, float]]) -> list[KernelTime]:
-    """The median run's kernels by name (arguments dropped), slowest first, in ms."""
-    per_name: dict[str, float] = {}
-    for name, seconds in launches:
-        short = name.split("(", 1)[0].strip() or name
-        per_name[short] = per_name.get(short, 0.0) + seconds * 1e3
-    return [KernelTime(name=k, ms=round(v, 6)) for k, v in sorted(per_name.items(), key=lambda kv: -kv[1])]
-
-
-def _flags(m: Measured, ranked: Ranked, printed_op_time: float | None, median: float, accuracies: list[float]) -> list[str]:
-    """What staff should look at: a printed time far from the measured one, answers that changed,
-    a GPU that slowed down, timed runs that varied."""
+def _flags(m: Measured, ranked: Ranked, printed_op_time: float | None, median: float) -> list[str]:
+    """What staff should look at: a printed time far from the measured one, a GPU that slowed
+    down, timed runs that varied, a CPU busy during the operations."""
     flags = list(m.flags)
     if printed_op_time is not None and median > 0 and abs(printed_op_time - median) > ranked.tolerance * median:
         flags.append(f"the program printed an op time of {printed_op_time:.6g} s; the service measured {median:.6g} s")
-    if max(accuracies) - min(accuracies) > 0:
-        flags.append(f"the answers differed between timed runs (accuracy {min(accuracies):.4f} to {max(accuracies):.4f})")
     for i, state in enumerate(m.gpu, 1):
         slowed = sorted({*(state.get("before") or {}).get("throttle", []), *(state.get("after") or {}).get("throttle", [])})
         if slowed:

@@ -20,7 +20,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
 
-from raiprotocol.inputs import run_seed
 from raiprotocol.models import Claim, ClaimGranted, JobState, JobUpdate, MeasuredRun, Phase, TimedRun
 from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
 from raiserver.access.audit import audit
@@ -173,12 +172,8 @@ def finish_job(
     if job.course_build_id is not None:
         course = db.get_one(CourseBuild, job.course_build_id)
         spec = spec_of(course)
-        seeds = (
-            [run_seed(svc.settings.session_secret, job.id, run_attempt or job.attempt, r) for r in range(1, len(measured or []) + 1)]
-            if spec.ranked.seeded
-            else None
-        )
-        summary.measured = summarize(measured, spec, course.version, course.labels, summary.op_time_total, seeds)
+        planned = job.repeats or spec.ranked.repeats
+        summary.measured = summarize(measured, spec, course.version, summary.op_time_total, job.gpu_name, planned)
         if state is not JobState.succeeded and summary.measured.problem is None:
             summary.measured.problem = f"the job {state.value.replace('_', ' ')}"
     job.results = summary.model_dump()
@@ -290,9 +285,13 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     if course_spec is not None:  # the course's file: its timed command, measured, alone on the host
         ranked = course_spec.ranked
         runs = job.repeats or ranked.repeats
-        seeds = [run_seed(s.session_secret, job.id, job.attempt, r) for r in range(1, runs + 1)] if ranked.seeded else None
         timed = TimedRun(
-            command=ranked.timed, repeats=runs, measure=ranked.measure, predictions=ranked.predictions, keep=ranked.keep, seeds=seeds
+            command=ranked.timed,
+            repeats=runs,
+            measure=ranked.measure,
+            reference=ranked.reference or "",
+            keep=ranked.keep,
+            bound_seconds=ranked.timed_seconds,
         )
         repeats = 1
     return ClaimGranted(

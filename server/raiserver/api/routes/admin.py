@@ -125,7 +125,8 @@ def _course_out(row: CourseBuild) -> CourseBuildOut:
         timed=spec.ranked.timed,
         measure=spec.ranked.measure,
         repeats=spec.ranked.repeats,
-        labels=len(course.labels_of(row.labels)),
+        reference=spec.ranked.reference or "",
+        rtol=spec.ranked.rtol,
     )
 
 

@@ -6,7 +6,8 @@ into it one after another.
     container   a job's containers (how they are made) and the execs in them
     spares      the container a slot starts ahead of time for its next job
     collect     copying /build out of a container, bounded
-    measure     a ranked job's timed runs, each in a fresh container
+    measure     a ranked job's timed runs, each in a fresh container under rai-timed
+    cgroup      the cgroup v2 folder a timed run's processes live in
     executor    DockerExecutor, the executor itself
 """
 
@@ -18,35 +19,25 @@ from .executor import DockerExecutor
 from .scripts import (
     COLLECT,
     END_PROCESSES,
-    FROZE_NOT,
     KEEP_IN,
     KEEP_OUT,
     KILL_JOB,
     LEFT_OVER,
     MEASURE_DIR,
-    NCU_ATTACH,
-    NCU_EXPORT,
-    NCU_LAUNCH,
     READ_LIMIT,
-    READ_PREDICTIONS,
 )
 from .spares import _empty, _move_entries, spare_key
 
 __all__ = [
     "COLLECT",
     "END_PROCESSES",
-    "FROZE_NOT",
     "KEEP_IN",
     "KEEP_OUT",
     "KILL_JOB",
     "LABEL",
     "LEFT_OVER",
     "MEASURE_DIR",
-    "NCU_ATTACH",
-    "NCU_EXPORT",
-    "NCU_LAUNCH",
     "READ_LIMIT",
-    "READ_PREDICTIONS",
     "SPARE",
     "DockerExecutor",
     "_empty",

@@ -23,9 +23,10 @@ from ...logsink import LogSink
 from ...nvml import MemoryShare
 from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, gathered, terminal_env
 from ..base import Executor, JobContext
+from .cgroup import TimedCgroup
 from .client import LABEL, SPARE, _runtimes, container_name, shared_client
 from .collect import EndMarked, Handover
-from .scripts import KEEPALIVE, KEPT_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
+from .scripts import CGROUP_IN_CONTAINER, KEEPALIVE, KEPT_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
 
 
 class ContainerJob(Executor):
@@ -42,18 +43,25 @@ class ContainerJob(Executor):
         self.ctx: JobContext | None = None  # the job started: its slot's next container is made like it
         self.contained = False  # collect_build saw every process of the job gone
         self.leftover: Any = None  # the job's container, for tidy() to remove
-        self.measure_dir: str | None = None  # root's folder for a ranked job's profiler reports
         self.kept: Path | None = None  # what of the build each timed run starts from (issue 32)
-        self.attach_said = ""  # what root's ncu said last, for the job's log when it cannot attach
         self.memory_watch: MemoryShare | None = None  # a shared run's GPU memory share, watched
         self.memory_over: str | None = None  # why it was killed, once it held more than its share
         self.handover: Handover | None = None  # the last command's exec, copying /build on (COLLECT_AFTER)
         self.commands_run = 0
 
-    def _create(self, ctx: JobContext, src: Path, job: str, helper: Path | None, timed: tuple[Path, Path, int] | None = None) -> Any:
-        """The job's container; ``timed`` (rai-timed, the kept files, the run's number): a timed
-        run's fresh one (issue 32). Its init and keepalive run as root, out of the job's reach
-        (the job's user cannot signal, trace or replace them); every command runs as the job's user."""
+    def _create(
+        self,
+        ctx: JobContext,
+        src: Path,
+        job: str,
+        helper: Path | None,
+        timed: tuple[Path, Path, str] | None = None,
+        cgroup: TimedCgroup | None = None,
+    ) -> Any:
+        """The job's container; ``timed`` (rai-timed, the kept files, the run's name): a timed
+        run's fresh one (issue 32), made under ``cgroup``'s parent, whose folder root's folder in
+        it holds (issue 46). Its init and keepalive run as root, out of the job's reach (the job's
+        user cannot signal, trace or replace them); every command runs as the job's user."""
         s = ctx.settings
         mounts = [Mount("/src", str(src), type="bind", read_only=True)]
         if helper is not None:
@@ -63,6 +71,8 @@ class ContainerJob(Executor):
                 Mount(TIMED_IN_CONTAINER, str(timed[0]), type="bind", read_only=True),
                 Mount(KEPT_IN_CONTAINER, str(timed[1]), type="bind", read_only=True),
             ]
+        if cgroup is not None:
+            mounts.append(Mount(CGROUP_IN_CONTAINER, str(cgroup.folder), type="bind", read_only=False))
         mem = f"{ctx.memory_mb}m"
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
@@ -90,8 +100,10 @@ class ContainerJob(Executor):
             "read_only": s.read_only_root,
             "labels": {LABEL: job, "rai.worker": s.worker_name},
             "environment": {**s.job_env, **terminal_env(s.columns), "HOME": "/build"},  # RAI_JOB_ID: with each exec
-            "name": (container_name(job, s.worker_name) + (f"-t{timed[2]}" if timed else "")) if job != SPARE else None,
+            "name": (container_name(job, s.worker_name) + (f"-{timed[2]}" if timed else "")) if job != SPARE else None,
         }
+        if cgroup is not None:
+            kwargs["cgroup_parent"] = cgroup.parent
         if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu_access)
             gpu = gpu_access.current(s, [int(i) for i in ctx.gpu_ids], lambda: _runtimes(self.client)).container_options(
                 ctx.gpu_ids, self.client.images.get(ctx.image).attrs.get("Config", {}).get("Env") or []

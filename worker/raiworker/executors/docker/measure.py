@@ -1,18 +1,21 @@
-"""A ranked job's timed runs (issues 23, 32): each in a fresh container started from the build's
-result, measured from outside the job's processes (the wall time, or the kernels' durations as
-ncu records them, and the CPU time rai-timed reads), its predictions read once every process of
-the job has ended.
+"""A ranked job's timed runs (issues 23, 32, 46): each run, first the course's reference and then
+the student's program, each in a fresh container started from the build's result, under
+rai-timed, which holds the clock, the inputs and the outputs (rai-timed.c): the ranked number is
+each operation's time from its begin mark to the freeze after its end mark, whatever ran in
+between; the outputs are checked against the reference's on the same inputs, drawn from keys made
+here for the run and never shown to the job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shlex
+import secrets
 import shutil
 import tarfile
-import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from docker.errors import DockerException
@@ -22,37 +25,41 @@ from raiprotocol.markers import repeat_line, running_line
 from raiprotocol.models import MeasuredRun, TimedRun
 
 from ...logsink import LogSink
-from ...nvml import GpuWatch, Nvml, profiled_pids, unprofiled
+from ...nvml import GpuWatch, Nvml
 from ...terminal import TIMED_IN_CONTAINER, timed_helper
+from ...timed_result import TimedResult, parse
 from ..base import JobContext
+from .cgroup import NoCgroup, TimedCgroup
 from .collect import copy_out
 from .container import ContainerJob
-from .scripts import (
-    FROZE_NOT,
-    KEEP_IN,
-    KEEP_OUT,
-    LEFT_OVER,
-    MEASURE_DIR,
-    NCU_ATTACH,
-    NCU_EXPORT,
-    NCU_LAUNCH,
-    READ_LIMIT,
-    READ_PREDICTIONS,
-    THROTTLE_RETRIES,
-)
+from .scripts import KEEP_IN, KEEP_OUT, LEFT_OVER, MEASURE_DIR, READ_RESULT, THROTTLE_RETRIES, WRITE_KEYS
+
+BOUND_MAX = 120.0  # a timed run's bound when the course sets none: 20x the reference's, at most this
+BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still leaves room for a slow start)
+BOUND_FACTOR = 20.0
+
+
+@dataclass
+class _Ran:
+    """One run under rai-timed, as its container saw it."""
+
+    code: int
+    wall: float
+    result: TimedResult
+    problem: str | None = None
+    gpu: dict | None = None
 
 
 class TimedRuns(ContainerJob):
     """The timed runs of a ranked job, in containers of their own beside the job's."""
 
+    _driver: str | None = None
+    references: list[tuple[tuple[str, str], _Ran]] | None = None  # each timed run's keys and its reference run
+
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
-        """Timed run ``r`` (issue 32), in a container of its own started from the build's result
-        (the files the course keeps, an empty /tmp: nothing a student's code left in the build or
-        an earlier timed run is there): the wall time the exec took, seen from here, or the
-        kernels' durations as ncu records them, and the CPU time of every process of the run, read
-        by rai-timed (root in that container, out of the job's reach), which also freezes every
-        process of the job the moment the timed command exits; the predictions and the report are
-        read, and the container is killed: nothing of the job runs between the end and the reading."""
+        """Timed run ``r``: the student's program on inputs drawn from keys made for this run alone,
+        after the course's reference ran on the same ones; a run during which the GPU slowed itself
+        down runs again."""
         if self.container is None:
             return MeasuredRun(exit_code=137, wall_seconds=0.0, problem="the job's container is gone")
         if r == 1:
@@ -62,32 +69,133 @@ class TimedRuns(ContainerJob):
         helper = timed_helper(ctx.settings.work_dir, ctx.settings.timed_helper)
         if helper is None or self.kept is None:
             return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem="this worker cannot measure ranked runs (no rai-timed helper)")
+        if timed.measure != "op" or not timed.reference:
+            return MeasuredRun(
+                exit_code=-1, wall_seconds=0.0, problem="the course's build file has no operation to time (measure: op, reference)"
+            )
+        if self.references is None or len(self.references) < r:
+            self.references = self._reference_runs(ctx, timed, sink, helper)
+        keys, ref = self.references[r - 1]
         for attempt in range(1, THROTTLE_RETRIES + 2):
-            run = self._measure_fresh(ctx, r, timed, sink, helper)
+            run = self._measure_student(ctx, r, timed, sink, helper, keys, ref)
             slowed = (run.gpu or {}).get("after", {}).get("throttle") or (run.gpu or {}).get("before", {}).get("throttle")
             if not slowed or run.problem or attempt > THROTTLE_RETRIES:
                 return run
             sink.system(f"Timed run {r}: the GPU slowed down during it ({', '.join(slowed)}); it runs again")
         return run
 
-    def _measure_fresh(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink, helper: Path) -> MeasuredRun:
+    def _reference_runs(self, ctx: JobContext, timed: TimedRun, sink: LogSink, helper: Path) -> list[tuple[tuple[str, str], _Ran]]:
+        """Before the first timed run: keys for every timed run (the inputs' and the checks', here and
+        in root's folders only), and the course's reference run on each, one after another in one
+        container of its own (the course's code: no fresh container needed between its runs)."""
+        keys = [(secrets.token_hex(16), secrets.token_hex(16)) for _ in range(timed.repeats)]
+        sink.system(f"Reference runs: the course's {timed.reference}, on each timed run's inputs")
+        with self._fresh(ctx, "ref", helper) as (cgroup, failed):
+            runs = [failed or self._run_in(ctx, timed.reference, k, None, sink, cgroup, timed, f"ref{i}") for i, k in enumerate(keys, 1)]
+        return list(zip(keys, runs, strict=True))
+
+    def _measure_student(
+        self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink, helper: Path, keys: tuple[str, str], ref: _Ran
+    ) -> MeasuredRun:
+        ref_problem = ref.problem or ref.result.problem
+        if ref_problem is None and ref.code != 0:
+            ref_problem = f"it exited with status {ref.code}"
+        bound = timed.bound_seconds or min(BOUND_MAX, max(BOUND_MIN, BOUND_FACTOR * ref.wall))
+        sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
+        with self._fresh(ctx, f"t{r}", helper) as (cgroup, failed):
+            run = failed or self._run_in(ctx, timed.command, keys, bound, sink, cgroup, timed, "run")
+        problem = run.problem or run.result.problem
+        if run.result.bound_ms is not None:
+            problem = f"it was stopped at its bound of {bound:.3g} s (the course's reference took {ref.wall:.3g} s)"
+        return MeasuredRun(
+            exit_code=run.result.exit_code if run.result.exit_code is not None else run.code,
+            wall_seconds=round(run.wall, 6),
+            cpu_seconds=run.result.cpu_seconds,
+            problem=problem,
+            gpu=run.gpu,
+            ops=run.result.ops,
+            reference=ref.result.ops,
+            reference_seconds=round(ref.wall, 6),
+            reference_problem=f"the course's reference failed: {ref_problem}" if ref_problem else None,
+            bound_seconds=round(bound, 3),
+        )
+
+    @contextlib.contextmanager
+    def _fresh(self, ctx: JobContext, name: str, helper: Path) -> Iterator[tuple[TimedCgroup, _Ran | None]]:
+        """A container of its own made from the build's result, under a cgroup parent of its own:
+        (the cgroup, None), or (…, why it could not be had as a failed run)."""
+        assert self.kept is not None
         build_container = self.container
         try:
-            self.container = self._create(
-                ctx,
-                ctx.src_dir if self.slot_src is None else self.slot_src,
-                ctx.job_id,
-                self.helper,
-                timed=(helper, self.kept, r) if self.kept is not None else None,
-            )
-            return self._measure_in(ctx, r, timed, sink)
-        except DockerException as exc:
-            return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=f"the timed run's container could not start: {str(exc)[:200]}")
+            cgroup = TimedCgroup.make(self._cgroup_driver())
+        except NoCgroup as exc:
+            yield TimedCgroup(Path("/nonexistent"), ""), _Ran(-1, 0.0, TimedResult(), problem=f"this worker cannot time ranked runs: {exc}")
+            return
+        try:
+            try:
+                self.container = self._create(
+                    ctx, ctx.src_dir if self.slot_src is None else self.slot_src, ctx.job_id, self.helper, (helper, self.kept, name), cgroup
+                )
+                code, out = self._exec_as(self.user, KEEP_IN)
+            except DockerException as exc:
+                yield cgroup, _Ran(-1, 0.0, TimedResult(), problem=f"the timed run's container could not start: {str(exc)[:200]}")
+                return
+            if code != 0:
+                why = f"the build's result could not be put in place ({out[-200:].decode('utf-8', 'replace')})"
+                yield cgroup, _Ran(-1, 0.0, TimedResult(), problem=why)
+                return
+            yield cgroup, None
         finally:
             timed_container, self.container = self.container, build_container
             if timed_container is not build_container and timed_container is not None:
+                cgroup.release_jobs(timed_container.id)
                 with contextlib.suppress(DockerException):
                     timed_container.remove(force=True)
+            cgroup.remove()
+
+    def _run_in(
+        self,
+        ctx: JobContext,
+        command: str,
+        keys: tuple[str, str],
+        bound: float | None,
+        sink: LogSink,
+        cgroup: TimedCgroup,
+        timed: TimedRun,
+        slot: str,
+    ) -> _Ran:
+        """``command`` under rai-timed in this container, in a cgroup of its own (``slot``), with ``keys``."""
+        try:
+            job_cgroup = cgroup.job(self.container.id, slot)
+        except OSError as exc:
+            return _Ran(-1, 0.0, TimedResult(), problem=f"the timed run's cgroup could not be made ({exc.strerror})")
+        out_dir = f"{MEASURE_DIR}/{slot}"
+        code, _ = self._exec_as("0:0", WRITE_KEYS, out_dir, *keys)  # no process of the job runs yet to see this exec
+        if code != 0:
+            return _Ran(-1, 0.0, TimedResult(), problem="the run's keys could not be put in place")
+        uid, _, gid = self.user.partition(":")
+        argv = [TIMED_IN_CONTAINER, "--uid", uid, "--gid", gid or uid, "--cgroup", job_cgroup, "--out", out_dir]
+        argv += ["--secrets", f"{out_dir}/keys", "--max-bytes", str(timed.max_bytes)]
+        if bound is not None:
+            argv += ["--bound-ms", str(int(bound * 1000))]
+        argv += ["--", *self.wrap, "/bin/sh", "-c", command]
+        watch = self._gpu_watch(ctx, int(uid))
+        started = time.monotonic()
+        code = self._run_exec(ctx, argv, "0:0", sink)
+        wall = time.monotonic() - started
+        if watch is not None:
+            watch.stop()
+        gpu = {"before": watch.states[0], "after": watch.states[-1]} if watch is not None else None
+        status, out = self._exec_as("0:0", READ_RESULT, out_dir)
+        if status != 0 or not out:
+            return _Ran(code, wall, TimedResult(), problem=f"rai-timed left no result (status {code})", gpu=gpu)
+        return _Ran(code, wall, parse(out.decode("ascii", "replace")), gpu=gpu)
+
+    def _cgroup_driver(self) -> str | None:
+        if TimedRuns._driver is None:
+            with contextlib.suppress(DockerException):
+                TimedRuns._driver = str(self.client.info().get("CgroupDriver") or "")
+        return TimedRuns._driver
 
     def _keep_build(self, ctx: JobContext, timed: TimedRun) -> str | None:
         """Once, before the first timed run: end every process of the build, and copy out of its
@@ -111,112 +219,10 @@ class TimedRuns(ContainerJob):
         self.kept = dest
         return None
 
-    def _measure_in(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
-        code, out = self._exec_as(self.user, KEEP_IN)
-        if code != 0:
-            return MeasuredRun(
-                exit_code=-1,
-                wall_seconds=0.0,
-                problem=f"the build's result could not be put in place ({out[-200:].decode('utf-8', 'replace')})",
-            )
-        uid, _, gid = self.user.partition(":")
-        cpu_file = f"{MEASURE_DIR}/cpu{r}"  # rai-timed writes the run's CPU time there (root's folder)
-        freeze = [TIMED_IN_CONTAINER, uid, gid or uid, cpu_file, *self.wrap, "/bin/sh", "-c"]
-        self.measure_dir = MEASURE_DIR
-        seed = {"RAI_SEED": str(timed.seeds[r - 1])} if timed.seeds and r <= len(timed.seeds) else None
-        watch = self._gpu_watch(ctx, timed, int(uid))
-        code, wall, attached = self._run_timed(ctx, r, timed, freeze, sink, seed)
-        if watch is not None:
-            watch.stop()  # the job is frozen: its processes still hold their GPU contexts
-        gpu = {"before": watch.states[0], "after": watch.states[-1]} if watch is not None else None
-        cpu = self._cpu_seconds(cpu_file)
-        if code == FROZE_NOT:
-            return MeasuredRun(
-                exit_code=code,
-                wall_seconds=wall,
-                cpu_seconds=cpu,
-                problem="a process of the job kept running after the end of its timed run",
-            )
-        status, out = self._exec_as(self.user, READ_PREDICTIONS.format(limit=READ_LIMIT), timed.predictions)
-        predictions = out.decode("utf-8", "replace") if status == 0 else None
-        report = None
-        if timed.measure == "kernels":
-            if not attached or attached[-1] != 0:  # the last try decides: the first may come before the launcher listens
-                return MeasuredRun(
-                    exit_code=code,
-                    wall_seconds=wall,
-                    predictions=predictions,
-                    cpu_seconds=cpu,
-                    problem=f"the profiler could not attach to the timed run (ncu status "
-                    f"{attached[-1] if attached else 'none'}: {self.attach_said.strip()})",
-                )
-            status, out = self._exec_as("0:0", NCU_EXPORT.format(dir=self.measure_dir, r=r, limit=READ_LIMIT))
-            report = out.decode("utf-8", "replace")
-            profiled = profiled_pids(report)
-            # a run with no kernel in the report is told so by the server ("launched no GPU kernel"),
-            # not taken for hidden work: a process that only allocated memory is in no report
-            hidden = unprofiled(watch.users, profiled) if watch is not None and profiled else []
-            if hidden:
-                return MeasuredRun(
-                    exit_code=code,
-                    wall_seconds=round(wall, 6),
-                    predictions=predictions,
-                    cpu_seconds=cpu,
-                    gpu=gpu,
-                    problem=f"a process used the GPU outside the measurement (pid {', '.join(map(str, hidden))} "
-                    "in the container, not in the profiler's report)",
-                )
-        return MeasuredRun(exit_code=code, wall_seconds=round(wall, 6), report=report, predictions=predictions, cpu_seconds=cpu, gpu=gpu)
-
-    def _gpu_watch(self, ctx: JobContext, timed: TimedRun, uid: int) -> GpuWatch | None:
-        """Who uses the job's GPUs during a kernels run, and how they run (issue 32); None without NVML."""
-        if timed.measure == "kernels" and ctx.gpu_ids:
+    def _gpu_watch(self, ctx: JobContext, uid: int) -> GpuWatch | None:
+        """The GPU's clocks, temperature and throttle reasons before and after the run; None without NVML."""
+        if ctx.gpu_ids:
             lib = Nvml.open()
             if lib is not None:
                 return GpuWatch(lib, [int(i) for i in ctx.gpu_ids], self.container.id, uid).start()
         return None
-
-    def _run_timed(
-        self, ctx: JobContext, r: int, timed: TimedRun, freeze: list[str], sink: LogSink, seed: dict[str, str] | None
-    ) -> tuple[int, float, list[int]]:
-        """The timed command under rai-timed (``freeze``), as root there: its exit status, its wall
-        time and, for a kernels run (under ncu's launcher, root's ncu attaching), each attach try's status."""
-        attached: list[int] = []
-        if timed.measure == "kernels":
-            sink.system(running_line(f"ncu (rai's timed run {r} of {timed.repeats}) {timed.command}"))
-            done = threading.Event()
-            attach = threading.Thread(target=self._attach, args=(r, attached, done), name=f"ncu-attach-{ctx.job_id}", daemon=True)
-            attach.start()
-            started = time.monotonic()
-            code = self._run_exec(ctx, [*freeze, NCU_LAUNCH.format(command=shlex.quote(timed.command))], "0:0", sink, seed)
-            wall = time.monotonic() - started
-            done.set()
-            attach.join(timeout=30)
-        else:
-            sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
-            started = time.monotonic()
-            code = self._run_exec(ctx, [*freeze, timed.command], "0:0", sink, seed)
-            wall = time.monotonic() - started
-        return code, wall, attached
-
-    def _cpu_seconds(self, cpu_file: str) -> float | None:
-        """The run's CPU time, as rai-timed wrote it (root's folder)."""
-        status, out = self._exec_as("0:0", f"cat {cpu_file}")
-        try:
-            return float(out) if status == 0 else None
-        except ValueError:
-            return None
-
-    def _attach(self, r: int, attached: list[int], done: threading.Event) -> None:
-        """As root: attach ncu to the launcher once it listens (it may take a moment to start)."""
-        command = NCU_ATTACH.format(dir=self.measure_dir, r=r)
-        deadline = time.monotonic() + 60
-        done.wait(0.5)  # the launcher first: it makes ncu's lock folder in /tmp, which root's then shares
-        while time.monotonic() < deadline:
-            code, out = self._exec_as("0:0", command)
-            attached.append(code)
-            self.attach_said = out.decode("utf-8", "replace")[-300:]
-            if code == 0 or done.is_set():
-                return
-            time.sleep(0.2)
-        self.kill()  # the launcher would wait for the profiler until the job's time ran out

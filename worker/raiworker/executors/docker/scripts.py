@@ -19,7 +19,6 @@ KILL_JOB = (
 # container is then killed before the job's end is reported; otherwise it is removed afterwards,
 # when nobody waits for it.
 LEFT_OVER = 99
-FROZE_NOT = 70  # rai-timed: a process of the job kept running after the timed command ended
 THROTTLE_RETRIES = 2  # a timed run during which the GPU slowed itself down is run again, this many times at most
 COLLECT = (
     KILL_JOB.removesuffix("; true") + "; left=1; n=0; while [ $left = 1 ] && [ $n -lt 40 ]; do left=0; "
@@ -47,28 +46,16 @@ END_PROCESSES = COLLECT.rsplit("tar -C", 1)[0] + f'[ "$left" = 1 ] && exit {LEFT
 KEPT_IN_CONTAINER = "/opt/rai/kept"
 KEEP_OUT = END_PROCESSES.rsplit('[ "$left" = 1 ]', 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; tar -C /build -cf - -- "$@"'
 KEEP_IN = f"cp -a {KEPT_IN_CONTAINER}/. /build/"
-# the capabilities rai-timed needs (as root in the timed container: become the job's user, stop its
-# processes); the job's own processes run as its user, with none and no way to gain one
+# the capabilities rai-timed needs (as root in the timed container: become the job's user, freeze
+# and kill its cgroup through files root owns); the job's own processes run as its user, with none
+# and no way to gain one
 TIMED_CAPS = ["KILL", "SETUID", "SETGID"]
-# What the service reads of a timed run, bounded: the predictions (a regular file, not a link)
-# and the profiler's CSV export
-READ_LIMIT = 1024 * 1024
-READ_PREDICTIONS = 'f="$1"; [ -f "$f" ] && [ ! -L "$f" ] || exit 3; head -c {limit} -- "$f"'
-# ncu in two parts (issue 23): the launcher runs the course's command as the job's user and waits;
-# root attaches from another exec and writes the report into a folder only root can enter, made
-# under a name nobody can guess before the job's code could run: no process of the job can touch
-# the report, before, during or after the run
-NCU_LAUNCH = "exec ncu --mode launch --target-processes all -- /bin/sh -c {command}"
-# (root works in that folder, its HOME too: ncu reads its settings from both, and in /build, the job's
-# user's, root without capabilities may not even look). The folder is a tmpfs of root's, mode 0700,
-# mounted when the timed run's container is made: it exists before any process of the job does, so
-# no job process can make it first, look into it or guess at it (issue 34)
+# Root's folder in a timed run's container: a tmpfs of root's, mode 0700, mounted when the container
+# is made, so it exists before any process of the job does and none can enter it (issue 34). The
+# run's keys and rai-timed's result (a folder for each run in the container) and, at cg/, the
+# timed runs' cgroup v2 folder are there (issue 46)
 MEASURE_DIR = "/opt/rai/measure"
-NCU_ATTACH = (
-    "cd {dir} && export HOME={dir} && "
-    "exec ncu --mode attach --hostname 127.0.0.1 --metrics gpu__time_duration.sum --export {dir}/run{r} --force-overwrite"
-)
-NCU_EXPORT = (
-    "cd {dir} && HOME={dir} ncu --import {dir}/run{r}.ncu-rep --csv --page raw --metrics gpu__time_duration.sum 2>/dev/null "
-    "| head -c {limit}"
-)
+CGROUP_IN_CONTAINER = f"{MEASURE_DIR}/cg"
+WRITE_KEYS = 'umask 077; mkdir "$1" && printf "%s %s\\n" "$2" "$3" > "$1/keys"'  # (folder, input key, check key)
+READ_LIMIT = 1024 * 1024
+READ_RESULT = f'head -c {READ_LIMIT} "$1/result"'

@@ -1,0 +1,110 @@
+// rai_op.h: the course harness's side of rai's timed operations (issue 46). Header only, C or C++.
+//
+// In a ranked run rai's supervisor (rai-timed, root in the container) gives the program a socket
+// at RAI_MARKS_FD and holds the clock, the inputs and the outputs:
+//
+//   float *y;  const float *in;
+//   rai_op_prepare(n_in, n_out, &y);  // y: the outputs' memory (n_out floats, mapped and zeroed;
+//                                     //    untimed). The inputs are drawn now, out of reach.
+//   rai_op_begin(&in);                // the clock starts, then `in` (n_in floats, read-only) exists
+//   ... the operation: read in, write y ...
+//   rai_op_end();                     // the clock stops once every thread of the job is frozen;
+//                                     // y is fingerprinted then and checked against the course's
+//                                     // reference on the same inputs after the run
+//
+// Every one of the job's processes and threads counts between begin and end, whatever it does;
+// nothing it does after end can change what is checked (a change is seen and the run not ranked).
+// The inputs are uniform in [-1, 1), new for every operation of every run. Outside a ranked run
+// (no RAI_MARKS_FD) rai_op_ranked() is 0 and the program runs as it always did.
+#pragma once
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+static int rai_op_fd_ = -2;
+static size_t rai_op_in_ = 0;
+
+/* The marks socket, or -1 outside a ranked run. */
+static inline int rai_op_ranked(void) {
+  if (rai_op_fd_ == -2) {
+    const char *v = getenv("RAI_MARKS_FD");
+    rai_op_fd_ = v && *v ? atoi(v) : -1;
+  }
+  return rai_op_fd_ >= 0;
+}
+
+/* Send ``msg``; wait for the one-letter answer ``want`` and the descriptor it may carry. */
+static inline int rai_op_ask_(const char *msg, char want, int *fd) {
+  if (send(rai_op_fd_, msg, strlen(msg), MSG_NOSIGNAL) < 0) return -1;
+  char got = 0;
+  struct iovec iov = {&got, 1};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr mh;
+  memset(&mh, 0, sizeof mh);
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = u.buf;
+  mh.msg_controllen = sizeof u.buf;
+  ssize_t n;
+  do n = recvmsg(rai_op_fd_, &mh, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n != 1 || got != want) return -1;
+  if (fd) {
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
+    memcpy(fd, CMSG_DATA(c), sizeof(int));
+  }
+  return 0;
+}
+
+static inline void rai_op_die_(const char *what) {
+  fprintf(stderr, "rai_op: %s failed (is this a ranked run of the course's harness?)\n", what);
+  exit(3);
+}
+
+/* An operation of n_in input floats and n_out output floats; *out: where the outputs go. */
+static inline void rai_op_prepare(size_t n_in, size_t n_out, float **out) {
+  char msg[64];
+  int fd = -1;
+  snprintf(msg, sizeof msg, "P %zu %zu", n_in, n_out);
+  if (!rai_op_ranked() || rai_op_ask_(msg, 'R', &fd) != 0) rai_op_die_("prepare");
+  void *p = mmap(NULL, n_out * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) rai_op_die_("mapping the outputs");
+  memset(p, 0, n_out * sizeof(float)); /* every page in place before the clock runs */
+  *out = (float *)p;
+  rai_op_in_ = n_in;
+}
+
+/* The clock starts; *in: the inputs, which exist from now on. */
+static inline void rai_op_begin(const float **in) {
+  int fd = -1;
+  if (rai_op_ask_("B", 'G', &fd) != 0) rai_op_die_("begin");
+  void *p = mmap(NULL, rai_op_in_ * sizeof(float), PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) rai_op_die_("mapping the inputs");
+  *in = (const float *)p;
+}
+
+/* The clock stops (once every thread of the job is frozen); the outputs are taken as they are. */
+static inline void rai_op_end(void) {
+  if (rai_op_ask_("E", 'D', NULL) != 0) rai_op_die_("end");
+}
+
+#ifdef __cplusplus
+}
+#endif
