@@ -3,7 +3,7 @@ the course's build file, not the student's; rai-timed (root in the timed run's c
 the job's reach) holds the clock, draws each operation's inputs after its begin mark and freezes
 the whole cgroup at its end mark; the outputs are checked against the course's reference on the
 same inputs. CI has no GPU: a CPU convolution stands in for the GPU's (tests/fixtures/ranked_op/op.c,
-with the course's harness rai_op.h), the GPU's run on the GPU host (bench/ranked_gpu.py).
+with the course's harness rai_op.h), the GPU's run on the GPU host (bench/ranked_op_gpu.py).
 
 Each test is one thing a hostile student tries (../shared/cheat-classes.md), through the real service
 and Docker engine, beside an honest run: none ranks ahead of it, and each is told why."""

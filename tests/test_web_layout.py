@@ -68,7 +68,7 @@ def site(layout_service, tmp_path_factory):
 
     engine = docker.from_env(timeout=30)
     ensure_course_image(engine, tmp / "image")
-    offer_course_image(svc, engine)
+    offer_course_image(svc, engine, worker="wlayout")
     course.write_text(
         f"rai: {{version: 0.2, image: {IMAGE}}}\ncommands:\n  build:\n    - echo compiling the course build\n"
         "    - cp /src/solution.sh /build/\n"

@@ -75,3 +75,29 @@ def test_staff_are_exempt_unless_configured(db):
         add_job(db, ta)
     check_quotas(db, ta, Settings(max_active_jobs=1))
     assert "You already have 3 jobs" in str(refusal(db, ta, Settings(max_active_jobs=1, staff_exempt=False)))
+
+
+def test_ranked_submissions_per_day_are_the_courses_to_limit(db):
+    """Issue 46 (C27, the noise lottery): a course may allow N ranked runs a day per student; the
+    (N+1)th is refused with the wait, other kinds and other students are not counted, staff exempt."""
+    from raiprotocol.spec import parse_course_spec
+    from raiserver.jobs.quotas import check_ranked_rate
+
+    course = parse_course_spec("""
+rai: {image: rai/ece408:cuda13}
+commands: {build: [make m2 ref]}
+ranked: {student_files: [new-forward.cu], timed: ./m2, reference: ./ref, per_day: 2}
+""")
+    settings = Settings()
+    alice = add_user(db, "alice")
+    add_job(db, alice, kind="final", seconds_ago=3600 * 5)
+    add_job(db, alice, kind="dev", seconds_ago=60)
+    check_ranked_rate(db, alice, settings, "final", course)  # one final today: a second is allowed
+    add_job(db, alice, kind="final", seconds_ago=60)
+    with pytest.raises(OverQuota) as caught:
+        check_ranked_rate(db, alice, settings, "final", course)
+    assert "You submitted 2 'final' runs in the last 24 hours (the course allows 2); try again in 19 h" in str(caught.value)
+    assert 68000 < int(caught.value.headers["Retry-After"]) <= 68400
+    check_ranked_rate(db, add_user(db, "bob"), settings, "final", course)
+    check_ranked_rate(db, add_user(db, "ta", role="ta"), settings, "final", course)
+    check_ranked_rate(db, alice, settings, "final", None)  # a kind without a course file: no such limit

@@ -244,7 +244,12 @@ static int fingerprint(struct op *o, int index, uint64_t *into) {
 }
 
 /* The checks the service compares with the reference run's: random-sign sums (each estimates the
- * L2 norm of the difference from the reference), the sum of squares, values at random places. */
+ * L2 norm of the difference from the reference), the sum of squares, values at random places.
+ * Sketch s is sum(v * (2 b - 1)) = 2 sum(v * b) - sum(v), b a random bit per output: per block of
+ * 64 outputs, one 64-bit draw per sketch, and 8-wide products with the bits' 0/1 patterns (a
+ * table) that the compiler can vectorize; ~0.2 s for the 450 MB of outputs of ECE 408's batch. */
+static float BITS[256][8];
+
 static void checks(FILE *f, struct op *o, int index) {
     size_t bytes = o->out_n * 4;
     const float *y = mmap(NULL, bytes, PROT_READ, MAP_SHARED, o->out_fd, 0);
@@ -252,25 +257,39 @@ static void checks(FILE *f, struct op *o, int index) {
         fprintf(f, " unreadable");
         return;
     }
-    double sk[CHECK_SKETCHES] = {0}, norm2 = 0;
-    uint64_t st[CHECK_SKETCHES], bits[CHECK_SKETCHES] = {0}, nonfinite = 0;
+    for (int b = 0; b < 256; b++)
+        for (int l = 0; l < 8; l++) BITS[b][l] = (float)((b >> l) & 1);
+    double sk[CHECK_SKETCHES] = {0}, norm2 = 0, total = 0;
+    uint64_t st[CHECK_SKETCHES], nonfinite = 0;
     for (int s = 0; s < CHECK_SKETCHES; s++) st[s] = draw(R.check_key, D_SKETCH, (uint64_t)index, (uint64_t)s);
-    for (uint64_t i = 0; i < o->out_n; i++) {
-        if ((i & 63) == 0)
-            for (int s = 0; s < CHECK_SKETCHES; s++) bits[s] = splitmix(&st[s]);
-        double v = y[i];
-        if (!isfinite(v)) {
-            nonfinite++;
-            v = 0;
+    float blk[64];
+    for (uint64_t i = 0; i < o->out_n; i += 64) {
+        uint64_t m = o->out_n - i < 64 ? o->out_n - i : 64;
+        float sum = 0, sq = 0;
+        for (uint64_t j = 0; j < 64; j++) {
+            float v = j < m ? y[i + j] : 0.0f;
+            if (!isfinite(v)) {
+                nonfinite++;
+                v = 0;
+            }
+            blk[j] = v;
+            sum += v;
+            sq += v * v;
         }
-        norm2 += v * v;
+        total += sum;
+        norm2 += sq;
         for (int s = 0; s < CHECK_SKETCHES; s++) {
-            sk[s] += (bits[s] & 1) ? v : -v;
-            bits[s] >>= 1;
+            uint64_t bits = splitmix(&st[s]);
+            float acc[8] = {0};
+            for (int k = 0; k < 8; k++) {
+                const float *pattern = BITS[(bits >> (8 * k)) & 255], *x = blk + 8 * k;
+                for (int l = 0; l < 8; l++) acc[l] += x[l] * pattern[l];
+            }
+            sk[s] += (double)acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
         }
     }
     fprintf(f, " nonfinite %" PRIu64 " norm2 %.17g sketch", nonfinite, norm2);
-    for (int s = 0; s < CHECK_SKETCHES; s++) fprintf(f, " %.17g", sk[s]);
+    for (int s = 0; s < CHECK_SKETCHES; s++) fprintf(f, " %.17g", 2 * sk[s] - total);
     fprintf(f, " samples");
     for (int j = 0; j < CHECK_SAMPLES; j++) {
         uint64_t at = draw(R.check_key, D_SAMPLE, (uint64_t)index, (uint64_t)j) % o->out_n;

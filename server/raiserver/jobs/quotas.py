@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from raiprotocol.models import Limits
+from raiprotocol.spec import CourseSpec
 from raiprotocol.states import UNFINISHED
 from raiserver.access.permissions import STAFF
 from raiserver.config import Settings
@@ -84,3 +85,24 @@ def limits_of(db: Session, user: User, settings: Settings, deadlines: Deadlines)
         late_days_used=deadlines.days_used(user),
         late_days=settings.late_days,
     )
+
+
+def check_ranked_rate(db: Session, user: User, settings: Settings, kind: str, course: CourseSpec | None) -> None:
+    """Raise OverQuota (429) past the course's ranked submissions per student per day (issue 46:
+    resubmitting until the noise hands out a lucky time is a lottery, not a faster kernel)."""
+    per_day = course.ranked.per_day if course is not None else None
+    if per_day is None or (settings.staff_exempt and user.role in STAFF):
+        return
+    now = utcnow()
+    today = db.scalars(
+        select(Job.created_at)
+        .where(Job.owner_id == user.id, Job.kind == kind, Job.created_at > now - timedelta(days=1))
+        .order_by(Job.created_at)
+    ).all()
+    if len(today) >= per_day:
+        wait = math.ceil((today[0] + timedelta(days=1) - now).total_seconds())
+        raise OverQuota(
+            f"You submitted {len(today)} '{kind}' runs in the last 24 hours (the course allows {per_day}); "
+            f"try again in {wait // 3600} h {wait % 3600 // 60} min",
+            wait,
+        )

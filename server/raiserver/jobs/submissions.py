@@ -25,7 +25,7 @@ from raiserver.grading.course import current as current_course
 from raiserver.grading.course import spec_of, student_part
 from raiserver.grading.kinds import Deadlines
 from raiserver.jobs.lifecycle import create_job
-from raiserver.jobs.quotas import check_quotas
+from raiserver.jobs.quotas import check_quotas, check_ranked_rate
 from raiserver.jobs.retention import check_storage
 from raiserver.jobs.views import QueueView, job_out
 from raiserver.services import Services
@@ -120,6 +120,7 @@ async def _accept(
                 db.execute(update(User).where(User.id == user_id).values(id=User.id))
                 owner = db.get_one(User, user_id)
                 check_quotas(db, owner, svc.settings)
+                check_ranked_rate(db, owner, svc.settings, kind, course_spec)
                 check_storage(db, owner, svc.settings, run_size)
                 check_requirements(db, queue, spec, svc.settings.worker_dead_after)
                 admission = Deadlines(db, svc.settings).admit(kind, owner, utcnow())  # again: late days, under the lock
