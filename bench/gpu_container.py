@@ -107,7 +107,7 @@ def setup() -> None:
     except Exception:  # noqa: BLE001 - not up yet: start it
         log = open("/tmp/rai-dockerd.log", "ab")  # noqa: SIM115 - the child process writes to it for its whole life
         subprocess.Popen(
-            ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false"],
+            ["dockerd", "--bridge=none", "--iptables=false", "--ip6tables=false", "--exec-opt", "native.cgroupdriver=cgroupfs"],
             stdout=log,
             stderr=log,
             start_new_session=True,

@@ -311,18 +311,20 @@ def print_results(results: Mapping[str, Any] | None) -> None:
         if m.get("problem"):
             measured.append(("Not ranked", m["problem"]))
         if m.get("op_time") is not None:
-            how = "GPU time of every kernel, ncu" if m.get("measure") == "kernels" else "wall time"
+            how = {"op": "the operations' time, rai's clock", "kernels": "GPU time of every kernel, ncu"}.get(m.get("measure"), "wall time")
             measured.append(
                 (
                     "Op Time",
                     f"{m['op_time']:g} s (median of {len(m.get('runs') or [])} timed runs, {how}; spread {m.get('spread') or 0:g} s)",
                 )
             )
-        if m.get("accuracy") is not None:
+        if m.get("measure") == "op" and m.get("error") is not None:
+            measured.append(("Checked", f"the outputs agree with the course's reference (largest difference {m['error']:.2g})"))
+        elif m.get("accuracy") is not None:
             measured.append(("Accuracy", f"{m['accuracy']:g} (checked by the server)"))
         measured += [("Flagged", flag) for flag in m.get("flags") or []]
         rows = [(f"Printed {name}", value) for name, value in rows]
-        rows = [(f"Measured {name}" if name in ("Op Time", "Accuracy") else name, value) for name, value in measured] + rows
+        rows = [(f"Measured {name}" if name in ("Op Time", "Accuracy", "Checked") else name, value) for name, value in measured] + rows
         rows.append(("Build file", f"the course's, version {m.get('course_version')} (yours was not used)"))
     if not rows:
         return

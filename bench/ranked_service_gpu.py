@@ -1,0 +1,93 @@
+"""Issue 46 through the whole service on the H100: the server, Redis, the Docker worker and
+rai/ece408:cuda13 with the GPU by device nodes (bench/gpu_container.py's setup), the course's
+instructor/final.yml installed unchanged, and ranked submissions of variants of new-forward.cu
+(bench/ranked46/, each made one self-contained file as a student's would be). Prints each
+submission's verdict; figures to $OUT/ranked46-service.json, the client's transcripts beside.
+
+    python3 bench/ranked_service_gpu.py      # as root on the GPU host, .gpu carried (see gpu_container.py)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_container as gc  # noqa: E402 - the engine, image and service made by its setup step
+
+ROOT, OUT = gc.ROOT, gc.OUT
+VARIANTS = ["honest", "sidestream", "skip", "cputhreads", "profstop", "honest", "honest"]
+figures: dict[str, object] = {"submissions": []}
+
+
+def student_file(variant: str) -> str:
+    """new-forward.cu as a student would submit it: one file."""
+    if variant == "honest":
+        return (ROOT / "examples/ece408-conv/new-forward.cu").read_text()
+    common = (ROOT / "bench/ranked46/common.cuh").read_text().replace("#pragma once\n", "")
+    return (ROOT / f"bench/ranked46/{variant}.cu").read_text().replace('#include "common.cuh"\n', common)
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    gc.setup()
+    gc.paths()
+    w = Path("/tmp/rai-ranked46")
+    env, procs = gc.service(w, secrets.token_hex(16))
+    env = {**env, "RAI_PROFILE": f"{w}/alice.profile", "RAI_SERVER": env["RAI_SERVER_URL"]}
+    client = [sys.executable, "-m", "raiclient"]
+    try:
+        res = subprocess.run(
+            [*client, "admin", "course", "install", "final", str(ROOT / "examples/ece408-conv/instructor/final.yml")],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        gc.say(res.stdout.strip() or res.stderr.strip())
+        for i, variant in enumerate(VARIANTS):
+            proj = w / f"p{i}"
+            shutil.copytree(ROOT / "examples/ece408-conv", proj)
+            (proj / "new-forward.cu").write_text(student_file(variant))
+            (proj / "report.pdf").write_text("%PDF-1.4 report")
+            started = time.monotonic()
+            res = subprocess.run(
+                [*client, "submit", "-p", str(proj), "--kind", "final"], env=env, capture_output=True, text=True, timeout=600
+            )
+            took = time.monotonic() - started
+            (OUT / f"ranked46-service-{i}-{variant}.txt").write_text(res.stdout + res.stderr)
+            found = re.search(r"Job (\S+) queued", res.stdout)
+            job = {}
+            if found:
+                out = subprocess.run(
+                    [*client, "status", found.group(1), "--json"], env=env, capture_output=True, text=True, timeout=60
+                ).stdout
+                job = json.loads(out) if out.strip().startswith("{") else {}
+            m = (job.get("results") or {}).get("measured") or {}
+            verdict = next((line for line in res.stdout.splitlines() if "Ranked #" in line or "Not ranked" in line), "(no verdict line)")
+            row = {"variant": variant, "seconds": round(took, 1), "verdict": verdict, "op_time": m.get("op_time"), "runs": m.get("runs")}
+            row |= {"cv": m.get("cv"), "error": m.get("error"), "cpu": m.get("cpu_seconds"), "problem": m.get("problem")}
+            figures["submissions"].append(row)  # type: ignore[attr-defined]
+            gc.say(f"{variant:11s} {took:5.1f} s  {verdict}")
+            (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
+        honest = [r["op_time"] for r in figures["submissions"] if r["variant"] == "honest" and r["op_time"]]  # type: ignore[attr-defined]
+        if len(honest) > 1:
+            figures["honest_cv"] = statistics.pstdev(honest) / statistics.fmean(honest)
+            gc.say(f"honest: {honest}, cv {figures['honest_cv']:.2%}")
+        (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
+    finally:
+        for p in procs:
+            p.terminate()
+        for log in ("server.log", "worker.log"):
+            if (w / log).exists():
+                shutil.copy(w / log, OUT / f"ranked46-{log}")
+
+
+if __name__ == "__main__":
+    main()
