@@ -108,6 +108,7 @@ MATRIX = {
     ("GET", "/api/v1/jobs/{job_id}/log.txt"): owner_or_staff,
     ("GET", "/api/v1/leaderboard"): any_user,
     ("GET", "/api/v1/leaderboard.csv"): staff,
+    ("GET", "/api/v1/leaderboard/quarantine"): staff,
     ("POST", "/api/v1/workers/heartbeat"): worker,
     ("GET", "/api/v1/workers"): staff,
     ("POST", "/api/v1/worker/jobs/{job_id}/claim"): worker,

@@ -132,3 +132,25 @@ def test_printed_numbers_never_rank_and_a_disagreement_is_flagged():
     m = summarize([run("honest")] * 3, SPEC, 1, printed_op_time=0.000001)
     assert m.op_time and m.op_time > 0.001 and m.printed_op_time == 0.000001
     assert any(f.startswith("the program printed an op time of 1e-06 s") for f in m.flags)
+
+
+def test_staff_list_the_runs_below_the_floor(db):
+    """The quarantine list: ranked runs flagged below the physics floor, newest first; others not."""
+    from helpers.rows import add_job, add_user
+
+    from raiserver.config import Settings
+    from raiserver.grading.leaderboard import quarantined
+    from raiserver.store.db import utcnow
+
+    alice = add_user(db, "alice")
+    gpu = parse_course_spec(SPEC.model_dump_json().replace('"flops":null', '"flops":2.1e10'))
+    below = summarize([run("honest", 1e-6)] * 3, gpu, 1, None, gpu_name="NVIDIA H100 80GB HBM3")
+    fine = summarize([run("honest")] * 3, gpu, 1, None, gpu_name="NVIDIA H100 80GB HBM3")
+    jobs = []
+    for m, kind in ((below, "final"), (fine, "final"), (below, "dev")):
+        job = add_job(db, alice, kind=kind)
+        job.results, job.finished_at = {"measured": m.model_dump()}, utcnow()
+        jobs.append(job)
+    db.commit()
+    listed = quarantined(db, Settings())
+    assert [q["job_id"] for q in listed] == [jobs[0].id] and "below the physics floor" in listed[0]["why"]

@@ -25,7 +25,7 @@ from raiprotocol.models import Entry, JobState
 from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.grading.kinds import Deadlines, when
-from raiserver.grading.measured import in_words
+from raiserver.grading.measured import QUARANTINE, in_words
 from raiserver.store.tables import Job, Kind
 
 
@@ -189,3 +189,28 @@ def verdict(db: Session, settings: Settings, job: Job) -> str | None:
             return f"Ranked #{i} of {len(runs)}: {in_words(m['op_time'])}{ci}"
         return f"This run: {in_words(m['op_time'])}{ci}; your best run ({in_words(run.op_time)}) stays ranked #{i} of {len(runs)}"
     return "Not ranked"
+
+
+QUARANTINE_SCAN = 5000  # the newest ranked runs looked at: a term's finals, and far more
+
+
+def quarantined(db: Session, settings: Settings, limit: int = 200) -> list[dict[str, Any]]:
+    """Ranked runs whose total was below the physics floor (issue 46): not ranked, and listed here
+    for staff, newest first: no honest kernel gets there, so each is a measurement someone got around."""
+    jobs = db.scalars(
+        select(Job)
+        .options(joinedload(Job.owner))
+        .where(Job.kind.in_(settings.ranked_kind_set), Job.finished_at.is_not(None))
+        .order_by(Job.finished_at.desc())
+        .limit(QUARANTINE_SCAN)
+    ).all()
+    out = []
+    for job in jobs:
+        m = (job.results or {}).get("measured") or {}
+        if QUARANTINE in (m.get("flags") or []):
+            out.append(
+                {"job_id": job.id, "owner": job.owner.username, "kind": job.kind, "finished_at": job.finished_at, "why": m.get("problem")}
+            )
+            if len(out) >= limit:
+                break
+    return out

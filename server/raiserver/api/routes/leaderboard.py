@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import PlainTextResponse
 
 from raiprotocol.models import Entry
 from raiserver.api.deps import CurrentUser, ServicesDep, SessionDep, StaffUser
-from raiserver.grading.leaderboard import leaderboard
+from raiserver.grading.leaderboard import leaderboard, quarantined
 
 router = APIRouter(prefix="/api/v1", tags=["leaderboard"])
 
@@ -26,6 +26,12 @@ def get_leaderboard(
     svc: ServicesDep,
 ) -> list[Entry]:
     return leaderboard(db, svc.settings, p, n, board)
+
+
+@router.get("/leaderboard/quarantine")
+def get_quarantine(p: StaffUser, db: SessionDep, svc: ServicesDep) -> list[dict[str, Any]]:
+    """Staff: ranked runs below the physics floor (issue 46), newest first: not ranked, each worth a look."""
+    return quarantined(db, svc.settings)
 
 
 @router.get("/leaderboard.csv", response_class=PlainTextResponse)
