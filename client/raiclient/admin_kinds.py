@@ -17,6 +17,20 @@ kinds = typer.Typer(
 SERVER = typer.Option(None, "--server", envvar="RAI_SERVER")
 
 
+def rule_words(name: str, g: GradeRule) -> str:
+    """One kind's grade rule in a line; each rule's words made only for that rule (a pass rule has no
+    op times: formatting them crashed 'kinds show', issue 49)."""
+    if g.rule == "linear":
+        how = f"op time {g.slow:g} s → 0, {g.fast:g} s → full" if g.slow is not None and g.fast is not None else "op time"
+    elif g.rule == "stddev":
+        how = f"{g.at_median:g} at the class median, {g.per_sd:+g} per standard deviation faster"
+    else:
+        how = "pass/fail on accuracy"
+    gate = f"accuracy ≥ {g.threshold:g}" if g.threshold is not None else "accuracy ≥ the server's threshold"
+    late = f", late: −{g.late_penalty:g} per started day" if g.late_penalty else ""
+    return f"{name}: graded out of {g.points:g} by {how}; {gate}{late}"
+
+
 @kinds.command("show")
 def show(server: str | None = SERVER) -> None:
     """Every kind: opening, deadline, late policy, grade rule, extensions granted."""
@@ -25,15 +39,7 @@ def show(server: str | None = SERVER) -> None:
     print_kinds(view.kinds, staff=True)
     for k in view.kinds:
         if k.grading:
-            g = k.grading
-            how = {
-                "pass": "pass/fail on accuracy",
-                "linear": f"op time {g.slow:g} s → 0, {g.fast:g} s → full",
-                "stddev": f"{g.at_median:g} at the class median, {g.per_sd:+g} per standard deviation faster",
-            }[g.rule]
-            gate = f"accuracy ≥ {g.threshold:g}" if g.threshold is not None else "accuracy ≥ the server's threshold"
-            late = f", late: −{g.late_penalty:g} per started day" if g.late_penalty else ""
-            cli.show(Text(f"{k.name}: graded out of {g.points:g} by {how}; {gate}{late}"))
+            cli.show(Text(rule_words(k.name, k.grading)))
 
 
 @kinds.command("set")

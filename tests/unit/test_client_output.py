@@ -229,3 +229,16 @@ def test_the_web_view_escapes_as_the_client_over_every_code_point(tmp_path):
     client = {cp for cp in range(0x110000) if disarm(chr(cp) + LINE) != chr(cp) + LINE}
     differ = [hex(cp) for cp in web ^ client if unicodedata.category(chr(cp)) != "Cn" or cp in web]
     assert differ == []
+
+
+def test_kinds_show_words_every_grade_rule_without_a_crash():
+    """Issue 49: 'raiclient admin kinds show' crashed (NoneType.__format__) once a kind had a pass rule."""
+    from raiclient.admin_kinds import rule_words
+    from raiprotocol.models import GradeRule
+
+    assert (
+        rule_words("m1", GradeRule(rule="pass", points=10))
+        == "m1: graded out of 10 by pass/fail on accuracy; accuracy ≥ the server's threshold"
+    )
+    assert "op time 2 s → 0, 0.5 s → full" in rule_words("m2", GradeRule(rule="linear", slow=2, fast=0.5))
+    assert "0.8 at the class median, +0.1 per standard deviation faster" in rule_words("final", GradeRule(rule="stddev", threshold=0.9))
