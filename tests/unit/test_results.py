@@ -54,6 +54,29 @@ def test_summary_is_the_first_timed_run_not_a_sum_nor_a_profiled_rerun():
     assert r.elapsed_seconds == 62.5 and r.max_rss_kb == 175624
 
 
+def test_correctness_printed_by_another_command_is_kept():
+    """Issue 49: a build file that prints Op Time from one command and Correctness from another
+    (before or after it) lost the correctness, and a 'pass' grade became 0."""
+
+    def L(n, s, text):
+        return LogLine(n=n, t=0, s=s, text=text)
+
+    log = [
+        L(1, LogStream.sys, "Running: ./check-accuracy"),
+        L(2, LogStream.out, "Correctness: 0.91 Model: first"),
+        L(3, LogStream.sys, "Running: ./m1 1000"),
+        L(4, LogStream.out, "Op Time: 0.25"),
+        L(5, LogStream.sys, "Running: ncu ./m1 10"),
+        L(6, LogStream.out, "Correctness: 0.10 Model: profiled"),
+        L(7, LogStream.sys, "Running: ./validate"),
+        L(8, LogStream.out, "Correctness: 0.88 Model: after"),
+    ]
+    r = parse_log(log)
+    assert r.op_time_total == 0.25 and r.correctness == {"after": 0.88, "first": 0.91}  # not the profiled one
+    log.insert(4, L(9, LogStream.out, "Correctness: 0.95 Model: first"))  # the timed command's own wins
+    assert parse_log(log).correctness["first"] == 0.95
+
+
 def test_repeated_timing_runs_report_the_median_and_the_spread():
     def L(n, s, text):
         return LogLine(n=n, t=0, s=s, text=text)

@@ -1,8 +1,8 @@
 """Results read from a job's output: the course programs' ``Op Time:`` and ``Correctness:`` lines
-and GNU ``/usr/bin/time``'s summary. Lines are grouped by command. The op times and correctness
-come from the first command that printed op times and was not run under a profiler (ncu, nsys,
-nvprof, compute-sanitizer inflate timings): the canonical timed run, not a sum across runs at
-several batch sizes nor a profiled re-run.
+and GNU ``/usr/bin/time``'s summary. Lines are grouped by command. The op times come from the
+first command that printed op times and was not run under a profiler (ncu, nsys, nvprof,
+compute-sanitizer inflate timings): the canonical timed run, not a sum across runs at several batch
+sizes nor a profiled re-run. Correctness comes from that command, else from any other unprofiled one.
 
 Every byte parsed here is the job's, and a line may be 64 KiB: the patterns run on RE2, whose
 matching time is linear in the line whatever the pattern (Python's backtracking engine took minutes
@@ -203,7 +203,14 @@ def parse_log(lines: Iterable[LogLine | Line]) -> JobResultSummary:
             summary.op_time_runs = totals
             summary.op_time_spread = round(max(totals) - min(totals), 9)
         summary.op_times, summary.op_time_total = best.op_times, best.op_time_total
-        summary.correctness = parsed.correctness
+        # correctness printed by another command (before or after it) counts too; the timed
+        # command's own wins (issue 49: an m1 grade became 0 for a Correctness line of its own)
+        later: dict[str, float] = {}
+        for c, rep, r in runs[i + 1 :]:
+            if not rep and not is_profiled(c):
+                later.update(parse_text_lines(r).correctness)
+        merged = {**later, **summary.correctness, **parsed.correctness}
+        summary.correctness = dict(list(merged.items())[:MAX_VALUES])
         summary.elapsed_seconds, summary.max_rss_kb = parsed.elapsed_seconds, parsed.max_rss_kb
         return summary
     return summary
