@@ -129,6 +129,8 @@ NOT_THE_WORK = {
     "precision": "timed run 1 of 3: " + DIFFERS.format(1),
     # C19: an end mark of its own before the harness's
     "forger": r"timed run 1 of 3: the run broke the marks protocol \(an end without a begin\)",
+    # more inputs and outputs than a run may ask rai-timed to hold
+    "greedy": r"timed run 1 of 3: the run's operations asked for more than 2147483648 bytes of inputs and outputs in all",
     # C03: the CPU of auto-reaped children, which rusage never counts: the cgroup does
     "cpuhog": r"\S+ s of CPU time in timed run 1 of 3 \(the course allows 1.5 s\)",
 }
@@ -144,18 +146,21 @@ def test_a_run_that_did_not_do_the_work_in_the_timed_span_does_not_rank_and_says
     assert next(e for e in ranked(course) if e["name"] == "honest")
 
 
-@pytest.mark.parametrize("variant", ["mutate", "lease"])
+@pytest.mark.parametrize("variant", ["mutate", "lease", "passfd"])
 def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_path, variant):
     """C13: the inputs are sealed, read-only (a reference computed later sees what was drawn).
-    C30: a lease or a lock on the outputs makes nothing wait: rai-timed never opens them again.
-    Both runs did the work, so they rank, with their measured time."""
+    C30: a lease or a lock on the outputs makes nothing wait: rai-timed never opens them again; a
+    descriptor cannot be passed to rai-timed at all (closing a lingering socket would hold it in
+    the kernel past the bound: the hostile review). The runs did the work, so they rank."""
     job, out = submit(course, tmp_path, variant)
     m = job["results"]["measured"]
     assert m["problem"] is None and m["accuracy"] == 1.0, m
     if variant == "mutate":
         assert "mutating the inputs: refused" in out and "ALLOWED" not in out, out
-    else:
+    elif variant == "lease":
         assert "lease on the outputs: refused" in out and "TAKEN" not in out, out
+    else:
+        assert "passing a descriptor to rai: refused" in out and "ACCEPTED" not in out, out
     assert job["phases"] and all(t < 2.0 for t in m["runs"])
 
 

@@ -13,16 +13,23 @@
  * lease, lock or replace. Past --bound-ms the same happens and the run says so.
  *
  * The marks (--secrets): the course's harness, linked into the job's program, times each
- * operation through the socket it finds at RAI_MARKS_FD (rai_op.h is that side):
+ * operation with one line at a time into a pipe (RAI_MARKS_OUT, fd 4; a pipe carries no
+ * descriptor, so nothing the job sends can make root close a socket that lingers), and reads the
+ * answers, which may carry a memfd, from a socket only rai-timed writes (RAI_MARKS_FD, fd 3, shut
+ * for reading on rai-timed's side; rai_op.h is that side):
  *   "P <in> <out>"  prepare: rai-timed makes the operation's inputs (<in> floats, from a key the
  *                   job never sees) in a memfd the job cannot reach yet, and answers "R" with a
  *                   memfd for <out> floats of outputs, which the job maps before the clock runs;
  *   "B"             begin: rai-timed reads its clock, then answers "G" with the inputs (read-only,
  *                   sealed): before this instant the inputs were unknowable to the job;
- *   "E"             end: rai-timed freezes the whole cgroup and reads its clock once every thread
- *                   is frozen: the operation's time is the difference, whatever ran meanwhile (host
- *                   threads, other processes, copies, kernels). While frozen it fingerprints the
- *                   outputs (a keyed hash per chunk, in an order drawn then), thaws, answers "D".
+ *   "E"             end: rai-timed freezes the whole cgroup; once every thread is frozen it reads
+ *                   a word at a keyed place of every page of the outputs (up to 8 threads, an
+ *                   order drawn at prepare: ~1-2 ms for 450 MB on a 16-core host) and then reads
+ *                   its clock: the operation's time is the difference, whatever ran meanwhile (host
+ *                   threads, other processes, copies, kernels). A copy the GPU still makes into
+ *                   the outputs (the freezer cannot stop it) either lands before its page is read,
+ *                   inside the time, or after, and is seen at the end. Then it fingerprints the
+ *                   outputs (a keyed hash per chunk), thaws and answers "D".
  * At the end, after the kill, the outputs are fingerprinted again: an output that changed after its
  * end mark (a thread, a process, or a GPU still writing after the clock stopped) is reported, and
  * the outputs are checked with a second key drawn by the worker and never shown to the job:
@@ -36,8 +43,10 @@
  *
  * Usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N]
  *                  [--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]
- * exit: the command's status (128+N for a signal), 124 at the bound, 70 if the job could not be
- * frozen, 126 on a setup failure (the line on stderr says which).
+ * --max-bytes: inputs and outputs of all the run's operations together (2 GiB): what rai-timed holds,
+ * and checks after the end, is bounded whatever the job asks for.
+ * exit: the command's status (128+N for a signal), 124 at the bound, 125 when the run broke the
+ * marks protocol, 126 on a setup failure (the line on stderr says which).
  * Static build: cc -O2 -static -o rai-timed rai-timed.c
  */
 #define _GNU_SOURCE
@@ -47,6 +56,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -75,7 +85,9 @@
 #define F_SEAL_WRITE 0x0008
 #endif
 
-#define MARKS_FD 3
+#define MARKS_FD 3  /* rai-timed's answers to the job (a socket the job only reads) */
+#define MARKS_OUT 4 /* the job's marks to rai-timed (a pipe: no descriptor can travel on it) */
+#define PAGE_BYTES 4096u
 #define MAX_OPS_LIMIT 256
 #define CHECK_SKETCHES 8
 #define CHECK_SAMPLES 16
@@ -131,13 +143,16 @@ struct op {
     long long cpu0, cpu1;       /* the cgroup's CPU microseconds at those instants */
     uint32_t nchunks;
     uint64_t *hashes;           /* the outputs' fingerprint per chunk, taken while frozen after end */
+    uint32_t *words;            /* a word at a keyed place of every page, read first after the freeze */
+    uint32_t *order;            /* the pages in the order they are read then, drawn at prepare */
+    const unsigned char *view;  /* rai-timed's own mapping of the outputs, every page mapped at prepare */
 };
 
 static struct {
     uid_t uid;
     gid_t gid;
     const char *cgroup, *out_dir, *secrets;
-    long long bound_ms, max_bytes;
+    long long bound_ms, max_bytes, bytes_used;
     int max_ops;
     uint64_t in_key[2], check_key[2];
     int procs_fd, freeze_fd, kill_fd, events_fd, cpu_fd;
@@ -219,13 +234,9 @@ static uint64_t chunk_hash(const unsigned char *p, size_t len, uint64_t seed) {
  * aim at the chunks read last). ``into``: where to put them. */
 static int fingerprint(struct op *o, int index, uint64_t *into) {
     size_t bytes = o->out_n * 4;
-    const unsigned char *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, o->out_fd, 0);
-    if (p == MAP_FAILED) return -1;
+    const unsigned char *p = o->view;
     uint32_t *order = malloc(sizeof(uint32_t) * o->nchunks);
-    if (!order) {
-        munmap((void *)p, bytes);
-        return -1;
-    }
+    if (!order) return -1;
     for (uint32_t c = 0; c < o->nchunks; c++) order[c] = c;
     uint64_t s = draw(R.check_key, D_ORDER, (uint64_t)index, (uint64_t)now_ns());
     for (uint32_t c = o->nchunks; c > 1; c--) {
@@ -239,7 +250,53 @@ static int fingerprint(struct op *o, int index, uint64_t *into) {
         into[c] = chunk_hash(p + off, len, draw(R.check_key, D_CHUNK, (uint64_t)index, c));
     }
     free(order);
-    munmap((void *)p, bytes);
+    return 0;
+}
+
+/* The keyed place of page ``page``'s word (a word-aligned offset within the page). */
+static size_t word_at(int index, uint64_t page, size_t bytes) {
+    size_t off = (size_t)page * PAGE_BYTES + (size_t)(draw(R.check_key, D_CHUNK, (uint64_t)index, page | (1ULL << 39)) % (PAGE_BYTES / 4)) * 4;
+    return off + 4 <= bytes ? off : (bytes - 4) & ~(size_t)3;
+}
+
+struct words_part {
+    const struct op *o;
+    int index;
+    uint32_t *into;
+    const uint32_t *order;
+    uint64_t from, to;
+};
+
+static void *read_words(void *arg) {
+    const struct words_part *w = arg;
+    size_t bytes = w->o->out_n * 4;
+    for (uint64_t i = w->from; i < w->to; i++) {
+        uint64_t page = w->order ? w->order[i] : i;
+        uint32_t v;
+        memcpy(&v, w->o->view + word_at(w->index, page, bytes), 4); /* mapped at prepare: reads only, no fault */
+        w->into[page] = v;
+    }
+    return NULL;
+}
+
+/* A word of every page, in the order drawn at prepare (``order``, or page by page without one),
+ * read by up to 8 threads at once: the first thing done after the freeze, so that a write still
+ * landing in the outputs (a GPU's copy) is seen unless it lands within a few milliseconds. */
+static int page_words(struct op *o, int index, uint32_t *into, const uint32_t *order) {
+    uint64_t pages = (o->out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = pages < 4096 ? 1 : cores > 8 ? 8 : cores < 1 ? 1 : (int)cores;
+    struct words_part part[8];
+    pthread_t thread[8];
+    int started[8] = {0};
+    for (int t = 0; t < n; t++) {
+        part[t] = (struct words_part){o, index, into, order, pages * (uint64_t)t / (uint64_t)n, pages * (uint64_t)(t + 1) / (uint64_t)n};
+        started[t] = t > 0 && pthread_create(&thread[t], NULL, read_words, &part[t]) == 0;
+        if (t > 0 && !started[t]) read_words(&part[t]);
+    }
+    read_words(&part[0]);
+    for (int t = 1; t < n; t++)
+        if (started[t]) pthread_join(thread[t], NULL);
     return 0;
 }
 
@@ -251,12 +308,7 @@ static int fingerprint(struct op *o, int index, uint64_t *into) {
 static float BITS[256][8];
 
 static void checks(FILE *f, struct op *o, int index) {
-    size_t bytes = o->out_n * 4;
-    const float *y = mmap(NULL, bytes, PROT_READ, MAP_SHARED, o->out_fd, 0);
-    if (y == MAP_FAILED) {
-        fprintf(f, " unreadable");
-        return;
-    }
+    const float *y = (const float *)(const void *)o->view;
     for (int b = 0; b < 256; b++)
         for (int l = 0; l < 8; l++) BITS[b][l] = (float)((b >> l) & 1);
     double sk[CHECK_SKETCHES] = {0}, norm2 = 0, total = 0;
@@ -295,7 +347,6 @@ static void checks(FILE *f, struct op *o, int index) {
         uint64_t at = draw(R.check_key, D_SAMPLE, (uint64_t)index, (uint64_t)j) % o->out_n;
         fprintf(f, " %" PRIu64 ":%.9g", at, (double)y[at]);
     }
-    munmap((void *)y, bytes);
 }
 
 /* -- the marks protocol ---------------------------------------------------------------------------- */
@@ -318,7 +369,9 @@ static int send_fd(int sock, const char *msg, int fd) {
         c->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(c), &fd, sizeof(int));
     }
-    return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
+    /* never blocks: a job that does not read its answers is told so, it cannot hold rai-timed */
+    if (sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return problem("the run did not take rai's answer to its mark"), -1;
+    return 0;
 }
 
 static int memfd(const char *name, size_t bytes) {
@@ -342,8 +395,9 @@ static int prepare(int sock, const char *msg) {
         return problem("the run broke the marks protocol (operation %d prepared before the last one ended)", R.nops + 1), -1;
     if (R.nops >= R.max_ops) return problem("the run timed more than %d operations", R.max_ops), -1;
     if (in_n > (unsigned long long)R.max_bytes / 4 || out_n > (unsigned long long)R.max_bytes / 4 ||
-        (in_n + out_n) * 4 > (unsigned long long)R.max_bytes)
-        return problem("operation %d asked for more than %lld bytes of inputs and outputs", R.nops + 1, R.max_bytes), -1;
+        (in_n + out_n) * 4 > (unsigned long long)(R.max_bytes - R.bytes_used))
+        return problem("the run's operations asked for more than %lld bytes of inputs and outputs in all", R.max_bytes), -1;
+    R.bytes_used += (long long)((in_n + out_n) * 4);
     struct op *o = &R.ops[R.nops];
     memset(o, 0, sizeof *o);
     o->in_n = in_n;
@@ -365,9 +419,22 @@ static int prepare(int sock, const char *msg) {
     if (fcntl(o->in_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
         fcntl(o->out_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
         return problem("operation %d: its memory could not be sealed", R.nops + 1), -1;
+    o->view = mmap(NULL, out_n * 4, PROT_READ, MAP_SHARED | MAP_POPULATE, o->out_fd, 0);
+    if (o->view == MAP_FAILED) return problem("operation %d: no memory for its outputs", R.nops + 1), -1;
     o->nchunks = (uint32_t)((out_n * 4 + CHUNK_BYTES - 1) / CHUNK_BYTES);
     o->hashes = calloc(o->nchunks, sizeof(uint64_t));
-    if (!o->hashes) return problem("operation %d: no memory", R.nops + 1), -1;
+    uint64_t pages = (out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
+    o->words = calloc(pages, sizeof(uint32_t));
+    o->order = malloc(pages * sizeof(uint32_t));
+    if (!o->hashes || !o->words || !o->order) return problem("operation %d: no memory", R.nops + 1), -1;
+    uint64_t shuffle = draw(R.check_key, D_ORDER, (uint64_t)R.nops, (uint64_t)now_ns() | (1ULL << 62));
+    for (uint64_t i = 0; i < pages; i++) o->order[i] = (uint32_t)i;
+    for (uint64_t i = pages; i > 1; i--) {
+        uint64_t j = splitmix(&shuffle) % i;
+        uint32_t t = o->order[i - 1];
+        o->order[i - 1] = o->order[j];
+        o->order[j] = t;
+    }
     R.nops++;
     return send_fd(sock, "R", o->out_fd);
 }
@@ -395,27 +462,48 @@ static int end_mark(int sock) {
     struct op *o = R.nops ? &R.ops[R.nops - 1] : NULL;
     if (!o || o->state != 1) return problem("the run broke the marks protocol (an end without a begin)"), -1;
     if (freeze() != 0) return problem("operation %d: the job could not be frozen at its end mark", R.nops), -1;
+    /* the clock stops once every page of the outputs has been read once: a write still landing (a
+     * GPU's copy, which the freezer cannot stop) before its page is read is inside the time, one
+     * after it is seen at the end; nothing done after the clock stopped can reach what is checked */
+    int rc = page_words(o, R.nops - 1, o->words, o->order);
     o->t1 = now_ns();
     o->cpu1 = cpu_usec();
     o->state = 2;
-    int rc = fingerprint(o, R.nops - 1, o->hashes);
+    if (rc == 0) rc = fingerprint(o, R.nops - 1, o->hashes);
     thaw();
     if (rc != 0) return problem("operation %d: its outputs could not be read", R.nops), -1;
     return send_fd(sock, "D", -1);
 }
 
-/* One message from the job (any process of it may write there: the protocol, not the writer, is checked). */
-static int on_message(int sock) {
-    char msg[128];
-    ssize_t n = recv(sock, msg, sizeof msg - 1, MSG_DONTWAIT); /* no control buffer: fds sent to us are closed */
-    if (n == 0) return 1;                                      /* the job closed it */
-    if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : 1;
-    msg[n] = 0;
+/* One mark, a line without its newline (any process of the job may write there: the protocol, not
+ * the writer, is checked). */
+static int on_mark(int sock, const char *msg) {
     if (msg[0] == 'P') return prepare(sock, msg);
-    if (n == 1 && msg[0] == 'B') return begin(sock);
-    if (n == 1 && msg[0] == 'E') return end_mark(sock);
-    problem("the run broke the marks protocol (an unknown message)");
+    if (!strcmp(msg, "B")) return begin(sock);
+    if (!strcmp(msg, "E")) return end_mark(sock);
+    problem("the run broke the marks protocol (an unknown mark)");
     return -1;
+}
+
+/* What the pipe holds now: each whole line is a mark. 1: the job closed it; -1: the protocol broke. */
+static int on_marks(int in, int sock) {
+    static char buf[256];
+    static size_t have = 0;
+    ssize_t n = read(in, buf + have, sizeof buf - 1 - have);
+    if (n == 0) return 1;
+    if (n < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : 1;
+    have += (size_t)n;
+    char *nl;
+    while ((nl = memchr(buf, '\n', have)) != NULL) {
+        *nl = 0;
+        int rc = on_mark(sock, buf);
+        size_t used = (size_t)(nl - buf) + 1;
+        memmove(buf, nl + 1, have - used);
+        have -= used;
+        if (rc != 0) return -1;
+    }
+    if (have >= sizeof buf - 1) return problem("the run broke the marks protocol (a mark too long)"), -1;
+    return 0;
 }
 
 /* -- the end ------------------------------------------------------------------------------------- */
@@ -438,9 +526,13 @@ static void write_result(int status, long long cpu) {
             fprintf(f, "op %d %" PRIu64 " %" PRIu64 " unended\n", i + 1, o->in_n, o->out_n);
             continue;
         }
+        uint64_t pages = (o->out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
         uint64_t *now = calloc(o->nchunks, sizeof(uint64_t));
-        int changed = !now || fingerprint(o, i, now) != 0 || memcmp(now, o->hashes, sizeof(uint64_t) * o->nchunks) != 0;
+        uint32_t *words = calloc(pages, sizeof(uint32_t));
+        int changed = !now || !words || fingerprint(o, i, now) != 0 || memcmp(now, o->hashes, sizeof(uint64_t) * o->nchunks) != 0 ||
+                      page_words(o, i, words, NULL) != 0 || memcmp(words, o->words, sizeof(uint32_t) * pages) != 0;
         free(now);
+        free(words);
         fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
                 o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, changed);
         checks(f, o, i);
@@ -530,8 +622,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rai-timed: the job's cgroup is not empty\n");
         return 126;
     }
-    int sv[2] = {-1, -1};
-    if (R.secrets && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return setup_failed("socketpair");
+    int sv[2] = {-1, -1}, marks[2] = {-1, -1};
+    if (R.secrets) {
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 || pipe2(marks, O_CLOEXEC) != 0) return setup_failed("socketpair");
+        /* the job may only read the answers: it can send nothing (no descriptor) on this socket */
+        if (shutdown(sv[0], SHUT_RD) != 0) return setup_failed("shutdown");
+        fcntl(marks[0], F_SETFL, O_NONBLOCK);
+    }
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); /* the run's orphans come back here to be reaped */
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, SIG_IGN); /* the job's user cannot signal root anyway; a kill from rai is SIGKILL */
@@ -545,11 +642,14 @@ int main(int argc, char **argv) {
             _exit(126);
         }
         if (R.secrets) {
-            if (dup2(sv[1], MARKS_FD) != MARKS_FD) _exit(126);
+            if (dup2(sv[1], MARKS_FD) != MARKS_FD || dup2(marks[1], MARKS_OUT) != MARKS_OUT) _exit(126);
             setenv("RAI_MARKS_FD", "3", 1);
+            setenv("RAI_MARKS_OUT", "4", 1);
         } else {
             unsetenv("RAI_MARKS_FD");
+            unsetenv("RAI_MARKS_OUT");
         }
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
         if (setgroups(0, NULL) != 0 || setgid(R.gid) != 0 || setuid(R.uid) != 0 || getuid() != R.uid || geteuid() != R.uid) {
             perror("rai-timed: cannot become the job's user");
             _exit(126);
@@ -558,12 +658,15 @@ int main(int argc, char **argv) {
         perror("rai-timed: exec");
         _exit(127);
     }
-    if (R.secrets) close(sv[1]);
+    if (R.secrets) {
+        close(sv[1]);
+        close(marks[1]);
+    }
     int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
     if (pidfd < 0) return setup_failed("pidfd_open");
-    int status = 0, ended = 0, sock = R.secrets ? sv[0] : -1;
+    int status = 0, ended = 0, sock = R.secrets ? sv[0] : -1, in = R.secrets ? marks[0] : -1;
     while (!ended) {
-        struct pollfd p[2] = {{pidfd, POLLIN, 0}, {sock, POLLIN, 0}};
+        struct pollfd p[2] = {{pidfd, POLLIN, 0}, {in, POLLIN, 0}};
         int timeout = -1;
         if (R.bound_ms > 0) {
             long long left = R.bound_ms - (now_ns() - started) / 1000000;
@@ -573,15 +676,15 @@ int main(int argc, char **argv) {
             }
             timeout = left > 1000 ? 1000 : (int)left;
         }
-        int n = poll(p, sock >= 0 ? 2 : 1, timeout);
+        int n = poll(p, in >= 0 ? 2 : 1, timeout);
         if (n < 0 && errno != EINTR) break;
         if (n <= 0) continue;
-        if (sock >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            int rc = on_message(sock);
+        if (in >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            int rc = on_marks(in, sock);
             if (rc < 0) break; /* a broken protocol ends the run: it does not rank */
             if (rc > 0) {
-                close(sock);
-                sock = -1;
+                close(in);
+                in = -1;
             }
         }
         if (p[0].revents & POLLIN) ended = 1;

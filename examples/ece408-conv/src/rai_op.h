@@ -1,7 +1,8 @@
 // rai_op.h: the course harness's side of rai's timed operations (issue 46). Header only, C or C++.
 //
-// In a ranked run rai's supervisor (rai-timed, root in the container) gives the program a socket
-// at RAI_MARKS_FD and holds the clock, the inputs and the outputs:
+// In a ranked run rai's supervisor (rai-timed, root in the container) gives the program a pipe for
+// its marks (RAI_MARKS_OUT) and a socket for rai-timed's answers (RAI_MARKS_FD), and holds the
+// clock, the inputs and the outputs:
 //
 //   float *y;  const float *in;
 //   rai_op_prepare(n_in, n_out, &y);  // y: the outputs' memory (n_out floats, mapped and zeroed;
@@ -32,21 +33,24 @@
 extern "C" {
 #endif
 
-static int rai_op_fd_ = -2;
+static int rai_op_fd_ = -2, rai_op_out_ = -1;
 static size_t rai_op_in_ = 0;
 
-/* The marks socket, or -1 outside a ranked run. */
+/* Whether this is a ranked run (rai-timed gave it the marks' pipe and the answers' socket). */
 static inline int rai_op_ranked(void) {
   if (rai_op_fd_ == -2) {
-    const char *v = getenv("RAI_MARKS_FD");
-    rai_op_fd_ = v && *v ? atoi(v) : -1;
+    const char *v = getenv("RAI_MARKS_FD"), *w = getenv("RAI_MARKS_OUT");
+    rai_op_fd_ = v && *v && w && *w ? atoi(v) : -1;
+    rai_op_out_ = w && *w ? atoi(w) : -1;
   }
   return rai_op_fd_ >= 0;
 }
 
-/* Send ``msg``; wait for the one-letter answer ``want`` and the descriptor it may carry. */
+/* Send the mark ``msg`` (a line); wait for the one-letter answer ``want`` and the descriptor it may carry. */
 static inline int rai_op_ask_(const char *msg, char want, int *fd) {
-  if (send(rai_op_fd_, msg, strlen(msg), MSG_NOSIGNAL) < 0) return -1;
+  char line[80];
+  int len = snprintf(line, sizeof line, "%s\n", msg);
+  if (len <= 0 || len >= (int)sizeof line || write(rai_op_out_, line, (size_t)len) != len) return -1;
   char got = 0;
   struct iovec iov = {&got, 1};
   union {
