@@ -15,6 +15,7 @@ import shutil
 import tarfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from .scripts import KEEP_IN, KEEP_OUT, LEFT_OVER, MEASURE_DIR, READ_RESULT, THR
 BOUND_MAX = 120.0  # a timed run's bound when the course sets none: 20x the reference's, at most this
 BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still leaves room for a slow start)
 BOUND_FACTOR = 20.0
+REFERENCES_AT_ONCE = 5  # the course's reference runs side by side (one GPU context each)
 
 
 @dataclass
@@ -86,12 +88,20 @@ class TimedRuns(ContainerJob):
 
     def _reference_runs(self, ctx: JobContext, timed: TimedRun, sink: LogSink, helper: Path) -> list[tuple[tuple[str, str], _Ran]]:
         """Before the first timed run: keys for every timed run (the inputs' and the checks', here and
-        in root's folders only), and the course's reference run on each, one after another in one
-        container of its own (the course's code: no fresh container needed between its runs)."""
+        in root's folders only), and the course's reference run on each, side by side in one
+        container of its own (the course's code: its runs need no fresh container, and no time of
+        theirs ranks; one after another they were a third of a submission on the H100)."""
         keys = [(secrets.token_hex(16), secrets.token_hex(16)) for _ in range(timed.repeats)]
         sink.system(f"Reference runs: the course's {timed.reference}, on each timed run's inputs")
         with self._fresh(ctx, "ref", helper) as (cgroup, failed):
-            runs = [failed or self._run_in(ctx, timed.reference, k, None, sink, cgroup, timed, f"ref{i}") for i, k in enumerate(keys, 1)]
+            if failed is not None:
+                return [(k, failed) for k in keys]
+
+            def one(numbered: tuple[int, tuple[str, str]]) -> _Ran:
+                return self._run_in(ctx, timed.reference, numbered[1], None, sink, cgroup, timed, f"ref{numbered[0]}", watch=False)
+
+            with ThreadPoolExecutor(max_workers=min(len(keys), REFERENCES_AT_ONCE), thread_name_prefix="rai-ref") as pool:
+                runs = list(pool.map(one, enumerate(keys, 1)))
         return list(zip(keys, runs, strict=True))
 
     def _measure_student(
@@ -163,6 +173,7 @@ class TimedRuns(ContainerJob):
         cgroup: TimedCgroup,
         timed: TimedRun,
         slot: str,
+        watch: bool = True,
     ) -> _Ran:
         """``command`` under rai-timed in this container, in a cgroup of its own (``slot``), with ``keys``."""
         try:
@@ -179,13 +190,13 @@ class TimedRuns(ContainerJob):
         if bound is not None:
             argv += ["--bound-ms", str(int(bound * 1000))]
         argv += ["--", *self.wrap, "/bin/sh", "-c", command]
-        watch = self._gpu_watch(ctx, int(uid))
+        gpu_watch = self._gpu_watch(ctx, int(uid)) if watch else None
         started = time.monotonic()
         code = self._run_exec(ctx, argv, "0:0", sink)
         wall = time.monotonic() - started
-        if watch is not None:
-            watch.stop()
-        gpu = {"before": watch.states[0], "after": watch.states[-1]} if watch is not None else None
+        if gpu_watch is not None:
+            gpu_watch.stop()
+        gpu = {"before": gpu_watch.states[0], "after": gpu_watch.states[-1]} if gpu_watch is not None else None
         status, out = self._exec_as("0:0", READ_RESULT, out_dir)
         if status != 0 or not out:
             return _Ran(code, wall, TimedResult(), problem=f"rai-timed left no result (status {code})", gpu=gpu)
