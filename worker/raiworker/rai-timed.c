@@ -24,7 +24,7 @@
  *                   sealed): before this instant the inputs were unknowable to the job;
  *   "E"             end: rai-timed freezes the whole cgroup; once every thread is frozen it reads
  *                   a word at a keyed place of every page of the outputs (up to 8 threads, an
- *                   order drawn at prepare: ~1-2 ms for 450 MB on a 16-core host) and then reads
+ *                   order drawn at prepare: ~2-3 ms for 450 MB on a 16-core host) and then reads
  *                   its clock: the operation's time is the difference, whatever ran meanwhile (host
  *                   threads, other processes, copies, kernels). A copy the GPU still makes into
  *                   the outputs (the freezer cannot stop it) either lands before its page is read,
