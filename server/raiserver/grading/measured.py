@@ -105,7 +105,7 @@ def summarize(
             references.append(reference)
             errors.append(error)
             busy = sum(op.cpu_seconds or 0.0 for op in run.ops)
-            if total > 0 and busy > CPU_BUSY * total and CPU_BUSY_FLAG not in " ".join(m.flags):
+            if total > 0 and busy > CPU_BUSY * total and not any(f.startswith(CPU_BUSY_FLAG) for f in m.flags):
                 m.flags.append(f"{CPU_BUSY_FLAG}: {busy:.3g} s of CPU in {in_words(total)} of operations ({where})")
     except _Unranked as why:
         m.problem = str(why)

@@ -78,8 +78,10 @@ class TimedCgroup:
                     _rmdir(child)
 
     def remove(self) -> None:
-        """Once the container is gone: this run's parent, in every hierarchy the engine made it in."""
-        for hierarchy in [self.root, *(p for p in CGROUP_FS.iterdir() if p.is_dir() and p != self.root)]:
+        """Once the container is gone: this run's parent, in every hierarchy the engine made it in
+        (a hybrid host's v1 controllers beside the unified one; a pure v2 host has only the one)."""
+        hybrid = self.root != CGROUP_FS
+        for hierarchy in [self.root, *(p for p in CGROUP_FS.iterdir() if hybrid and p.is_dir() and p != self.root)]:
             _rmdir(hierarchy / self.name)
 
 
