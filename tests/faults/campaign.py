@@ -25,8 +25,18 @@ the queue, so that a job wrongly taken for lost runs elsewhere at once; more inv
 - the lines the client printed equal the stored log's;
 - definite within BOUND of the fault's end.
 
+Faults across the lease's window (issue 51), on a job whose command runs through the whole fault
+(LEASE_JOB): the worker paused *whole* (SIGSTOP of its process group, as `docker compose pause`
+or a VM stall would: main process, pool, every thread; the job's container is not its process
+and runs on), its pool process paused, and the worker cut off from the server and Redis, each for lengths swept from a
+heartbeat below the lease to past its margin (``group-stop@13``: 13 s), during the command and
+during the /build upload. More invariants there: the job succeeds (a run the lease machinery
+stopped runs again: it never ends as the student's failure) and it is definite within
+LEASE_BOUND of the fault's end.
+
     python tests/faults/campaign.py            # every fault at every moment; prints the table
     python tests/faults/campaign.py --reduced  # every fault at two moments (what CI runs)
+    python tests/faults/campaign.py --lease    # the lease window's sweep alone
 
 ``tests/faults/test_campaign.py`` runs the reduced form under pytest.
 """
@@ -53,7 +63,7 @@ from raiprotocol.states import JobState, exit_code_for  # noqa: E402
 from raiserver.ops.launch import Part, free_port  # noqa: E402
 
 FAULTS = ["worker", "pool", "server", "redis", "client", "container"]
-PAUSES = ["worker-stop", "pool-stop", "server-stop", "cut-http", "cut-all", "flush", "unclaimed"]  # issue 33
+PAUSES = ["worker-stop", "pool-stop", "server-stop", "cut-http", "cut-all", "flush", "unclaimed", "group-stop"]  # issues 33, 51
 MOMENTS = ["upload", "queued", "first-command", "mid-output", "packing", "build-upload"]
 PAUSE_MOMENTS = ["first-command", "mid-output", "packing"]
 REDUCED_MOMENTS = ["first-command", "mid-output"]
@@ -68,6 +78,20 @@ LINES = 40
 # 40 numbered lines, then 60 MB of random bytes in /build (seconds of packing and uploading)
 JOB = f"sh -c 'for k in $(seq 1 {LINES}); do echo line $k; sleep 0.05; done; head -c 60000000 /dev/urandom > /build/big; echo last-line'"
 DEFINITE = {s.value for s in JobState if s.finished}
+# Issue 51: a command that runs through the whole fault (25 s), for the faults across the lease's
+# window, swept from a heartbeat below the lease (10 s) past the lease and its margin (22 s)
+LEASE_LINES = 250
+LEASE_JOB = (
+    f"sh -c 'for k in $(seq 1 {LEASE_LINES}); do echo line $k; sleep 0.1; done; head -c 20000000 /dev/urandom > /build/big; echo last-line'"
+)
+LEASE_FAULTS = ["group-stop", "pool-stop", "cut-all"]
+LEASE_LENGTHS = list(range(10, 23, 2))
+LEASE_MOMENTS = ["mid-output", "build-upload"]
+LEASE_BOUND = 60.0  # seconds from the fault's end to the job's definite end
+# CI's: a pool paused past the lease but within its margin (before issue 51 the worker's main process
+# removed the container and the student read "killed by signal 9 (out of memory?)"), a whole worker
+# paused about the lease's length
+REDUCED_LEASE = [("pool-stop@17", "mid-output"), ("group-stop@14", "mid-output")]
 
 
 @dataclass
@@ -117,6 +141,7 @@ class Campaign:
             self._start_worker(w)
         self.docker = docker.from_env()
         self.pause = PAUSE  # how long a pause or a cut lasts
+        self.lines = LINES  # the job's numbered lines
         self.n = 0
         self.before: set[Path] = set()
 
@@ -164,7 +189,13 @@ class Campaign:
     def run(self, fault: str, moment: str) -> Run:
         self.n += 1
         result = Run(fault, moment)
-        proj = make_project(self.tmp / f"p{self.n}", [JOB], files={"data.bin": os.urandom(20 * 1024 * 1024).hex()[:30_000_000]})
+        fault, _, length = fault.partition("@")  # group-stop@13: a pause of 13 s
+        self.pause = float(length) if length else PAUSE
+        swept = bool(length)  # across the lease's window: the job's command runs through the fault
+        self.lines = LEASE_LINES if swept else LINES
+        proj = make_project(
+            self.tmp / f"p{self.n}", [LEASE_JOB if swept else JOB], files={"data.bin": os.urandom(20 * 1024 * 1024).hex()[:30_000_000]}
+        )
         blockers = []
         if moment == "queued":  # every slot busy: the job waits
             blockers = [
@@ -216,7 +247,9 @@ class Campaign:
         if jid == "none":
             self._check_refused_upload(result, client)
         else:
-            self._check(result, jid, client, out, injected)
+            self._check(result, jid, client, out, injected, LEASE_BOUND if swept else BOUND)
+            if swept and result.state != "succeeded":  # a run stopped by the lease runs again, never fails
+                result.problems.append(f"an honest job ended {result.state}")
         if runs is not None:
             most = runs.stop()
             if most > 1:
@@ -293,7 +326,8 @@ class Campaign:
         if moment == "first-command":
             wait_for(lambda: "line 1\n" in out, timeout=60, interval=0.01, what="the first line")
         elif moment == "mid-output":
-            wait_for(lambda: f"line {LINES // 2}\n" in out, timeout=60, interval=0.01, what="mid-output")
+            at = 30 if self.lines == LEASE_LINES else LINES // 2  # a lease fault: long before the command's end
+            wait_for(lambda: f"line {at}\n" in out, timeout=60, interval=0.01, what="mid-output")
         elif moment == "packing":
             wait_for(lambda: "last-line\n" in out, timeout=90, interval=0.01, what="the last line")
             time.sleep(0.3)
@@ -324,6 +358,12 @@ class Campaign:
                 os.kill(pid, signal.SIGKILL)
         elif fault in ("worker-stop", "pool-stop", "server-stop"):
             self._pause_processes(fault, holder)
+        elif fault == "group-stop":  # the whole worker: its process group, every process and thread
+            group = svc.procs[f"worker-{holder}"].pid  # its own session: the group's id is its pid
+            os.killpg(group, signal.SIGSTOP)
+            time.sleep(self.pause)
+            with _gone():
+                os.killpg(group, signal.SIGCONT)
         elif fault in ("cut-http", "cut-all"):
             self._cut(fault, holder)
         elif fault == "flush":
@@ -389,8 +429,8 @@ class Campaign:
         if nxt.returncode != 0 or "next-ok" not in nxt.stdout:
             result.problems.append(f"the next job did not run ({nxt.returncode}): {(nxt.stdout + nxt.stderr)[-300:]}")
 
-    def _check(self, result: Run, jid: str, client: subprocess.Popen, out: list[str], injected: float) -> None:
-        deadline = injected + BOUND
+    def _check(self, result: Run, jid: str, client: subprocess.Popen, out: list[str], injected: float, bound: float = BOUND) -> None:
+        deadline = injected + bound
         job: dict = {}
         while time.monotonic() < deadline:
             try:
@@ -404,7 +444,7 @@ class Campaign:
         result.seconds = round(time.monotonic() - injected, 1)
         result.state = job.get("state", "?")
         if result.state not in DEFINITE:
-            result.problems.append(f"not definite {BOUND:.0f} s after the fault ({result.state})")
+            result.problems.append(f"not definite {bound:.0f} s after the fault ({result.state})")
         err = self._client_end(result, client, 30, "the client did not end with the job")
         if result.fault != "client" and result.state in DEFINITE:
             expected = exit_code_for(JobState(result.state), job.get("exit_code"))
@@ -416,7 +456,7 @@ class Campaign:
         with self.svc.http() as h:
             log = read_log(h, jid) if result.state in DEFINITE else []
         result.attempts = job.get("attempt", 0) or 1 + sum("goes back in the queue" in line["text"] for line in log if line["s"] == "sys")
-        result.problems += log_problems(log, result.state)
+        result.problems += log_problems(log, result.state, self.lines)
         if result.fault != "client" and result.state in DEFINITE and client.returncode is not None:
             printed = [line.rstrip("\n") for line in out if _job_line(line.rstrip("\n"))]
             stored = [line["text"] for line in log if line["s"] != "sys" and _job_line(line["text"])]
@@ -519,6 +559,13 @@ def table(runs: list[Run]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[-1] for row in rows)
 
 
+def lease_plan(reduced: bool) -> list[tuple[str, str]]:
+    """The faults across the lease's window: every kind, length and moment (or CI's few)."""
+    if reduced:
+        return REDUCED_LEASE
+    return [(f"{fault}@{n}", moment) for moment in LEASE_MOMENTS for fault in LEASE_FAULTS for n in LEASE_LENGTHS]
+
+
 def main() -> int:
     reduced = "--reduced" in sys.argv
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the service's parts on the way out
@@ -527,6 +574,9 @@ def main() -> int:
     runs = []
     plan = [(f, m) for m in (REDUCED_MOMENTS if reduced else MOMENTS) for f in FAULTS]
     plan += REDUCED_PAUSES if reduced else [(f, m) for m in PAUSE_MOMENTS for f in PAUSES] + [("flush", "queued")]
+    plan += lease_plan(reduced)
+    if "--lease" in sys.argv:
+        plan = lease_plan(reduced)
     try:
         for fault, moment in plan:
             runs.append(campaign.run(fault, moment))

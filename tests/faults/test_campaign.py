@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .campaign import FAULTS, REDUCED_MOMENTS, REDUCED_PAUSES, Campaign, table
+from .campaign import FAULTS, REDUCED_LEASE, REDUCED_MOMENTS, REDUCED_PAUSES, Campaign, table
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -27,6 +27,15 @@ def test_fault(campaign, fault, moment):
 
 @pytest.mark.parametrize(("fault", "moment"), REDUCED_PAUSES)
 def test_pause(campaign, fault, moment):
+    run = campaign.run(fault, moment)
+    print(table([run]))
+    assert run.ok, table([run])
+
+
+@pytest.mark.parametrize(("fault", "moment"), REDUCED_LEASE)
+def test_lease_window(campaign, fault, moment):
+    """Issue 51: the whole worker paused, or cut off, for less than its lease and its margin: the
+    job's command never runs twice at once, and a run stopped by the lease runs again."""
     run = campaign.run(fault, moment)
     print(table([run]))
     assert run.ok, table([run])

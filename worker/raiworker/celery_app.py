@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import platform
 import threading
-import time
 
 from celery import Celery, Task
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
@@ -100,7 +99,6 @@ class _Heartbeat(threading.Thread):
         self.images: list[str] | None = None
         self.busy = 0
         self.failures = 0
-        self.orphans: set[str] = set()  # jobs whose paused run's container was stopped from here
         if settings.executor == "docker":
             from .executors.docker import shared_client
 
@@ -124,29 +122,6 @@ class _Heartbeat(threading.Thread):
 
     def pulls(self) -> dict[str, str]:
         return dict(self.puller.status) if self.puller else {}
-
-    def stop_orphans(self) -> None:
-        """A run's marker is touched at each lease renewal by the process running it; one not
-        touched for the lease's length belongs to a process that is paused or stuck while its
-        work may go on: stopped from here, before the server may hand the job to another worker
-        (that run, cut off from the server, stops itself the same way)."""
-        settings = self.rt.settings
-        now = time.time()
-        for marker in running_dir(settings).glob("*") if running_dir(settings).exists() else []:
-            try:
-                quiet = now - marker.stat().st_mtime
-            except OSError:
-                continue
-            if quiet > settings.worker_dead_after and marker.name not in self.orphans:
-                if executor_class(settings.executor).stop_orphan(settings, marker.name):
-                    log.warning(
-                        "job %s: its run renewed no lease for %.0f s (its process paused or stuck); its container was stopped",
-                        marker.name,
-                        quiet,
-                    )
-                self.orphans.add(marker.name)
-            elif quiet <= settings.worker_dead_after:
-                self.orphans.discard(marker.name)
 
     def gpus_now(self) -> list[GpuInfo]:
         """The GPUs with the shares jobs hold on each now (the workers page, rai_gpu_jobs)."""
@@ -178,18 +153,7 @@ class _Heartbeat(threading.Thread):
         if self.puller is not None and reply.pull:
             self.puller.want(reply.pull)
 
-    def watch_orphans(self) -> None:
-        """Its own thread, every second: a heartbeat held up by a server that does not answer (a
-        partition) must not hold up stopping a run whose process stopped renewing its lease, which
-        has to happen before the server may hand its job to another worker."""
-        while not self.stop.wait(1.0):
-            try:
-                self.stop_orphans()
-            except Exception:  # noqa: BLE001 - checked again in a second
-                log.exception("checking runs' leases failed")
-
     def run(self) -> None:
-        threading.Thread(target=self.watch_orphans, name="rai-orphans", daemon=True).start()
         while True:
             try:
                 self.beat()

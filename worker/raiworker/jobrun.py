@@ -30,12 +30,12 @@ from .config import WorkerSettings
 from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
 from .executors import Executor, JobContext, Outcome, execute, make_executor
 from .gpus import ShareWatch, hold_gpus, host_share, profiler_lock
-from .lease import LOST, SUPERSEDED, Lease
+from .lease import LOST, SUPERSEDED, Lease, boot_clock, stopped_words
 from .logsink import LogSink
 from .metrics import job_done
 from .server import ServerClient
 from .unpack import unpack
-from .workdir import job_dir, jobs_dir, locks_dir, running_dir
+from .workdir import job_dir, jobs_dir, lease_stamp, locks_dir, running_dir
 
 log = logging.getLogger("raiworker")
 
@@ -53,21 +53,20 @@ class JobRun:
         server: ServerClient,
         r: redis.Redis,
         grant: ClaimGranted,
-        claimed_at: float,
+        claimed_at: tuple[float, float, float],
         ranked: bool = False,
     ) -> None:
         self.settings, self.gpus, self.server, self.redis, self.grant = settings, gpus, server, r, grant
         self.job_id, self.attempt = grant.job_id, grant.attempt  # a run taking over a lost one has an attempt of its own
-        self.claimed_at = claimed_at
+        self.claimed_at = claimed_at[0]
         self.workdir = job_dir(settings.work_dir, self.job_id, self.attempt)
         # listed in every heartbeat while it exists: until the job's end is reported (the server
-        # requeues a job its worker does not list); it holds the attempt, for a restarted worker;
-        # its time is the lease's last renewal, which the worker's main process watches
+        # requeues a job its worker does not list); it holds the attempt, for a restarted worker
         self.marker = running_dir(settings.work_dir) / self.job_id
         self.marker.parent.mkdir(parents=True, exist_ok=True)
         self.marker.write_text(str(self.attempt))
         # its stop event: cancelled, superseded or the lease lost, the run ends now
-        self.lease = Lease(settings, self.job_id, self.attempt, threading.Event(), self.marker)
+        self.lease = Lease(settings, self.job_id, self.attempt, threading.Event(), lease_stamp(settings.work_dir), claimed_at)
         self.spool = jobs_dir(settings.work_dir) / f"{self.job_id}.{self.attempt}.log.jsonl"
         self.spool.parent.mkdir(parents=True, exist_ok=True)
         self.sink = LogSink(
@@ -100,7 +99,7 @@ class JobRun:
     ) -> JobRun | None:
         """Claim the delivery from the server: its run, or None when the server refused it (the job
         ended, another attempt holds it). ``ranked``: delivered on the ranked runs' lane."""
-        claimed_at = time.monotonic()
+        claimed_at = time.monotonic(), boot_clock(), time.time()  # before the request: the lease starts no earlier
         try:
             grant = server.claim(job_id, attempt)
         except Refused as exc:
@@ -166,13 +165,12 @@ class JobRun:
                 "job %s: attempt %d was superseded; its run is stopped and nothing more of it is reported", self.job_id, self.attempt
             )
             return "superseded"
-        if self.lease.reason == LOST:
+        if self.lease.reason == LOST:  # said once, by the server's line that puts the job back in the queue
             self.outcome = Outcome(
                 JobState.queued,
-                message=f"worker {self.settings.worker_name} could not reach the server for "
-                f"{self.settings.worker_dead_after:g} s and stopped the run; the job runs again",
+                message=f"Worker {self.settings.worker_name} could not reach the server for "
+                f"{self.settings.worker_dead_after:g} s and stopped the run",
             )
-            self.sink.system(self.outcome.message or "")
         if not self.build_uploaded and self.outcome.state is JobState.succeeded:
             self.outcome = Outcome(JobState.error, message="the build folder could not be uploaded")
         self.report()
@@ -295,13 +293,17 @@ class JobRun:
             started = time.monotonic()
             outcome = execute(executor, ctx, self.sink, cancel)
             self.measured.extend(ctx.measured)
-            cut = executor.collect_build(ctx, cancel)
-            if cut is not None:
-                if outcome.state is JobState.succeeded:
-                    outcome = cut
-                else:  # the job's own end stands; the log still says what became of /build
-                    self.sink.system(cut.message or "the build folder is incomplete")
-            if outcome.state is not JobState.succeeded and outcome.message and outcome.state is not JobState.failed:
+            if outcome.state is not JobState.queued:
+                cut = executor.collect_build(ctx, cancel)
+                if cut is not None and executor.lease_stopped(wait=1.0):  # its watcher stopped the job while /build was copied
+                    return Outcome(JobState.queued, message=stopped_words(self.settings))
+                if cut is not None:
+                    if outcome.state is JobState.succeeded:
+                        outcome = cut
+                    else:  # the job's own end stands; the log still says what became of /build
+                        self.sink.system(cut.message or "the build folder is incomplete")
+            # a restart's reason is said by the server's line that puts the job back in the queue
+            if outcome.state not in (JobState.succeeded, JobState.failed, JobState.queued) and outcome.message:
                 self.sink.system(outcome.message)
             log.info("job %s: %s in %.1f s", self.job_id, outcome.state.value, time.monotonic() - started)
             return outcome

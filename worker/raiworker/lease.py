@@ -4,15 +4,22 @@ run goes on, or the other way round).
 
 A run that could renew neither for ``worker_dead_after`` stops itself: the server hands the job to
 another worker only ``lease_margin`` after it last heard of the run, so the two never run at once.
-A run told that another attempt owns the job, or that it ended, stops at once. Each renewal that
-went through touches the run's marker file, which the worker's main process watches: a run whose
-process is paused (no renewal, no reading of its output) has its container stopped from outside.
+A run told that another attempt owns the job, or that it ended, stops at once.
+
+That stop is the run's own, and freezes with it: a worker paused whole (``docker compose pause``,
+a VM stall, SIGSTOP of its process group) kept its job's container running while the job ran
+again elsewhere (issue 51). So the lease also holds a *stamp*, a file outside the job's reach
+that says until when the job may run (the last renewal sent, plus ``worker_dead_after``), and a
+watcher that does not freeze with the worker stops the job's command once that time is past:
+root's process in the job's container (Docker), a process in a session of its own (the process
+executor), the agent inside the allocation (Slurm). Each tells the run it did
+(``Executor.lease_stopped``), and the run ends as a named restart, never as the command's failure.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -31,15 +38,56 @@ log = logging.getLogger("raiworker")
 
 SUPERSEDED, LOST = "superseded", "lost"
 
+# The watchers' test of the stamp, in sh: true once the job's time is past. The stamp's line is
+# "BOOT EPOCH": the deadline on CLOCK_BOOTTIME (/proc/uptime: the host's clock, which a container
+# shares and no wall-clock step moves) and on the wall clock (a Slurm node's only clock in common
+# with the worker's host). No stamp (a spare container between jobs): not past.
+PAST_BOOT_SH = (
+    'b=; { read -r b e < "$STAMP"; } 2>/dev/null; read -r up _ < /proc/uptime; '
+    'case "$b" in ""|*[!0-9]*) false ;; *) [ "${up%.*}" -ge "$b" ] ;; esac'
+)
+PAST_EPOCH_SH = 'b=; e=; { read -r b e < "$STAMP"; } 2>/dev/null; case "$e" in ""|*[!0-9]*) false ;; *) [ "$(date +%s)" -ge "$e" ] ;; esac'
+LEASE_EXIT = 86  # a watcher's status once it stopped the job: its lease ran out
+
+
+def stopped_words(settings: WorkerSettings) -> str:
+    """Why a run its lease's watcher stopped runs again (said once, by the server's requeue line)."""
+    return (
+        f"Worker {settings.worker_name} renewed no lease on the job for {settings.worker_dead_after:g} s "
+        "(it was paused, frozen or cut off), so the job's command was stopped where it ran"
+    )
+
+
+def boot_clock() -> float:
+    """Seconds on CLOCK_BOOTTIME, the clock /proc/uptime shows (monotonic, counts suspends)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def write_stamp(stamp: Path, boot_deadline: float, epoch_deadline: float) -> None:
+    """The job may run until these times (rounded down: a watcher errs early, never late); replaced
+    whole, so a watcher reads the old line or the new one."""
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}")
+    tmp.write_text(f"{int(boot_deadline)} {int(epoch_deadline)}\n")
+    os.replace(tmp, stamp)
+
 
 class Lease(threading.Thread):
-    def __init__(self, settings: WorkerSettings, job_id: str, attempt: int, stop: threading.Event, marker: Path):
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        job_id: str,
+        attempt: int,
+        stop: threading.Event,
+        stamp: Path,
+        granted: tuple[float, float, float] | None = None,
+    ):
         super().__init__(name=f"lease-{job_id}", daemon=True)
         self.settings = settings
         self.job_id = job_id
         self.attempt = attempt
         self.stop_run = stop  # set to end the run now (the executor's watchdog kills it)
-        self.marker = marker
+        self.stamp = stamp  # until when the job may run, for the watchers (``write_stamp``)
         self.reason: str | None = None  # SUPERSEDED or LOST once the run must end
         self.reporting = False  # the run's end is being reported: a refusal now is that end, not a superseding
         self._done = threading.Event()
@@ -52,7 +100,16 @@ class Lease(threading.Thread):
         )
         self.redis = redis.Redis.from_url(settings.redis_url, socket_timeout=wait, socket_connect_timeout=wait)
         self._renew = self.redis.register_script(RENEW_LUA)
-        self.last_ok = time.monotonic()  # the claim was just granted
+        # the claim was granted: its request was sent at these times (monotonic, boot, wall), no later
+        # than the server's lease began, so the first stamp ends before the server may give the job away
+        self.last_ok, boot, wall = granted or (time.monotonic(), boot_clock(), time.time())
+        self._stamp(boot, wall)
+
+    def _stamp(self, boot_sent: float, wall_sent: float) -> None:
+        try:
+            write_stamp(self.stamp, boot_sent + self.settings.worker_dead_after, wall_sent + self.settings.worker_dead_after)
+        except OSError as exc:  # the old stamp stands: the job stops at its time, as if cut off
+            log.warning("job %s: its lease stamp %s was not written: %s", self.job_id, self.stamp, exc)
 
     def supersede(self) -> None:
         """Another attempt owns the job, or it ended (the server or the log's fence said so)."""
@@ -75,20 +132,21 @@ class Lease(threading.Thread):
         self._done.set()
         if self.is_alive() and self is not threading.current_thread():
             self.join(timeout=10)
+        self.stamp.unlink(missing_ok=True)  # the slot's next container (a spare) waits for its own job's
         self.http.close()
         self.redis.close()
 
     def run(self) -> None:
         s = self.settings
         while not self._done.wait(s.heartbeat_seconds):
-            sent = time.monotonic()
+            sent, boot, wall = time.monotonic(), boot_clock(), time.time()
             renewed = self.renew_once()
             if self.reason == SUPERSEDED:
                 return
             if renewed:
                 self.last_ok = sent
-                with contextlib.suppress(OSError):
-                    self.marker.touch()
+                if not self._done.is_set():  # closing: the stamp is being removed
+                    self._stamp(boot, wall)
             elif time.monotonic() - self.last_ok > s.worker_dead_after:
                 self._end(LOST)  # keeps trying: a late renewal changes nothing, the run is stopped
         return

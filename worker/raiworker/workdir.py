@@ -5,6 +5,7 @@ is on a file system its nodes share, so these paths are the nodes' too.
     running/JOB                    the marker of a job this worker holds; holds its attempt
     locks/                         GPU and host locks (gpus.py)
     slots/PID/src                  a pool process's spare container's /src (Docker)
+    slots/PID/lease/until          until when its job may run (lease.write_stamp), for the watchers
     bin/                           the pty helper, built or copied here (mountable into containers)
     metrics/                       the pool processes' Prometheus files
     image-pulls/                   images staff asked for, downloaded before loading
@@ -45,6 +46,12 @@ def slots_dir(work_dir: Path) -> Path:
 def slot_dir(work_dir: Path) -> Path:
     """This pool process's own folder."""
     return slots_dir(work_dir) / str(os.getpid())
+
+
+def lease_stamp(work_dir: Path) -> Path:
+    """This pool process's lease stamp: its folder is mounted into the containers it makes (its
+    spare one too, made before the job it will run is known)."""
+    return slot_dir(work_dir) / "lease" / "until"
 
 
 def bin_dir(work_dir: Path) -> Path:

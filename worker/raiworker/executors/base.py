@@ -20,6 +20,7 @@ from raiprotocol.models import JobState, MeasuredRun, Phase, TimedRun
 from .. import counters
 from ..config import WorkerSettings
 from ..gpus import ProfilerTurn, profiler_turn
+from ..lease import stopped_words
 from ..logsink import LogSink
 
 log = logging.getLogger("raiworker")
@@ -105,11 +106,10 @@ class Executor(ABC):
     def host_stopping(cls, settings: WorkerSettings) -> None:
         """Once, as the worker's pool has stopped."""
 
-    @classmethod
-    def stop_orphan(cls, settings: WorkerSettings, job_id: str) -> bool:
-        """From the worker's main process: the process running this job stopped renewing its
-        lease (paused, stuck) while what it started may go on; stop that from outside before the
-        server hands the job to another worker. Returns whether something was stopped."""
+    def lease_stopped(self, wait: float = 0.0) -> bool:
+        """Whether the lease's watcher stopped the job (its stamp ran out: the run was paused or cut
+        off), so that the run ends as a restart, not as the command's failure (``lease.LEASE_EXIT``).
+        ``wait``: how long a job whose command was just killed may take to show it."""
         return False
 
     @abstractmethod
@@ -245,8 +245,19 @@ def _profiler_turn(ctx: JobContext, command: str, sink: LogSink, watch: _Watch) 
             watch.turn = None
 
 
+def _lease_end(executor: Executor, ctx: JobContext, code: int) -> Outcome | None:
+    """A command killed because the run's lease ran out: a restart, not the command's failure."""
+    if code == 137 and executor.lease_stopped(wait=1.0):  # a watcher kills with SIGKILL
+        return Outcome(JobState.queued, message=stopped_words(ctx.settings))
+    return None
+
+
 def _failed(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watch, command: str, code: int) -> Outcome:
-    """A command that exited non-zero: the job's environment ended (``Executor.ended``), or it failed."""
+    """A command that exited non-zero: the job's environment ended (its lease's watcher stopped it,
+    or ``Executor.ended``), or it failed."""
+    lapsed = _lease_end(executor, ctx, code)
+    if lapsed is not None:
+        return lapsed
     if not watch.reason:
         ended = executor.ended(code, ctx)
         if ended is not None:
@@ -272,6 +283,9 @@ def _timed_runs(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watc
         if watch.reason:
             return None
         if run.problem or run.exit_code != 0:
+            lapsed = _lease_end(executor, ctx, 137 if run.exit_code <= 0 else run.exit_code)  # its container may be gone
+            if lapsed is not None:
+                return lapsed
             why = run.problem or executor.explain_kill(run.exit_code, ctx)
             if why:
                 sink.system(f"Timed run {r}: {why}")

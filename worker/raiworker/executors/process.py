@@ -4,6 +4,10 @@ There is no container: commands run with the worker's user, in a fresh temporary
 its own process group (killed whole on timeout, cancel, and at its end so no orphan survives),
 with resource limits set before exec. Paths ``/src`` and ``/build`` in the build file's commands
 point at the job's folders, so the same rai_build.yml runs here and in a container.
+
+Beside each command runs its lease's watcher (``WATCH``), in a session of its own: a worker paused
+whole (its process group stopped) does not stop it, and it kills the command's process group once
+the lease's stamp runs out, before the server may run the job elsewhere (issue 51).
 """
 
 from __future__ import annotations
@@ -19,10 +23,19 @@ from pathlib import Path
 
 from raiprotocol.models import LogStream
 
+from ..lease import LEASE_EXIT, PAST_BOOT_SH
 from ..logsink import LogSink
 from ..terminal import no_terminal_note, pty_helper, terminal_env
-from ..workdir import rewrite_paths
+from ..workdir import lease_stamp, rewrite_paths
 from .base import Executor, JobContext
+
+# sh -c WATCH sh STAMP PGID FIRED: while the group lives, each second; past the stamp, FIRED is
+# made (before the kill: the run finds it once its command ended) and the group killed
+WATCH = (
+    'STAMP=$1; while kill -0 -"$2" 2>/dev/null; do if '
+    + PAST_BOOT_SH
+    + f'; then : > "$3"; kill -9 -"$2"; exit {LEASE_EXIT}; fi; sleep 1; done'
+)
 
 
 class ProcessExecutor(Executor):
@@ -30,11 +43,14 @@ class ProcessExecutor(Executor):
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
+        self.watcher: subprocess.Popen | None = None  # the running command's lease watcher
+        self.fired: Path | None = None  # made by a watcher that stopped the job
         self.killed = False
         self.helper: Path | None = None
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         os.chmod(ctx.build_dir, 0o777)
+        self.fired = ctx.build_dir.parent / "lease-stopped"
         self.helper = pty_helper(ctx.settings.work_dir, ctx.settings.pty_helper)
         if self.helper is None:
             sink.system(no_terminal_note())
@@ -85,6 +101,13 @@ class ProcessExecutor(Executor):
             preexec_fn=self._limits(ctx),
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None  # both are pipes
+        self.watcher = subprocess.Popen(
+            ["/bin/sh", "-c", WATCH, "sh", str(lease_stamp(ctx.settings.work_dir)), str(self.proc.pid), str(self.fired)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ, LogStream.out)
         sel.register(self.proc.stderr, selectors.EVENT_READ, LogStream.err)
@@ -103,7 +126,17 @@ class ProcessExecutor(Executor):
         sel.close()
         code = self.proc.wait()  # the helper reports a command killed by signal N as 128+N
         self._kill_group()  # orphans and background children die with the command
+        self._stop_watcher()
         return 128 - code if code < 0 else code  # -9 → 137, as a shell reports it
+
+    def _stop_watcher(self) -> None:
+        if self.watcher is not None:
+            self.watcher.kill()
+            self.watcher.wait()
+            self.watcher = None
+
+    def lease_stopped(self, wait: float = 0.0) -> bool:
+        return self.fired is not None and self.fired.exists()
 
     def _kill_group(self) -> None:
         if self.proc is not None:
@@ -121,4 +154,5 @@ class ProcessExecutor(Executor):
 
     def cleanup(self) -> None:
         self._kill_group()
+        self._stop_watcher()
         self.proc = None

@@ -30,9 +30,10 @@ from raiprotocol.models import JobState
 
 from ..config import WorkerSettings
 from ..errors import SlurmError
+from ..lease import LEASE_EXIT, PAST_EPOCH_SH
 from ..logsink import LogSink
 from ..terminal import Frames, pty_helper, terminal_env
-from ..workdir import rewrite_paths
+from ..workdir import lease_stamp, rewrite_paths
 from .base import Executor, JobContext, Outcome
 
 POLL = 0.02  # how often the growing output file is read: well under the ~1 s promise
@@ -51,14 +52,26 @@ NEVER = {
 }
 GONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
+# The agent's lease watcher (issue 51), in the allocation: a worker paused, frozen or cut off does
+# not stop it. Once the lease's stamp (on the shared file system; the wall clock is what the node
+# and the worker's host have in common) is past, it says so in ctl/lease-stopped and ends the job.
+AGENT_WATCH = (
+    "while :; do if "
+    + PAST_EPOCH_SH
+    + f'; then : > "$ctl/lease-stopped"; scancel "$SLURM_JOB_ID" 2>/dev/null; kill -9 0; exit {LEASE_EXIT}; fi; sleep 1; done'
+)
+
 AGENT = """#!/bin/sh
 # rai agent for job {job_id}: runs ctl/N.cmd in order as the worker writes them; stops at ctl/end.
 ctl={ctl}
+STAMP={stamp}
 cd {build} || exit 120
+( {watch} ) &
+watch=$!
 n=1
 while :; do
   while [ ! -e "$ctl/$n.cmd" ] && [ ! -e "$ctl/end" ]; do sleep 0.02; done
-  [ -e "$ctl/$n.cmd" ] || exit 0
+  [ -e "$ctl/$n.cmd" ] || {{ kill "$watch"; exit 0; }}
   RAI_PTY_FRAMES=1 {pty} {runner} /bin/sh "{inner_ctl}/$n.cmd" > "$ctl/$n.out" 2>&1 < /dev/null
   echo $? > "$ctl/$n.tmp" && mv "$ctl/$n.tmp" "$ctl/$n.status"
   n=$((n + 1))
@@ -136,6 +149,8 @@ class SlurmExecutor(Executor):
         return AGENT.format(
             job_id=ctx.job_id,
             ctl=shlex.quote(str(self.ctl)),
+            stamp=shlex.quote(str(lease_stamp(s.work_dir))),
+            watch=AGENT_WATCH,
             build=shlex.quote(str(ctx.build_dir)),
             pty=shlex.quote(str(helper)),
             runner=runner,
@@ -293,6 +308,9 @@ class SlurmExecutor(Executor):
         if state:
             return state, f"the Slurm job ended ({state}{', ' + reason if reason and reason != 'None' else ''})"
         return None
+
+    def lease_stopped(self, wait: float = 0.0) -> bool:
+        return self.ctl is not None and (self.ctl / "lease-stopped").exists()
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         verdict = None if self.killed else self.ended_as()

@@ -19,14 +19,16 @@ from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount, Ulimit
 
 from ... import gpu_access
+from ...lease import LEASE_EXIT
 from ...logsink import LogSink
 from ...nvml import MemoryShare
 from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, gathered, terminal_env
+from ...workdir import lease_stamp
 from ..base import Executor, JobContext
 from .cgroup import TimedCgroup
 from .client import LABEL, SPARE, _runtimes, container_name, shared_client
 from .collect import EndMarked, Handover
-from .scripts import CGROUP_IN_CONTAINER, KEEPALIVE, KEPT_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
+from .scripts import CGROUP_IN_CONTAINER, KEEPALIVE, KEPT_IN_CONTAINER, LEASE_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
 
 
 class ContainerJob(Executor):
@@ -63,7 +65,12 @@ class ContainerJob(Executor):
         it holds (issue 46). Its init and keepalive run as root, out of the job's reach (the job's
         user cannot signal, trace or replace them); every command runs as the job's user."""
         s = ctx.settings
-        mounts = [Mount("/src", str(src), type="bind", read_only=True)]
+        stamps = lease_stamp(s.work_dir).parent  # the slot's, made before the container: a spare's too
+        stamps.mkdir(parents=True, exist_ok=True)
+        mounts = [
+            Mount("/src", str(src), type="bind", read_only=True),
+            Mount(LEASE_IN_CONTAINER, str(stamps), type="bind", read_only=True),
+        ]
         if helper is not None:
             mounts.append(Mount(IN_CONTAINER, str(helper), type="bind", read_only=True))
         if timed is not None:
@@ -188,6 +195,24 @@ class ContainerJob(Executor):
         except DockerException as exc:
             return 126, str(exc).encode()
         return (res.exit_code if res.exit_code is not None else 126), res.output or b""
+
+    def lease_stopped(self, wait: float = 0.0) -> bool:
+        """The job's container ended with its keepalive's LEASE_EXIT: the lease's watcher stopped it.
+        ``wait``: one still running (its exec was cut off a moment ago) is given that long to end."""
+        container = self.container if self.container is not None else self.leftover
+        if container is None:
+            return False
+        for _ in range(max(1, int(wait * 10))):
+            try:
+                container.reload()
+            except DockerException:  # removed, or the engine away: nothing says the lease stopped it
+                return False
+            state = container.attrs.get("State") or {}
+            if not state.get("Running"):
+                return bool(state.get("ExitCode") == LEASE_EXIT)
+            if wait:
+                time.sleep(0.1)
+        return False
 
     def _container_running(self) -> bool:
         try:

@@ -66,18 +66,6 @@ class DockerExecutor(TimedRuns):
             except Exception as exc:  # noqa: BLE001 - the next start removes them
                 log.warning("spare containers not removed: %s", exc)
 
-    @classmethod
-    def stop_orphan(cls, settings: WorkerSettings, job_id: str) -> bool:
-        """The run's process is paused or stuck: its container goes (its command would go on)."""
-        try:
-            shared_client().api.remove_container(container_name(job_id, settings.worker_name), force=True)
-            return True
-        except NotFound:
-            return False
-        except (DockerException, ExecutorUnavailable) as exc:
-            log.warning("job %s: the container of a run that stopped renewing its lease was not removed: %s", job_id, exc)
-            return False
-
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
         self.ctx = ctx

@@ -5,9 +5,18 @@ Each is one exec (each costs ~50 ms); they run as the job's user unless said oth
 
 from __future__ import annotations
 
-KEEPALIVE = ["/bin/sh", "-c", "exec sleep 2147483647"]
+from ...lease import LEASE_EXIT, PAST_BOOT_SH
+
+# The container's first process under its init, as root (the job's user cannot signal it): it keeps
+# the container up between execs and is the lease's watcher (issue 51). Once the stamp's time is
+# past (the worker renewed no lease: paused, frozen, cut off) it exits LEASE_EXIT, init exits with
+# it and the kernel kills every process of the container: no job's command outlives its lease,
+# whatever became of the worker. The stamp's folder is the slot's (``workdir.lease_stamp``).
+LEASE_IN_CONTAINER = "/opt/rai/lease"
+KEEPALIVE = ["/bin/sh", "-c", f"STAMP={LEASE_IN_CONTAINER}/until; while :; do if {PAST_BOOT_SH}; then exit {LEASE_EXIT}; fi; sleep 1; done"]
 # Kill every process of the job but init and the keepalive (init's first child), from inside, as the
-# job's user: the container and its /build tmpfs survive for collection. A few passes catch forks.
+# job's user: the container and its /build tmpfs survive for collection. A few passes catch forks
+# (the keepalive's own `sleep`, root's, refuses the signal; COLLECT leaves it out by its parent).
 KILL_JOB = (
     "keep=$(cut -d' ' -f1 /proc/1/task/1/children 2>/dev/null); "
     "for pass in 1 2 3; do for d in /proc/[0-9]*; do p=${d#/proc/}; "
@@ -23,7 +32,8 @@ THROTTLE_RETRIES = 2  # a timed run during which the GPU slowed itself down is r
 COLLECT = (
     KILL_JOB.removesuffix("; true") + "; left=1; n=0; while [ $left = 1 ] && [ $n -lt 40 ]; do left=0; "
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && '
-    'read -r st < "$d/stat" 2>/dev/null && case "${st##*) }" in Z*) ;; *) left=1; kill -9 "$p" 2>/dev/null ;; esac; done; '
+    'read -r st < "$d/stat" 2>/dev/null && s=${st##*) } && pp=${s#? } && pp=${pp%% *} && '
+    'case "$s" in Z*) ;; *) [ "$pp" = "$keep" ] || { left=1; kill -9 "$p" 2>/dev/null; } ;; esac; done; '
     "[ $left = 1 ] && sleep 0.05; n=$((n+1)); done; "  # SIGKILL lands when the process next runs: wait up to 2 s
     f'tar -C /build -cf - .; t=$?; [ "$left" = 1 ] && exit {LEFT_OVER}; exit $t'
 )
