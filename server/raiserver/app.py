@@ -29,7 +29,7 @@ from raiserver.api.routes import regrades as regrade_routes
 from raiserver.api.routes import similarity as similarity_routes
 from raiserver.api.routes import workers as workers_routes
 from raiserver.config import Settings, load_settings
-from raiserver.errors import DomainError
+from raiserver.errors import DatabaseUnavailable, DomainError
 from raiserver.fleet.dispatch import Dispatcher
 from raiserver.jobs.views import QueueView, job_out, queue_rows
 from raiserver.live.feed import LogHub
@@ -37,7 +37,7 @@ from raiserver.live.logs import LogStore
 from raiserver.live.queuefeed import QueueFeed, Rows, Sessions
 from raiserver.ops import loops, metrics
 from raiserver.services import AppServices
-from raiserver.store.db import Database, migrate
+from raiserver.store.db import AWAY_TYPES, Database, away, migrate
 from raiserver.store.storage import Storage
 from raiserver.store.tables import Job, User
 
@@ -147,5 +147,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return JSONResponse({"detail": "internal error; the operator can find it in the server log"}, status_code=500)
+
+    async def _database_away(request: Request, exc: Exception) -> Response:
+        """The database out of reach (killed, restarting, its pool exhausted) is passing: 503 with
+        Retry-After, as JSON even for a browser (the error page itself reads the database)."""
+        if not away(exc):
+            return await _unhandled(request, exc)
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, str(exc).split("\n", 1)[0])
+        refused = DatabaseUnavailable()
+        return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=refused.headers)
+
+    for kind in AWAY_TYPES:
+        app.add_exception_handler(kind, _database_away)
 
     return app

@@ -99,6 +99,17 @@ class StorageFailing(DomainError):
         super().__init__(f"the server's storage is failing ({exc.strerror or exc}); try again in {int(retry_after)} s", retry_after)
 
 
+class DatabaseUnavailable(DomainError):
+    """The service's database cannot be reached (restarting, killed, its pool exhausted): nobody's
+    fault but the operator's, and passing; 503 with Retry-After, so clients and workers wait and
+    retry instead of reading a 500 as a bug."""
+
+    status, refusal = 503, "database"
+
+    def __init__(self, retry_after: float = 5):
+        super().__init__(f"the service's database is unavailable; try again in {int(retry_after)} s", retry_after)
+
+
 class Busy(DomainError):
     """A capacity limit of the service itself (streams per process), not the user's quota."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import DateTime, Engine, create_engine, event, text
+from sqlalchemy import DateTime, Engine, create_engine, event, exc, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
@@ -61,6 +61,20 @@ def make_engine(url: str) -> Engine:
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+# What the database being out of reach raises, as SQLAlchemy wraps it: the driver's OperationalError
+# (refused, reset, shut down, timed out), any DBAPI error that cost the connection, a connection
+# lost mid-use, or no connection free in the pool in time.
+AWAY_TYPES: tuple[type[Exception], ...] = (exc.DBAPIError, exc.DisconnectionError, exc.TimeoutError)
+
+
+def away(error: Exception) -> bool:
+    """Whether ``error`` is the database being away (passing: a 503 and a retry), not a query's
+    own fault (a bug: a 500). Checked on AWAY_TYPES, which the app's one handler catches."""
+    if isinstance(error, exc.DBAPIError):
+        return isinstance(error, exc.OperationalError) or error.connection_invalidated
+    return isinstance(error, (exc.DisconnectionError, exc.TimeoutError))
 
 
 MIGRATION_LOCK = 0x7261692D6D6967  # "rai-mig": the PostgreSQL advisory lock migrations take
