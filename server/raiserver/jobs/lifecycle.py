@@ -88,8 +88,10 @@ def create_job(
     kind: str,
     course: CourseBuild | None = None,
     admission: Admission | None = None,
+    submit_key: str | None = None,
 ) -> Job:
-    """A new queued job; ``admission``: what its kind's deadline made of it (late, late days drawn)."""
+    """A new queued job; ``admission``: what its kind's deadline made of it (late, late days drawn);
+    ``submit_key``: the client's key for this submission (a retry with it finds this job)."""
     job = Job(
         id=str(ULID()),
         owner_id=owner.id,
@@ -105,6 +107,7 @@ def create_job(
         course_build_id=course.id if course is not None else None,
         late_days=admission.late_days if admission is not None else 0,
         reserved=course is not None,
+        submit_key=submit_key,
     )
     db.add(job)
     db.commit()

@@ -4,6 +4,11 @@ Checks run in the order that spares the student's time on bad Wi-Fi: size, queue
 before a byte of the body is read; archive, build file, kind's files, image and GPUs after; the
 quota again under the student's row lock, so concurrent uploads cannot both pass. Refusals are
 ``errors.DomainError``s; nothing refused leaves anything behind.
+
+A submission may carry the client's key (``Idempotency-Key``, one per ``raiclient submit``): a
+retry of an upload that landed (its answer lost to a server restart or a cut) gets the job it
+made, before any check that job itself would now fail (the active-jobs quota), and again under the
+row lock, so two uploads with one key make one job.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import re
 from collections.abc import AsyncIterator
 
 from fastapi.concurrency import run_in_threadpool
-from sqlalchemy import update
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from raiprotocol.archive import ArchiveError, ArchiveLimits, inspect_archive
 from raiprotocol.models import JobOut
@@ -31,10 +37,18 @@ from raiserver.jobs.views import QueueView, job_out
 from raiserver.services import Services
 from raiserver.store.db import Database, utcnow
 from raiserver.store.storage import human_size, sha256_of
-from raiserver.store.tables import User
+from raiserver.store.tables import Job, User
 
 KIND = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SUBMIT_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+def made_with(db: Session, user_id: int, submit_key: str | None) -> Job | None:
+    """The job an earlier upload of this submission made, if one did."""
+    if submit_key is None:
+        return None
+    return db.scalars(select(Job).where(Job.owner_id == user_id, Job.submit_key == submit_key)).first()
 
 
 async def accept_submission(
@@ -46,21 +60,25 @@ async def accept_submission(
     kind: str,
     content_length: int | None,
     gate: UploadGate | None = None,
+    submit_key: str | None = None,
 ) -> JobOut:
-    """``gate``: the student's upload limits (None for staff, when they are exempt)."""
+    """``gate``: the student's upload limits (None for staff, when they are exempt); ``submit_key``:
+    the client's key for this submission (its retries send the same)."""
     token = await run_in_threadpool(gate.admit, user_id) if gate is not None else None
     try:
-        return await _accept(
-            svc, database, gate.renewing(body, user_id, token) if gate is not None else body, user_id, queue, kind, content_length
-        )
+        queue = _request_checked(svc, queue, kind, content_length, submit_key)
+        body = gate.renewing(body, user_id, token) if gate is not None else body
+        made = await _again(svc, database, body, user_id, submit_key)
+        if made is not None:
+            return made
+        return await _accept(svc, database, body, user_id, queue, kind, content_length, submit_key)
     finally:
         if gate is not None:
             await run_in_threadpool(gate.release, user_id, token)
 
 
-async def _accept(
-    svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int, queue: str | None, kind: str, content_length: int | None
-) -> JobOut:
+def _request_checked(svc: Services, queue: str | None, kind: str, content_length: int | None, submit_key: str | None) -> str:
+    """What the request says, checked before anything is read: its size, names and key; the queue."""
     limit = svc.settings.max_upload_bytes
     if content_length is not None and content_length > limit:
         raise TooLarge(f"archive is {human_size(content_length)}; the limit is {human_size(limit)}")
@@ -69,6 +87,39 @@ async def _accept(
         raise Invalid(f"bad queue name {queue!r}")
     if not KIND.match(kind):
         raise Invalid(f"bad submission kind {kind!r}: lower-case letters, digits, - and _")
+    if submit_key is not None and not SUBMIT_KEY.match(submit_key):
+        raise Invalid("bad Idempotency-Key: 1 to 64 letters, digits, '_', '.', ':' or '-'")
+    return queue
+
+
+async def _again(svc: Services, database: Database, body: AsyncIterator[bytes], user_id: int, submit_key: str | None) -> JobOut | None:
+    """A retry of an upload that landed: the job it made, before any check that job would now fail
+    (the active-jobs quota). The body is still read to its end (within the upload limit): an answer
+    sent before it may be lost when the connection closes under the client's writes."""
+
+    def made() -> JobOut | None:
+        with database.session() as db:
+            job = made_with(db, user_id, submit_key)
+            return job_out(db, job, QueueView(db, svc.settings)) if job is not None else None
+
+    out = await run_in_threadpool(made) if submit_key is not None else None
+    if out is not None:
+        tmp, _, _ = await svc.storage.receive(body, svc.settings.max_upload_bytes, "the archive")
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+async def _accept(
+    svc: Services,
+    database: Database,
+    body: AsyncIterator[bytes],
+    user_id: int,
+    queue: str,
+    kind: str,
+    content_length: int | None,
+    submit_key: str | None,
+) -> JobOut:
+    limit = svc.settings.max_upload_bytes
 
     def _precheck() -> None:  # before reading a byte of the upload: bad Wi-Fi, big projects
         with database.session() as db:
@@ -118,6 +169,9 @@ async def _accept(
                 # row's lock on PostgreSQL and the database's write lock on SQLite, so concurrent
                 # uploads of one student are checked against the quota one after the other.
                 db.execute(update(User).where(User.id == user_id).values(id=User.id))
+                made = made_with(db, user_id, submit_key)  # the same submission's other upload won the lock
+                if made is not None:
+                    return job_out(db, made, QueueView(db, svc.settings))
                 owner = db.get_one(User, user_id)
                 check_quotas(db, owner, svc.settings)
                 check_ranked_rate(db, owner, svc.settings, kind, course_spec)
@@ -137,6 +191,7 @@ async def _accept(
                     kind,
                     course=db.merge(course) if course is not None else None,
                     admission=admission,
+                    submit_key=submit_key,
                 )
                 out = job_out(db, job, QueueView(db, svc.settings))
                 out.deadline_note = admission.note

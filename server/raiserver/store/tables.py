@@ -33,6 +33,8 @@ class User(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
+    # one job per submission: a client's retry of an upload that landed carries the same key (issue 51)
+    __table_args__ = (Index("ix_jobs_owner_submit_key", "owner_id", "submit_key", unique=True),)
 
     id: Mapped[str] = mapped_column(String(26), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
@@ -72,6 +74,7 @@ class Job(Base):
     late_days: Mapped[int] = mapped_column(Integer, default=0)  # late days this submission drew from its owner's budget
     # a ranked run (the course's build file, a re-measure): released on the hosts' reserved places (fairshare.free_slots)
     reserved: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    submit_key: Mapped[str | None] = mapped_column(String(64))  # the client's Idempotency-Key for this submission, if it sent one
 
     owner: Mapped[User] = relationship(back_populates="jobs")
 

@@ -55,13 +55,15 @@ async def submit(
     queue: str | None = Query(None),
     kind: str = Query("dev"),
     content_length: int | None = Header(None),
+    idempotency_key: str | None = Header(None),
     p: CurrentUser,
     svc: ServicesDep,
 ) -> JobOut:
-    """Body: the project as a .tar.gz holding rai_build.yml at its top."""
+    """Body: the project as a .tar.gz holding rai_build.yml at its top. ``Idempotency-Key``: one per
+    submission; an upload sent again with it answers with the job the first one made, if it did."""
     try:
         gate = None if svc.settings.staff_exempt and p.is_staff else svc.upload_gate
-        return await accept_submission(svc, svc.db, request.stream(), p.user.id, queue, kind, content_length, gate)
+        return await accept_submission(svc, svc.db, request.stream(), p.user.id, queue, kind, content_length, gate, idempotency_key)
     except DomainError as exc:
         svc.counts.add("uploads_refused", exc.refusal)
         raise
