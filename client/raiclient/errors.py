@@ -6,6 +6,10 @@ import json
 
 from raiprotocol.states import ExitCode
 
+# Answers that say the server is away for now, not that the request is wrong: a proxy's while the
+# server restarts (502, 504), the server's database (503) or storage (507) unavailable.
+PASSING = (502, 503, 504, 507)
+
 
 class ApiError(Exception):
     def __init__(
@@ -20,7 +24,9 @@ class ApiError(Exception):
         self.code = code
         self.status = status
         self.retry_after = retry_after  # the server's Retry-After, where it gave one
-        self.transient = transient  # the connection's trouble, not an answer: trying again may work
+        # passing trouble, the connection's or the server's own (PASSING): trying again may work;
+        # follow.stream and reconnect.riding try again on it, never on the student's own 4xx
+        self.transient = transient
 
 
 def detail_of(body: bytes, reason: str) -> str:
@@ -39,6 +45,7 @@ def refusal(status: int, body: bytes, reason: str, retry_after: str | None) -> A
     """The error for an answer that is not a success."""
     error = _refusal(status, detail_of(body, reason), retry_after)
     error.retry_after = retry_after
+    error.transient = status in PASSING
     return error
 
 
@@ -51,8 +58,10 @@ def _refusal(status: int, detail: str, retry_after: str | None) -> ApiError:
     if status == 429:
         suffix = f" (retry in {retry_after} s)" if retry_after and retry_after not in detail else ""
         return ApiError(detail + suffix, status=status)
-    if status in (503, 507) and retry_after:  # a passing condition the server names (storage, capacity)
+    if status in (503, 507) and retry_after:  # a passing condition the server names (its database, storage, capacity)
         return ApiError(detail, status=status)
+    if status in PASSING:  # a proxy's answer while the server restarts, or one without a reason
+        return ApiError(f"the server is unavailable for now (HTTP {status}); try again in a minute", status=status)
     if status >= 500:
         return ApiError(f"the server had an internal error (HTTP {status}); try again, and tell your TA if it persists", status=status)
     return ApiError(detail, status=status)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import random
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +14,7 @@ from raiprotocol.states import ExitCode, JobState
 
 from .errors import ApiError
 from .output import LogPrinter, LostConnection, WaitNotes, detached_line, error, finish, say
+from .reconnect import Backoff, asked_wait
 from .transport import Http, connect
 
 
@@ -29,13 +28,10 @@ def stream(conn: Http, job_id: str, after: int = 0, live: bool = True, give_up_a
     printed twice; honours ``Retry-After`` when the server is at its stream limit. Gives up
     (ApiError) after ``give_up_after`` seconds without progress (``RAI_RECONNECT_SECONDS``, 300).
     """
-    if give_up_after is None:
-        give_up_after = float(os.environ.get("RAI_RECONNECT_SECONDS", "300"))
+    backoff = Backoff(give_up_after)
     last = after
-    failing_since: float | None = None
     lost = False
     tries = 0
-    delay = 0.25
     while True:
         wait: float | None = None
         try:
@@ -49,35 +45,30 @@ def stream(conn: Http, job_id: str, after: int = 0, live: bool = True, give_up_a
                     fresh = [b for b in (x.after(last) for x in logwire.loads(data)) if b is not None]
                     if fresh:
                         last = fresh[-1].last
-                        failing_since, delay = None, 0.25
+                        backoff.progress()
                         yield "lines", fresh
                 elif name == "status":
-                    failing_since, delay = None, 0.25
+                    backoff.progress()
                     yield "status", json.loads(data)
                 elif name in ("end", "caught_up"):
                     yield name, json.loads(data)
                     return
         except ApiError as exc:
-            if exc.status in (429, 503) and (exc.retry_after or "").isdigit():
-                wait = float(exc.retry_after or 0)
-            elif not exc.transient and (exc.status is None or exc.status < 500):
+            wait = asked_wait(exc)
+            if wait is None and not exc.transient and (exc.status is None or exc.status < 500):
                 raise  # refused for good (no such job, not yours, an untrusted certificate)
         except (http.client.HTTPException, OSError, ValueError):
             conn.close()  # broke mid-stream: the next try opens a fresh connection
-        now = time.monotonic()
-        failing_since = failing_since or now
-        if now - failing_since >= give_up_after:
+        pause = backoff.pause(wait)
+        if pause is None:
             raise ApiError(
-                f"lost the connection to {conn.server} for {give_up_after:.0f} s (gave up reconnecting after "
+                f"lost the connection to {conn.server} for {backoff.window:.0f} s (gave up reconnecting after "
                 f"{tries} tries); the job goes on. Resume with: raiclient logs {job_id} --follow --after {last}"
             )
-        pause = wait if wait is not None else delay * (0.5 + random.random())
-        pause = min(pause, max(0.0, failing_since + give_up_after - now))
         lost = True
         tries += 1
         yield "reconnecting", (last, pause)
         time.sleep(pause)
-        delay = min(delay * 2, 30.0)
 
 
 def watch(conn: Http, job_id: str, after: int = 0, position: int | None = None, eta: float | None = None) -> int:
@@ -97,9 +88,10 @@ def watch(conn: Http, job_id: str, after: int = 0, position: int | None = None, 
                     say(note)
             elif kind == "reconnecting":
                 printer.flush()
-                lost.retrying(*payload)
+                after_line, pause = payload
+                lost.retrying(f"resuming after line {after_line}", pause)
             elif kind == "reconnected":
-                lost.back(payload)
+                lost.back(f"resuming after line {payload}")
             elif kind == "end":
                 return finish(payload, conn.server)
     except KeyboardInterrupt:

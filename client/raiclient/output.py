@@ -191,11 +191,14 @@ def say(*parts: Part) -> None:
 
 
 class LostConnection:
-    """What a reader is told while the log stream is lost: on a terminal one line that updates in
-    place while it retries and ends as "reconnected"; on a file or a pipe one line at the loss and
-    one at the recovery (not a line per try: a 5 s server restart had printed seven)."""
+    """What the student is told while the server is away (the log stream lost, an upload cut): on
+    a terminal one line that updates in place while it retries and ends as "reconnected"; on a file
+    or a pipe one line at the loss and one at the recovery (not a line per try: a 5 s server restart
+    had printed seven). ``lost`` and ``doing`` name the loss and the tries; each call says what a
+    try does or what came back ("resuming after line 40")."""
 
-    def __init__(self, stream: TextIO | None = None):
+    def __init__(self, stream: TextIO | None = None, lost: str = "connection lost", doing: str = "reconnecting"):
+        self.lost, self.doing = lost, doing
         self.stream = stream or sys.stderr
         try:
             self.live = self.stream.isatty()
@@ -209,21 +212,21 @@ class LostConnection:
         self.stream.write(("\r\x1b[K" if self.live else "") + line + end)
         self.stream.flush()
 
-    def retrying(self, after_line: int, pause: float) -> None:
+    def retrying(self, resume: str, pause: float) -> None:
         first = self.since is None
         if first:
             self.since = time.monotonic()
         if self.live:
             lost_for = time.monotonic() - (self.since or 0)
-            self._write(f"connection lost {lost_for:.0f} s ago; reconnecting in {pause:.1f} s (resuming after line {after_line})…", "")
+            self._write(f"{self.lost} {lost_for:.0f} s ago; {self.doing} in {pause:.1f} s ({resume})…", "")
             self.shown = True
         elif first:
-            self._write(f"connection lost; reconnecting (resuming after line {after_line})…", "\n")
+            self._write(f"{self.lost}; {self.doing} ({resume})…", "\n")
 
-    def back(self, after_line: int) -> None:
+    def back(self, resume: str) -> None:
         if self.since is None:
             return
-        self._write(f"reconnected after {time.monotonic() - self.since:.1f} s; resuming after line {after_line}", "\n")
+        self._write(f"reconnected after {time.monotonic() - self.since:.1f} s; {resume}", "\n")
         self.since, self.shown = None, False
 
     def end(self) -> None:

@@ -8,6 +8,9 @@ parses the rest and calls the same ``run``. The heavier pieces come in only wher
 - a project packed to more than ``PRECHECK_BYTES`` has its build file checked here and the
   credentials on the server before it goes up (with a progress bar on a terminal); a small one goes
   up at once and the server, which checks both anyway, answers with the same sentences;
+- the upload rides over a server restart or a cut (``reconnect.riding``: sent again from the start
+  within the reconnect window, said in one line); every try carries this submit's key
+  (``Idempotency-Key``), so a retry of an upload that landed gets that job back, not a second one;
 - following the job is ``follow.watch``, as for ``raiclient logs --follow``: when the live stream
   breaks (bad Wi-Fi, a server restart) it reconnects with back-off from the last line printed, so
   nothing is lost or printed twice.
@@ -28,6 +31,7 @@ from raiprotocol.states import ExitCode
 
 from .errors import ApiError
 from .output import error, kib, say
+from .reconnect import riding
 from .transport import CHUNK, Http
 
 # Projects up to this size go up without a check first: a bad key or build file then costs the
@@ -80,9 +84,9 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _upload(conn: Http, archive: Path, size: int, queue: str | None, kind: str) -> dict[str, Any]:
+def _upload(conn: Http, archive: Path, size: int, queue: str | None, kind: str, key: str) -> dict[str, Any]:
     params = {"kind": kind, **({"queue": queue} if queue else {})}
-    headers = {"Content-Type": "application/gzip", "Content-Length": str(size)}
+    headers = {"Content-Type": "application/gzip", "Content-Length": str(size), "Idempotency-Key": key}
     with archive.open("rb") as fh:
         if size > PRECHECK_BYTES and os.isatty(1) and _has("rich"):  # long enough to deserve a bar
             from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
@@ -129,7 +133,8 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
             max_upload = None
             if found.bytes > PRECHECK_BYTES:  # worth checking here first: the build file, then the keys
                 _check_spec(path)
-                max_upload = conn.json("GET", "/api/v1/me").get("max_upload_bytes")  # a bad key fails here, not after packing
+                me = riding(conn, lambda: conn.json("GET", "/api/v1/me"), "the check of your keys", "asking again")
+                max_upload = me.get("max_upload_bytes")  # a bad key fails here, not after packing
                 if max_upload and found.packed_guess > max_upload:
                     raise ApiError(_too_big(found, f"about {kib(found.packed_guess)} packed", kib(max_upload)))
                 if found.bytes > limits.ratio_floor_bytes and found.bytes / max(found.packed_guess, 1) > limits.max_ratio:
@@ -154,7 +159,10 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
                         f"{limits.max_ratio:.0f}x",
                     )
                 )
-            job = _upload(conn, packed.path, packed.bytes, queue, kind)
+            key = os.urandom(16).hex()  # this submission's, on every try of its upload
+            job = riding(
+                conn, lambda: _upload(conn, packed.path, packed.bytes, queue, kind, key), "the upload", "sending it again from the start"
+            )
         finally:
             if packed is not None:
                 packed.path.unlink(missing_ok=True)

@@ -44,6 +44,7 @@ class Http:
         """``profile``'s server with its key, or ``server`` without one (``/healthz``)."""
         self.server = server or (profile.server if profile else "")
         self.timeout = timeout
+        self.reached = False  # a connection to the server was made in this run: it exists, so a break is passing
         url = urlsplit(self.server)
         self.base = url.path.rstrip("/")
         self.headers = {"User-Agent": f"raiclient/{__version__}"}
@@ -105,6 +106,8 @@ class Http:
                 if self.conn.sock is None:  # never connected
                     raise unreachable(self.server) from None
                 # the server may have answered before reading the whole body (a refusal): read it below
+            finally:
+                self.reached = self.reached or self.conn.sock is not None
             try:
                 return self.conn.getresponse()
             except TimeoutError:
