@@ -4,6 +4,7 @@ timeout, cancel, memory kill, and a job waiting in Slurm's queue with its reason
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
@@ -175,3 +176,32 @@ def test_node_failure_requeues_the_job(svc, cluster, tmp_path):
     log = svc.client("logs", jid).stdout
     assert "NODE_FAIL" in log, log
     assert log.count("done") - log.count("echo done") == 1, log  # the second run finished; the first did not
+
+
+def test_a_paused_worker_s_slurm_job_ends_with_its_lease(svc, cluster, tmp_path):
+    """Issue 51: the worker paused whole (SIGSTOP of its process group) past its lease and margin:
+    the agent's watcher in the allocation ends the Slurm job before the server may hand the job to
+    another worker, and the job runs again as attempt 2."""
+    lease = float(svc.env.get("RAI_WORKER_DEAD_AFTER", "15"))
+    margin = float(svc.env.get("RAI_LEASE_MARGIN", "5"))
+    proj = make_project(tmp_path / "p", ["echo started; sleep 20; echo done"])
+    jid = job_id_of(svc.client("submit", "-p", str(proj), "--detach").stdout)
+    wait_for(lambda: "started" in svc.client("logs", jid).stdout.replace("echo started", ""), timeout=60, what="job running")
+    group = svc.procs["worker-w1"].pid  # its own session: the group's id is its pid
+    os.killpg(group, signal.SIGSTOP)
+    stopped, last_seen = time.monotonic(), 0.0
+    try:
+        while time.monotonic() - stopped < lease + margin + 4:
+            if f"rai-{jid}" in cluster.run("squeue", "-h", "-t", "RUNNING", "-o", "%j"):
+                last_seen = time.monotonic() - stopped
+            time.sleep(0.3)
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    # the last renewal came at most a heartbeat before the stop; the watcher acts within 2 s of the stamp
+    assert last_seen < lease + margin, f"the Slurm job ran {last_seen:.1f} s into the pause (lease {lease:g} s, margin {margin:g} s)"
+    try:
+        wait_for(lambda: job(svc, jid)["state"] == "succeeded", timeout=120, what="the job ran again")
+    finally:
+        log = svc.client("logs", jid).stdout
+        print(job(svc, jid), log)  # shown when it failed
+    assert sum("goes back in the queue (attempt 2" in ln for ln in log.splitlines()) == 1, log[-2000:]

@@ -117,7 +117,17 @@ class JobRun:
             self.lease.close()
             self.sink.close(wait=0)
             self.spool.unlink(missing_ok=True)
-            self.marker.unlink(missing_ok=True)
+            self._drop_marker()
+
+    def _drop_marker(self) -> None:
+        """The job's marker goes, unless a later attempt of the job on this worker made it its own
+        (a run paused past its lease, then superseded, unlisted the rerun beside it: the server took
+        that for lost, again and again, until it gave up after 3 attempts)."""
+        try:
+            if self.marker.read_text().strip() == str(self.attempt):
+                self.marker.unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def deliver(self) -> str:
         """Run the job, ship its build folder, report its end; tidy up on every path."""
