@@ -78,3 +78,33 @@ def test_process_executor_command_stops_with_its_lease(tmp_path, redis_url):
         check_rerun(svc, jid, pause_whole_worker(svc, "w1", mark, WITHIN), "renewed no lease on the job")
     finally:
         svc.shutdown()
+
+
+def test_a_server_that_cannot_store_the_end_does_not_take_the_worker_for_dead(tmp_path, redis_url):
+    """Issue 51: the server's storage failing while it archives a job's log (507) raised the job's
+    fence and left it up: the run's Redis renewal was refused, its HTTP one never sent, and the
+    reaper requeued a healthy worker's finished job ("stopped answering")."""
+    import shutil
+
+    svc = start_service(tmp_path, redis_url, None, "process", slots=1, extra_env=ENV)
+    logs = svc.data / "storage" / "logs"
+    try:
+        proj = make_project(tmp_path / "p", ["echo started; sleep 2; echo done-$((1 + 1))"])
+        proc = svc.popen_client("submit", "-p", str(proj))
+        wait_for(lambda: _job_running(svc), timeout=60, what="the job running")
+        shutil.move(logs, logs.with_name("logs.away"))  # a file where the folder was: every write in it fails
+        logs.write_text("not a folder")
+        time.sleep(PAST)  # the job ends meanwhile; its end cannot be stored for longer than the lease's window
+        logs.unlink()
+        shutil.move(logs.with_name("logs.away"), logs)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out + err
+        assert "stopped answering" not in out and "goes back in the queue" not in out, out
+        assert out.count("\ndone-2\n") == 1 and "Job succeeded" in out, out
+    finally:
+        svc.shutdown()
+
+
+def _job_running(svc) -> bool:
+    with svc.http() as h:
+        return any(j["state"] == "running" for j in h.get("/api/v1/jobs", params={"all": "true"}).json()["jobs"])

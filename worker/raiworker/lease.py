@@ -157,9 +157,11 @@ class Lease(threading.Thread):
         ttl_ms = int((self.settings.worker_dead_after + self.settings.lease_margin) * 1000)
         try:
             answer = int(self._renew(keys=[fence_key(self.job_id), lease_key(self.job_id)], args=[str(self.attempt), ttl_ms]))
-            if answer == 0:
+            if answer == 0 and not self.reporting:
                 self.supersede()
                 return False
+            # reporting: the server raises the fence as it begins to store the end; if it could not
+            # store it (its disk full: 507), the job is still this run's, as the HTTP renewal says
             ok = answer == 1
         except redis.RedisError:
             pass
