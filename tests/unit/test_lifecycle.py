@@ -12,7 +12,7 @@ from helpers.rows import add_job, add_user, add_worker
 from raiprotocol.logwire import END
 from raiprotocol.models import Claim, JobState, JobUpdate
 from raiserver.errors import Conflict, NotFound
-from raiserver.jobs.lifecycle import cancel_job, claim_job, reap, update_job
+from raiserver.jobs.lifecycle import cancel_job, claim_job, reap, renew_lease, update_job
 
 
 def log_of(services, job_id: str) -> list[tuple[str, str]]:
@@ -159,15 +159,29 @@ def test_a_late_end_report_is_kept_not_run_again(db, services):
     assert any("had ended after all (succeeded)" in x for _, x in log_of(services, job.id))
     with pytest.raises(Conflict, match="already succeeded"):  # the re-release's delivery runs nothing
         claim_job(db, services, job.id, Claim(worker="w1", attempt=2))
-    # once another run claimed the job, an old report is refused
+    # once another run claimed the job (issue 51: the worker froze between its command's end and its
+    # report), the finished run's verdict still stands, and the rerun is stopped at its next renewal
     other = add_job(db, add_user(db, "bob"))
     claim_job(db, services, other.id, Claim(worker="w1", attempt=1))
     other.lease_at -= timedelta(seconds=600)
     db.commit()
     reap(db, services)
     claim_job(db, services, other.id, Claim(worker="w2", attempt=2))
+    update_job(db, services, other.id, JobUpdate(attempt=1, state=JobState.failed, exit_code=3))
+    assert other.state is JobState.failed and other.exit_code == 3 and _fence(services, other.id) == b"end"
+    assert any("attempt 2 on w2 is stopped" in x for _, x in log_of(services, other.id))
+    with pytest.raises(Conflict, match="already failed"):
+        renew_lease(db, services, other.id, "w2", 2)
+    # but a worker's or the server's trouble (an error) of the old run does not end the rerun
+    third = add_job(db, add_user(db, "carol"))
+    claim_job(db, services, third.id, Claim(worker="w1", attempt=1))
+    third.lease_at -= timedelta(seconds=600)
+    db.commit()
+    reap(db, services)
+    claim_job(db, services, third.id, Claim(worker="w2", attempt=2))
     with pytest.raises(Conflict, match="stale"):
-        update_job(db, services, other.id, JobUpdate(attempt=1, state=JobState.succeeded, exit_code=0))
+        update_job(db, services, third.id, JobUpdate(attempt=1, state=JobState.error, message="worker w1 error"))
+    assert third.state is JobState.running
 
 
 def test_a_takeover_on_the_same_worker_is_a_new_attempt(db, services):

@@ -320,10 +320,11 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
     if job is None:
         raise NotFound("no such job")
     if _late_end(job, update):  # its run ended before the server, stalled or cut off, heard it
+        rerun = f"; attempt {job.attempt} on {job.worker} is stopped" if job.state is JobState.running else ""
         svc.logs.system(
             job.id,
             f"The run of attempt {update.attempt} had ended after all ({update.state.value}): "
-            "its result is kept and the job does not run again",
+            f"its result is kept and the job does not run again{rerun}",
         )
         job.attempt = update.attempt
     elif update.attempt != job.attempt or job.state.finished:
@@ -355,17 +356,23 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
     return job
 
 
+# what a run's program made of the job: a late report of one of these is kept (an error is the
+# worker's or the server's trouble, which the rerun may not have)
+_VERDICTS = (JobState.succeeded, JobState.failed, JobState.timed_out)
+
+
 def _late_end(job: Job, update: JobUpdate) -> bool:
-    """The end report of the attempt just before the job's, which was put back in the queue and
-    not yet claimed again: that run ended whole (a run still writing when it was superseded is
-    refused its next line and never reports an end), so its result is kept, not run again."""
-    return (
-        update.state.finished
-        and job.state is JobState.queued
-        and job.worker is None
-        and update.attempt == job.attempt - 1
-        and not job.cancel_requested
-    )
+    """The end report of the attempt just before the job's, which was put back in the queue: that
+    run ended whole (a run still writing when it was superseded is refused its next line and never
+    reports an end; one its lease's watcher stopped reports a restart), so its result is kept, not
+    run again. If the rerun already started (the worker was frozen or cut off between its
+    command's end and its report), the program's own verdict still stands and the rerun is stopped:
+    its next renewal is refused (issue 51)."""
+    if not update.state.finished or update.attempt != job.attempt - 1 or job.cancel_requested:
+        return False
+    if job.state is JobState.queued and job.worker is None:
+        return True
+    return job.state is JobState.running and update.state in _VERDICTS
 
 
 def renew_lease(db: Session, svc: Services, job_id: str, worker: str, attempt: int) -> bool:
