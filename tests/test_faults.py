@@ -194,6 +194,9 @@ def test_a_worker_killed_and_restarted_under_the_same_name_requeues_its_job_at_o
     second under the same name: the job stayed `running` for minutes, the client silent, the job
     behind it waiting. Now the restarted worker reports the lost run, the job runs again at once,
     the client says so and follows the new attempt, and the next job runs."""
+    import tempfile
+
+    host_tmp = set(Path(tempfile.gettempdir()).glob("pymp-*"))
     svc = start_service(tmp_path, redis_url, None, "docker", slots=1, extra_env={"RAI_WORKER_DEAD_AFTER": "600"})
     try:
         proj = make_project(tmp_path / "p", ["sh -c 'for k in $(seq 1 40); do echo line $k; sleep 0.1; done'"])
@@ -214,6 +217,10 @@ def test_a_worker_killed_and_restarted_under_the_same_name_requeues_its_job_at_o
         assert recovered_in < 60, f"the job took {recovered_in:.0f} s to end after the kill"
         out2, err2 = waiting.communicate(timeout=60)
         assert waiting.returncode == 0 and "behind-ran" in out2, out2 + err2
+        # issue 51: the killed worker's processes left their folders (billiard's pymp-*) in its own
+        # TMPDIR, emptied as it started again: none in the host's /tmp, only the running one's
+        assert set(Path(tempfile.gettempdir()).glob("pymp-*")) <= host_tmp
+        assert len(list((svc.data / "work-w1" / "tmp").glob("pymp-*"))) <= 2  # the running worker's (main, pool)
     finally:
         svc.shutdown()
 

@@ -303,7 +303,7 @@ class JobRun:
             started = time.monotonic()
             outcome = execute(executor, ctx, self.sink, cancel)
             self.measured.extend(ctx.measured)
-            if outcome.state is not JobState.queued:
+            if outcome.state is not JobState.queued and self.lease.reason is None:  # superseded or lost: nothing of it is kept
                 cut = executor.collect_build(ctx, cancel)
                 if cut is not None and executor.lease_stopped(wait=1.0):  # its watcher stopped the job while /build was copied
                     return Outcome(JobState.queued, message=stopped_words(self.settings))

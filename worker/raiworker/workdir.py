@@ -8,6 +8,7 @@ is on a file system its nodes share, so these paths are the nodes' too.
     slots/PID/lease/until          until when its job may run (lease.write_stamp), for the watchers
     bin/                           the pty helper, built or copied here (mountable into containers)
     metrics/                       the pool processes' Prometheus files
+    tmp/                           the worker's own temporary files (TMPDIR), emptied at start
     image-pulls/                   images staff asked for, downloaded before loading
     name                           the worker's own name, when RAI_WORKER_NAME does not give one
 
@@ -52,6 +53,12 @@ def lease_stamp(work_dir: Path) -> Path:
     """This pool process's lease stamp: its folder is mounted into the containers it makes (its
     spare one too, made before the job it will run is known)."""
     return slot_dir(work_dir) / "lease" / "until"
+
+
+def tmp_dir(work_dir: Path) -> Path:
+    """The worker's TMPDIR: what its processes leave there when killed (billiard's ``pymp-*``
+    folders, one per SIGKILL) is removed at its next start, not left in the host's /tmp."""
+    return work_dir / "tmp"
 
 
 def bin_dir(work_dir: Path) -> Path:
