@@ -25,6 +25,7 @@ from .errors import NoPlace, ServerUnreachable
 from .executors import executor_class
 from .gpus import occupancy
 from .images import Puller, offer_line, offered_images
+from .lease import start_draining
 from .metrics import serve
 from .runner import run_job, running_dir
 from .runtime import WorkerRuntime
@@ -176,8 +177,18 @@ def stopped_unasked() -> bool:
 
 @worker_shutting_down.connect
 def _asked(**_: object) -> None:
+    """SIGTERM (an upgrade, `docker compose stop`): Celery takes no new job and waits for its runs;
+    they may go on for RAI_DRAIN_SECONDS, then each hands its job back (lease.HANDED_BACK)."""
     global _asked_to_stop
     _asked_to_stop = True
+    if _runtime is not None:
+        s = _runtime.settings
+        try:
+            start_draining(s)
+            running = len(list(running_dir(s).glob("*"))) if running_dir(s).exists() else 0
+            log.warning("asked to stop: %d run(s) may go on for %g s (RAI_DRAIN_SECONDS); no new job is taken", running, s.drain_seconds)
+        except OSError as exc:  # its runs go on until Celery's own end
+            log.error("could not start draining: %s", exc)
 
 
 @worker_ready.connect

@@ -18,7 +18,7 @@ from .metrics import prepare
 from .runner import recover
 from .runtime import WorkerRuntime
 from .terminal import pty_helper
-from .workdir import slots_dir, tmp_dir
+from .workdir import drain_file, slots_dir, tmp_dir
 
 # imported where used, for no cycle: Celery (only `raiworker run` needs it), the Docker SDK and the
 # images (only the commands that talk to the engine), the Docker executor (only when it is the one chosen)
@@ -51,6 +51,7 @@ def run(
     celery = configure(rt)
     settings.work_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(slots_dir(settings.work_dir), ignore_errors=True)  # the pool processes' folders of an earlier run
+    drain_file(settings.work_dir).unlink(missing_ok=True)  # an earlier run's, asked to stop
     own_tmp = tmp_dir(settings.work_dir)  # before the pool: its processes make their folders there
     shutil.rmtree(own_tmp, ignore_errors=True)
     own_tmp.mkdir()

@@ -101,6 +101,10 @@ class WorkerSettings(SharedSettings):
     # storage is failing (507) or it is busy (503)
     trouble_seconds: float = 1800.0
     collect_seconds: int = 300  # copying /build out may take this long (within the job's wall clock)
+    # asked to stop (SIGTERM: an upgrade, `docker compose stop`), the worker takes no new job and its
+    # runs go on this long; what is left then is handed back, a named restart (the compose file's
+    # stop_grace_period must be longer)
+    drain_seconds: float = Field(default=600.0, ge=0)
     output_bytes: int = 16 * 1024**2
     output_lines: int = 2_500_000  # empty lines count too: `yes ''` stops here
     line_bytes: int = 64 * 1024

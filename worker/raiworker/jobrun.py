@@ -30,7 +30,7 @@ from .config import WorkerSettings
 from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
 from .executors import Executor, JobContext, Outcome, execute, make_executor
 from .gpus import ShareWatch, hold_gpus, host_share, profiler_lock
-from .lease import LOST, SUPERSEDED, Lease, boot_clock, stopped_words
+from .lease import HANDED_BACK, LOST, SUPERSEDED, Lease, boot_clock, handed_back_words, stopped_words
 from .logsink import LogSink
 from .metrics import job_done
 from .server import ServerClient
@@ -175,7 +175,9 @@ class JobRun:
                 "job %s: attempt %d was superseded; its run is stopped and nothing more of it is reported", self.job_id, self.attempt
             )
             return "superseded"
-        if self.lease.reason == LOST:  # said once, by the server's line that puts the job back in the queue
+        if self.lease.reason == HANDED_BACK:  # said once, by the server's line that puts the job back in the queue
+            self.outcome = Outcome(JobState.queued, message=handed_back_words(self.settings))
+        if self.lease.reason == LOST:
             self.outcome = Outcome(
                 JobState.queued,
                 message=f"Worker {self.settings.worker_name} could not reach the server for "

@@ -33,10 +33,11 @@ from raiprotocol.models import Claim
 
 from .config import WorkerSettings
 from .server import tls_context
+from .workdir import drain_file
 
 log = logging.getLogger("raiworker")
 
-SUPERSEDED, LOST = "superseded", "lost"
+SUPERSEDED, LOST, HANDED_BACK = "superseded", "lost", "handed back"
 
 # The watchers' test of the stamp, in sh: true once the job's time is past. The stamp's line is
 # "BOOT EPOCH": the deadline on CLOCK_BOOTTIME (/proc/uptime: the host's clock, which a container
@@ -48,6 +49,28 @@ PAST_BOOT_SH = (
 )
 PAST_EPOCH_SH = 'b=; e=; { read -r b e < "$STAMP"; } 2>/dev/null; case "$e" in ""|*[!0-9]*) false ;; *) [ "$(date +%s)" -ge "$e" ] ;; esac'
 LEASE_EXIT = 86  # a watcher's status once it stopped the job: its lease ran out
+
+
+def start_draining(settings: WorkerSettings) -> None:
+    """The worker was asked to stop: its runs may go on for ``drain_seconds`` (each run's lease
+    reads this, in whichever process runs it), then they are handed back."""
+    tmp = drain_file(settings.work_dir).with_suffix(".tmp")
+    tmp.write_text(f"{time.time() + settings.drain_seconds:.3f}\n")
+    os.replace(tmp, drain_file(settings.work_dir))
+
+
+def drain_over(settings: WorkerSettings) -> bool:
+    try:
+        return time.time() >= float(drain_file(settings.work_dir).read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def handed_back_words(settings: WorkerSettings) -> str:
+    return (
+        f"Worker {settings.worker_name} was asked to stop (an upgrade or a restart) and its runs went on for "
+        f"{settings.drain_seconds:g} s (RAI_DRAIN_SECONDS); this one was not done, so it was stopped"
+    )
 
 
 def stopped_words(settings: WorkerSettings) -> str:
@@ -124,7 +147,7 @@ class Lease(threading.Thread):
                 "job %s (attempt %d): %s; stopping the run",
                 self.job_id,
                 self.attempt,
-                "superseded" if reason == SUPERSEDED else "lease lost",
+                reason if reason != LOST else "lease lost",
             )
         self.stop_run.set()
 
@@ -143,6 +166,8 @@ class Lease(threading.Thread):
             renewed = self.renew_once()
             if self.reason == SUPERSEDED:
                 return
+            if self.reason is None and drain_over(s):  # the worker stops: the run goes back in the queue
+                self._end(HANDED_BACK)
             if renewed:
                 self.last_ok = sent
                 if not self._done.is_set():  # closing: the stamp is being removed

@@ -9,6 +9,7 @@ is on a file system its nodes share, so these paths are the nodes' too.
     bin/                           the pty helper, built or copied here (mountable into containers)
     metrics/                       the pool processes' Prometheus files
     tmp/                           the worker's own temporary files (TMPDIR), emptied at start
+    draining                       asked to stop: until when its runs may go on (lease.drain_over)
     image-pulls/                   images staff asked for, downloaded before loading
     name                           the worker's own name, when RAI_WORKER_NAME does not give one
 
@@ -53,6 +54,10 @@ def lease_stamp(work_dir: Path) -> Path:
     """This pool process's lease stamp: its folder is mounted into the containers it makes (its
     spare one too, made before the job it will run is known)."""
     return slot_dir(work_dir) / "lease" / "until"
+
+
+def drain_file(work_dir: Path) -> Path:
+    return work_dir / "draining"
 
 
 def tmp_dir(work_dir: Path) -> Path:
