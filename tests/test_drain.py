@@ -34,6 +34,8 @@ def test_an_upgrade_lets_the_running_job_finish_once(tmp_path, redis_url):
         assert out.count("\ndone-2\n") == 1 and "goes back in the queue" not in out, out
         nxt = svc.client("submit", "-p", str(make_project(tmp_path / "n", ["echo after-the-upgrade"])))
         assert nxt.returncode == 0 and "after-the-upgrade" in nxt.stdout, nxt.stdout + nxt.stderr
+        # the worker's log is its own lines: not one of httpx's per heartbeat and renewal (issue 48)
+        assert "HTTP Request:" not in (svc.logs / "worker-w1.log").read_text()
     finally:
         svc.shutdown()
 

@@ -39,6 +39,9 @@ def run(
 ) -> None:
     """Start the worker (settings come from RAI_* environment variables)."""
     logging.basicConfig(level=loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: a line per heartbeat and lease renewal (every 3 s) drowned the
+    # worker's own lines (issue 48); its warnings and errors still show
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     try:
         settings = WorkerSettings.load()
     except ValueError as exc:  # pydantic's ValidationError: say which setting, and stop
