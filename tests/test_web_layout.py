@@ -155,7 +155,7 @@ def test_no_page_is_wider_than_the_window(browser, site):
     assert dana_job["position_why"].startswith("1 job submitted after yours goes first"), dana_job
     pages.insert(3, ("job-waiting", f"/jobs/{waiting}", "#position-why"))
     said = svc.client("status", waiting, env={"RAI_PROFILE": str(site["dana"]), "COLUMNS": "200"}).stdout
-    assert "starts in about" in said and "1 job submitted after yours goes first" in said, said
+    assert "starts in " in said and "1 job submitted after yours goes first" in said, said  # a range, or a guess that says so (issue 49)
     wide: list[str] = []
     for w in WIDTHS:
         page = log_in(browser, svc, site["staff"], w)
@@ -173,7 +173,7 @@ def test_no_page_is_wider_than_the_window(browser, site):
                 wide += [f"{name} at {w}: a table wider than its card ({c})" for c in spilled]
             page.screenshot(path=str(SHOTS / f"{name}-{w}.png"), full_page=True)
             if name == "job-waiting":  # the ETA and why jobs submitted later go first
-                assert "starts in about" in page.inner_text("#position")
+                assert "starts in " in page.inner_text("#position")
                 assert "1 job submitted after yours goes first" in page.inner_text("#position-why")
             if w == 400:  # what users missed: 'Log out', and the queue's Cancel button
                 out = page.locator("header .who button").bounding_box()
@@ -194,7 +194,7 @@ def test_no_page_is_wider_than_the_window(browser, site):
     assert page.inner_text("#position").startswith(" · position 2")
     ivan = detach(svc, svc.add_user("ivan_l"), make_project(site["tmp"] / "ivan", ["echo ivan"]))
     page.locator("#position-why").filter(has_text="Moved back from 2 to 3. 2 jobs submitted after yours go first").wait_for(timeout=20000)
-    assert page.inner_text("#position").startswith(" · position 3 · starts in about")
+    assert page.inner_text("#position").startswith(" · position 3 · starts in ")
     page.context.close()
     with svc.http() as h:  # the queue is free again for the other tests
         for job in (*hold, waiting, hal, ivan):

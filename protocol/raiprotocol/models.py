@@ -89,7 +89,16 @@ class JobOut(BaseModel):
     failed_command: str | None = None
     message: str | None = None
     position: int | None = Field(default=None, description="place in the queue while queued, 1 = next")
-    eta_seconds: float | None = Field(default=None, description="expected wait before it starts, while queued")
+    eta_seconds: float | None = Field(
+        default=None, description="expected wait before it starts, while queued (for a guess: the upper end, eta_high)"
+    )
+    eta_low: float | None = Field(default=None, description="while queued: the wait's range, from (seconds, rounded down to 5)")
+    eta_high: float | None = Field(default=None, description="while queued: the wait's range, to (seconds, rounded up to 5)")
+    eta_guess: str | None = Field(
+        default=None,
+        description="while queued: why the range is a guess bounded by the jobs' wall limits "
+        "(no recent runs to go by, or a job ahead outlived them); None: the range rests on recent runs",
+    )
     position_why: str | None = Field(
         default=None, description="while queued: why jobs submitted later are ahead of it (fair share, staff, a kind that goes first)"
     )

@@ -19,7 +19,7 @@ from raiserver.live.feed import LogHub, Shared, Watcher
 from raiserver.live.logs import PAGE_ENTRIES
 from raiserver.services import Services
 
-STATUS_FIELDS = {"state", "position", "eta_seconds", "position_why", "worker"}
+STATUS_FIELDS = {"state", "position", "eta_seconds", "eta_low", "eta_high", "eta_guess", "position_why", "worker"}
 
 
 def sse_json(model: BaseModel, **kw: Any) -> str:

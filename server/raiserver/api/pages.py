@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
 from raiprotocol.models import REGRADE_MESSAGE_CHARS
+from raiprotocol.waits import wait_words
 from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
 from raiserver.access.csrf import check_csrf, csrf_token
 from raiserver.access.people import MAX_QUERY, find_people
@@ -57,6 +58,7 @@ def duration(seconds: float) -> str:
 
 templates.env.filters["short_id"] = short_id
 templates.env.filters["duration"] = duration
+templates.env.filters["wait_words"] = lambda job: wait_words(job.eta_low, job.eta_high, job.eta_guess, job.eta_seconds)
 router = APIRouter(include_in_schema=False)
 FORM_EXPIRED = "the form expired; reload the page and try again"
 

@@ -5,7 +5,7 @@ API shows it, the web queue's rows and ``raiclient queue``'s summaries. Nothing 
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections import Counter
 from datetime import timedelta
 
@@ -14,18 +14,19 @@ from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import JobOut, JobResultSummary, JobState, QueueSummary
 from raiprotocol.states import UNFINISHED
+from raiprotocol.waits import wait_words
 from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_workers
 from raiserver.grading.kinds import Deadlines, in_words
+from raiserver.jobs.eta import DEFAULT_GAP, Slotted, Wait, estimate
 from raiserver.jobs.fairshare import fair_order, runs_on
 from raiserver.jobs.lifecycle import claimed_at, phases_of, wall_limit
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, User
 
-TYPICAL_RUN = 30.0  # seconds, for a queue that has no finished job yet
-RECENT_RUNS = 20  # finished runs of a kind that make its typical run
-OVERDUE = 10.0  # seconds still expected, at least, of a job that has run longer than any of its kind
+RECENT_RUNS = 20  # finished runs of a kind that its estimates go by
+STARTING = Wait(low=0.0, high=0.0, mid=0.0)  # claimed already: it starts now
 SHORT_ID = 8  # characters of a job id shown where space is short: its random end
 
 
@@ -40,20 +41,23 @@ class QueueView:
     many jobs are shown (the web queue renders every waiting job each second: one fair-order pass
     and one schedule, not one per job).
 
-    The ETA (issue 37) plays the queue forward: each slot frees when the job on it ends (its kind's
-    typical run, or, once past that, the typical run of the longer runs of its kind, never past its
-    own wall limit), and the jobs ahead, in the fair order, each take a slot for their kind's
-    typical run. So a job's ETA counts down as time passes at the same position, and a job of a
-    slow kind ahead counts for what it is."""
+    The wait (issues 37 and 49) plays the queue forward (``eta``): each running job ends as a run
+    of its kind that lasted longer than it has so far, each job ahead, in the fair order, takes a
+    slot for a run of its kind, never past its own wall limit; a range from many such plays, or,
+    where history is missing or no longer describes the jobs, a guess bounded by the wall limits
+    that says so. A job of a slow kind ahead counts for what it is, and one that outlives its
+    estimate makes the range grow."""
 
     def __init__(self, db: Session, settings: Settings):
         self.db = db
         self.settings = settings
         self._orders: dict[str, list[Job]] = {}
         self._positions: dict[str, dict[str, int]] = {}
-        self._etas: dict[str, dict[str, float] | None] = {}
+        self._etas: dict[str, dict[str, Wait] | None] = {}
         self._deadlines: Deadlines | None = None
-        self._runs: dict[str, dict[str, list[float]]] = {}  # per queue, kind: recent run times, sorted
+        self._runs: dict[str, dict[str, list[tuple[float, bool]]]] = {}  # per queue, kind: latest runs by start
+        self._gaps: dict[str, float] = {}  # per queue: a release's typical wait for a worker's claim, s
+        self._started: set[str] = set()  # jobs found running while the schedule was made
 
     def _order(self, queue: str) -> list[Job]:
         if queue not in self._orders:
@@ -109,91 +113,86 @@ class QueueView:
             )
         return text + "; ".join(reasons)
 
-    def eta(self, job: Job, position: int | None) -> float | None:
-        """Expected wait until the job starts, rounded to 5 s (an estimate, not a promise). None
-        when no live worker serves the queue."""
+    def wait(self, job: Job, position: int | None) -> Wait | None:
+        """The job's start as a range, seconds from now (``eta.estimate``: from history, or a guess
+        bounded by the wall limits, and saying so). None when not waiting or no live worker
+        serves the queue."""
         if position is None:
             return None
         if job.queue not in self._etas:
             self._etas[job.queue] = self._schedule(job.queue)
         etas = self._etas[job.queue]
-        if etas is None or job.id not in etas:
+        if etas is None:
             return None
-        return float(5 * round(etas[job.id] / 5))
+        if job.id in self._started:  # claimed since its row was read (the first job on an idle service)
+            return STARTING
+        return etas.get(job.id)
 
-    def typical(self, queue: str, kind: str) -> float:
-        """The median of the kind's recent runs on the queue; else of the queue's; else 30 s."""
-        runs = self._recent(queue)
-        spans = runs.get(kind) or runs.get("", [])
-        return spans[len(spans) // 2] if spans else TYPICAL_RUN
+    def eta(self, job: Job, position: int | None) -> float | None:
+        """The single figure older clients show (``eta_seconds``): the typical start, or, for a
+        guess, the upper end (never an understatement); rounded to 5 s."""
+        w = self.wait(job, position)
+        return None if w is None else float(5 * round(w.mid / 5))
 
-    def remaining(self, job: Job, ran: float) -> float:
-        """How much longer a job that has run ``ran`` s will run: to its kind's typical run; past
-        that, to the middle of its kind's runs that lasted longer (a stable guess, not one that grows
-        with every second it runs); past all of them, one more typical run (10 s at least); never
-        past its wall limit."""
-        runs = self._recent(job.queue)
-        spans = runs.get(job.kind) or runs.get("", [])
-        longer = [d for d in spans if d > ran]
-        left = longer[len(longer) // 2] - ran if longer else max(self.typical(job.queue, job.kind), OVERDUE)
-        return max(min(left, wall_limit(job, self.settings) - ran), 1.0)
-
-    def _recent(self, queue: str) -> dict[str, list[float]]:
+    def _recent(self, queue: str, ran: dict[str, float]) -> dict[str, list[tuple[float, bool]]]:
+        """Each kind's latest runs on the queue by start, newest first (up to ``RECENT_RUNS``):
+        (seconds, ended), a running one with how long it has run (``ran``, by job id). By start,
+        not by end: in a rush the runs that ended first are the short ones."""
         if queue not in self._runs:
             rows = self.db.execute(
-                select(Job.kind, Job.started_at, Job.finished_at)
+                select(Job.id, Job.kind, Job.state, Job.started_at, Job.finished_at, Job.released_at)
                 .where(
                     Job.queue == queue,
-                    Job.finished_at.is_not(None),
                     Job.started_at.is_not(None),
-                    Job.state.in_((JobState.succeeded, JobState.failed, JobState.timed_out)),
+                    Job.waiting.is_(None),
+                    Job.state.in_((JobState.running, JobState.succeeded, JobState.failed, JobState.timed_out)),
                 )
-                .order_by(Job.finished_at.desc())
+                .order_by(Job.started_at.desc())
                 .limit(200)
             ).all()
-            runs: dict[str, list[float]] = {}
-            for kind, started, ended in rows:
-                if started is None or ended is None:
+            runs: dict[str, list[tuple[float, bool]]] = {}
+            gaps: list[float] = []
+            for job_id, kind, state, started, ended, released in rows:
+                if state == JobState.running:
+                    run = (ran.get(job_id, 0.0), False)
+                elif ended is None or started is None:
                     continue
-                span = (ended - started).total_seconds()
+                else:
+                    run = ((ended - started).total_seconds(), True)
+                    if released is not None and len(gaps) < RECENT_RUNS:
+                        gaps.append(max((started - released).total_seconds(), 0.0))
                 if len(runs.setdefault(kind, [])) < RECENT_RUNS:
-                    runs[kind].append(span)
-                if len(runs.setdefault("", [])) < RECENT_RUNS:
-                    runs[""].append(span)
-            self._runs[queue] = {k: sorted(v) for k, v in runs.items()}
+                    runs[kind].append(run)
+            self._runs[queue] = runs
+            self._gaps[queue] = sorted(gaps)[len(gaps) // 2] if gaps else DEFAULT_GAP
         return self._runs[queue]
 
-    def _schedule(self, queue: str) -> dict[str, float] | None:
-        """Every waiting job's start, seconds from now: the slots' free times in a heap, the
-        released jobs first (they start as soon as a worker takes them), then the fair order. A
-        job of another queue on one of this queue's workers holds one of its slots too."""
+    def _schedule(self, queue: str) -> dict[str, Wait] | None:
+        """Every waiting job's start (``eta.estimate``): the released jobs first (they start as
+        soon as a worker takes them), then the fair order. A job of another queue on one of this
+        queue's workers holds one of its slots too."""
         live = live_workers(self.db, self.settings.worker_dead_after, queue)
         slots = sum(w.slots for w in live)
         if slots == 0:
             return None
         now = utcnow()
-        frees = []
+        running = []
         mine = (Job.queue == queue) & (Job.state == JobState.running)
-        for running in self.db.scalars(select(Job).where(or_(mine, runs_on(live)), Job.waiting.is_(None))):
-            claimed = claimed_at(running)
-            frees.append(self.remaining(running, (now - claimed).total_seconds() if claimed else 0.0))
-        frees += [0.0] * max(slots - len(frees), 0)  # idle slots free now
-        heapq.heapify(frees)
+        for job in self.db.scalars(select(Job).where(or_(mine, runs_on(live)), Job.waiting.is_(None))):
+            claimed = claimed_at(job)
+            ran = max((now - claimed).total_seconds(), 0.0) if claimed else 0.0
+            running.append(Slotted(job.id, job.kind, wall_limit(job, self.settings), ran=ran, alone=job.reserved))
+            self._started.add(job.id)
         released = self.db.scalars(
             select(Job).where(Job.queue == queue, Job.state == JobState.queued, Job.released_at.is_not(None)).order_by(Job.released_at)
         ).all()
-        etas: dict[str, float] = {}
-        # a ranked run starts once the jobs running now have ended, then one after another
-        alone_at = max(frees, default=0.0)
-        for waiting in [*released, *self._order(queue)]:
-            if waiting.reserved:
-                etas[waiting.id] = alone_at
-                alone_at += self.typical(queue, waiting.kind)
-                continue
-            start = heapq.heappop(frees)
-            etas[waiting.id] = start
-            heapq.heappush(frees, start + self.typical(queue, waiting.kind))
-        return etas
+        waiting = [
+            Slotted(j.id, j.kind, wall_limit(j, self.settings), alone=j.reserved)
+            for j in [*released, *self._order(queue)]
+            if j.id not in self._started
+        ]
+        history = self._recent(queue, {r.id: r.ran or 0.0 for r in running})
+        return estimate(slots, running, waiting, history, self._gaps[queue])
 
 
 def shown_state(state: JobState, waiting: bool) -> JobState:
@@ -204,6 +203,7 @@ def shown_state(state: JobState, waiting: bool) -> JobState:
 
 def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
     position = view.position(job)
+    wait = view.wait(job, position)
     return JobOut(
         id=job.id,
         owner=job.owner.username,
@@ -221,7 +221,10 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         failed_command=job.failed_command,
         message=job.message,
         position=position,
-        eta_seconds=view.eta(job, position),
+        eta_seconds=None if wait is None else float(5 * round(wait.mid / 5)),
+        eta_low=None if wait is None else float(5 * math.floor(wait.low / 5)),
+        eta_high=None if wait is None else float(5 * math.ceil(wait.high / 5)),
+        eta_guess=None if wait is None else wait.guess,
         position_why=view.why(job, position),
         gpu_name=job.gpu_name,
         has_build=job.has_build,
@@ -292,6 +295,10 @@ def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
                 "worker": job.worker or "",
                 "position": out.position,
                 "eta": out.eta_seconds,
+                "eta_low": out.eta_low,
+                "eta_high": out.eta_high,
+                "eta_guess": out.eta_guess,
+                "eta_words": wait_words(out.eta_low, out.eta_high, out.eta_guess),
                 "why": out.position_why,
                 "waiting": job.waiting,
                 "seconds": round((now - since).total_seconds()) if since else 0,

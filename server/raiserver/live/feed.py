@@ -213,7 +213,7 @@ class LogHub:
                 continue
             now = time.monotonic()
             for job_id, job in snaps.items():
-                current = (job.state.value, job.position, job.eta_seconds, job.worker)
+                current = (job.state.value, job.position, job.eta_seconds, job.eta_low, job.eta_high, job.eta_guess, job.worker)
                 said = self.last_status.get(job_id)
                 # a change, or a waiting job's news every few seconds even without one: an ETA that holds
                 # still (issue 37) sends no change, and clients show at least every 30 s that it waits

@@ -3,6 +3,15 @@
 const rai = (() => {
   const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
   const dur = (s) => (s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`);
+  // a waiting job's estimate in words, as raiprotocol/waits.py writes it (issue 49): a range, a guess says so
+  const span = (s) => { s = Math.round(s); return s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min` + (s % 60 ? ` ${s % 60} s` : "") : `${Math.floor(s / 3600)} h` + (Math.floor((s % 3600) / 60) ? ` ${Math.floor((s % 3600) / 60)} min` : ""); };
+  const between = (lo, hi) => (Math.round(lo) === Math.round(hi) ? span(hi) : hi < 60 ? `${Math.round(lo)}–${span(hi)}` : `${span(lo)} – ${span(hi)}`);
+  const waitWords = (s) => {
+    if (s.eta_high == null || s.eta_low == null) return s.eta_seconds ? `about ${span(s.eta_seconds)}` : "";
+    if (s.eta_high <= 5 && s.eta_low <= 0) return "starting now";
+    if (s.eta_guess) return (s.eta_low <= 0 ? `up to ${span(s.eta_high)}` : between(s.eta_low, s.eta_high)) + `, a guess: ${s.eta_guess}`;
+    return `about ${between(s.eta_low, s.eta_high)}`;
+  };
 
   // SGR colour codes → spans; anything else of ANSI is dropped
   const COLORS = ["black", "red", "green", "yellow", "blue", "magenta", "cyan", "white"];
@@ -236,7 +245,7 @@ const rai = (() => {
       setTitle(s.state);
       const where = $("position");
       if (where) {
-        where.textContent = s.position ? ` · position ${s.position}` + (s.eta_seconds != null ? ` · starts in about ${dur(Math.round(s.eta_seconds))}` : "") : "";
+        where.textContent = s.position ? ` · position ${s.position}` + (waitWords(s) ? ` · starts in ${waitWords(s)}` : "") : "";
         const why = $("position-why");
         const moved = position && s.position && s.position > position ? `Moved back from ${position} to ${s.position}. ` : "";
         why.textContent = s.position_why ? moved + s.position_why : moved;
@@ -262,7 +271,7 @@ const rai = (() => {
         `<tr class="${j.mine ? "mine" : ""}"><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td class="opt">${esc(j.kind)}</td><td class="opt">${esc(j.queue)}</td><td class="opt">${esc(j.worker)}</td><td>${dur(j.seconds)}</td>${cancel(j)}</tr>`).join("")
         || `<tr><td colspan="7" class="muted">Nothing running.</td></tr>`;
       document.querySelector("#queued tbody").innerHTML = snap.queued.map((j) =>
-        `<tr class="${j.mine ? "mine" : ""}"><td>${j.position ?? "—"}</td><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td class="opt">${esc(j.kind)}</td><td class="opt">${esc(j.queue)}</td><td class="opt">${dur(j.seconds)}</td><td${j.why ? ` title="${esc(j.why)}"` : ""}>${j.waiting ? esc(j.waiting) : j.eta != null ? "≈ " + dur(Math.round(j.eta)) : "—"}${j.why && j.mine ? `<div class="muted why">${esc(j.why)}</div>` : ""}</td>${cancel(j)}</tr>`).join("")
+        `<tr class="${j.mine ? "mine" : ""}"><td>${j.position ?? "—"}</td><td>${jobCell(j)}</td><td>${esc(j.owner)}</td><td class="opt">${esc(j.kind)}</td><td class="opt">${esc(j.queue)}</td><td class="opt">${dur(j.seconds)}</td><td${j.why ? ` title="${esc(j.why)}"` : ""}>${j.waiting ? esc(j.waiting) : esc(j.eta_words || "—")}${j.why && j.mine ? `<div class="muted why">${esc(j.why)}</div>` : ""}</td>${cancel(j)}</tr>`).join("")
         || `<tr><td colspan="8" class="muted">Nobody is waiting.</td></tr>`;
       document.getElementById("running-count").textContent = snap.running.length;
       document.getElementById("queued-count").textContent = snap.queued.length;
