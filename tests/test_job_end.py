@@ -57,9 +57,9 @@ def started(request, docker_engine, redis_url, tmp_path) -> Iterator:
 
 
 def _job_processes(container) -> list[str]:
-    """Every process but docker-init and the keepalive."""
+    """Every process but docker-init and the keepalive (the lease's watcher, issue 51, and its sleep)."""
     rows = container.top()["Processes"]
-    return [" ".join(row[-1:]) for row in rows if "docker-init" not in row[-1] and "sleep 2147483647" not in row[-1]]
+    return [row[-1] for row in rows if "docker-init" not in row[-1] and "/opt/rai/lease/until" not in row[-1] and row[-1] != "sleep 1"]
 
 
 def test_background_processes_are_stopped_and_build_collected_without_killing_the_container(started):

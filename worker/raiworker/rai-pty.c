@@ -22,11 +22,25 @@
  * instruction; the prctl below is for where that cannot be), so no output of the job can pass for
  * that line.
  *
+ * Ending the job's processes (issue 50): before the script after the command (RAI_PTY_THEN), and in
+ * `rai-pty --end-then SCRIPT [ARGS...]` (an exec of its own), the helper itself kills every process
+ * of the job and waits until none is left but zombies (up to 2 s), then runs SCRIPT with sh. The
+ * decision "every process is gone" is this helper's, which no process of the job can trace or
+ * pause (a shell doing it was dumpable: a survivor could attach to it and stop it, or change what
+ * it reported). With none left, nothing can attach to the script either. If one is left, the
+ * script still runs (its tar keeps /build) as this helper's child, and the helper exits LEFT_OVER
+ * (99) whatever the script's status. Spared: init (1), its first child (the container's keepalive,
+ * root's) and that one's children, and this helper. Only with RAI_PTY_END_JOB set (the worker sets
+ * it in a job container's exec); without it nothing is killed (the worker probes the helper on its
+ * own host).
+ *
  * Usage: rai-pty PROGRAM [ARGS...]    Static build: cc -O2 -static -o rai-pty rai-pty.c
+ *        rai-pty --end-then SCRIPT [ARGS...]
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -176,7 +190,104 @@ static void gather(struct out *busy, struct out *quiet, const sigset_t *wait_mas
     }
 }
 
+#define LEFT_OVER 99
+
+/* The first number in a file (/proc/1/task/1/children: init's first child), or -1. */
+static long first_number(const char *path) {
+    char buf[64] = {0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    char *end;
+    long v = strtol(buf, &end, 10);
+    return end == buf ? -1 : v;
+}
+
+/* State and parent of a process from /proc/PID/stat (after the last ')': its name may hold one). */
+static int stat_of(long pid, char *state, long *ppid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *close_paren = strrchr(buf, ')');
+    if (!close_paren || sscanf(close_paren + 1, " %c %ld", state, ppid) != 2) return -1;
+    return 0;
+}
+
+/* Kill every process of the job and wait until none runs (zombies run nothing): 0 when none is
+ * left, 1 when one still ran after 40 passes 50 ms apart. */
+static int end_processes(void) {
+    long self = (long)getpid(), keep = first_number("/proc/1/task/1/children");
+    int left = 1;
+    for (int pass = 0; pass < 40 && left; pass++) {
+        left = 0;
+        DIR *d = opendir("/proc");
+        if (!d) return 1;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            char *end;
+            long pid = strtol(e->d_name, &end, 10);
+            if (*end || pid <= 1 || pid == self || pid == keep) continue;
+            char state;
+            long ppid;
+            if (stat_of(pid, &state, &ppid) < 0 || state == 'Z' || (keep > 0 && ppid == keep)) continue;
+            left = 1;
+            kill((pid_t)pid, SIGKILL);
+        }
+        closedir(d);
+        if (left) {
+            struct timespec t = {0, 50 * 1000000L};
+            nanosleep(&t, NULL);
+        }
+    }
+    return left;
+}
+
+/* After the job's processes were ended: SCRIPT (with ARGS as $1…) in place of this helper when
+ * none was left; else as its child, and LEFT_OVER whatever it returns. */
+static int then_script(const char *script, char **args, int nargs, int left) {
+    char *argv[nargs + 5];
+    int k = 0;
+    argv[k++] = "sh";
+    argv[k++] = "-c";
+    argv[k++] = (char *)script;
+    argv[k++] = "sh";
+    for (int i = 0; i < nargs; i++) argv[k++] = args[i];
+    argv[k] = NULL;
+    if (!left) {
+        execv("/bin/sh", argv);
+        return 126;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        execv("/bin/sh", argv);
+        _exit(126);
+    }
+    int status = 0;
+    while (pid > 0 && waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    /* 98: the script sent nothing (a /build too large for this stream: the worker copies it in an
+     * exec of its own, which ends the processes again); else what survived is said, whatever the
+     * script (traceable by the survivor) returned */
+    return pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 98 ? 98 : LEFT_OVER;
+}
+
 int main(int argc, char **argv) {
+    /* Ending processes only where the worker asks for it, in a job's container: never on a host
+     * where the helper is probed (it would kill every process of the worker's user) */
+    int end_job = getenv("RAI_PTY_END_JOB") != NULL;
+    unsetenv("RAI_PTY_END_JOB");
+    if (argc >= 3 && strcmp(argv[1], "--end-then") == 0) {
+        prctl(PR_SET_DUMPABLE, 0);
+        signal(SIGPIPE, SIG_DFL);
+        return then_script(argv[2], argv + 3, argc - 3, end_job ? end_processes() : 0);
+    }
     if (argc < 2) {
         fprintf(stderr, "usage: rai-pty PROGRAM [ARGS...]\n");
         return 2;
@@ -274,8 +385,7 @@ int main(int argc, char **argv) {
         close(em);
         signal(SIGPIPE, SIG_DFL);
         sigprocmask(SIG_SETMASK, &orig, NULL);
-        execl("/bin/sh", "sh", "-c", then, (char *)NULL);
-        return 126; /* no tar after the end line: the worker copies /build with an exec of its own */
+        return then_script(then, NULL, 0, end_job ? end_processes() : 0); /* no tar after the end line: the worker copies /build with an exec of its own */
     }
     return code;
 }

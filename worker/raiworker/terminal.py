@@ -73,6 +73,17 @@ def hands_over(helper: Path) -> bool:
     return res.stdout.endswith(b"\0rai-end:probe:0\n") and res.returncode == 0
 
 
+@lru_cache(maxsize=4)
+def ends_job(helper: Path) -> bool:
+    """Whether this rai-pty ends a job's processes itself (``--end-then``, issue 50): probed without
+    RAI_PTY_END_JOB, so it kills nothing here; one from before runs "--end-then" as a program."""
+    try:
+        res = subprocess.run([str(helper), "--end-then", "exit 7"], env={}, capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return res.returncode == 7
+
+
 def _prebuilt(work_dir: Path, prebuilt: Path, name: str, setting: str) -> Path | None:
     """A prebuilt helper (the service image has them), copied into the work folder, whose paths the
     Docker engine can mount."""

@@ -23,19 +23,20 @@ from raiprotocol.models import JobState
 
 from ...config import WorkerSettings
 from ...logsink import LogSink
-from ...terminal import Frames
+from ...terminal import IN_CONTAINER, Frames
 from ..base import JobContext, Outcome
 from .client import _close, _exit_code
-from .scripts import COLLECT, LEFT_OVER
+from .scripts import COLLECT, END_JOB_ENV, LEFT_OVER
 
 if TYPE_CHECKING:  # a name for the buffer protocol, in typeshed only
     from _typeshed import WriteableBuffer
 
 
 def copy_out(api: Any, container_id: str, argv: list[str], user: str, dest: Path, s: WorkerSettings) -> int | None:
-    """Run ``argv`` in the container (a script that writes a tar to its stdout) and extract that
-    stream into ``dest`` (``extract``). Returns the exec's exit status."""
-    exec_id = api.exec_create(container_id, argv, user=user)["Id"]
+    """Run ``argv`` in the container (a script that writes a tar to its stdout, or the helper ending
+    the job's processes first: ``scripts.ending_job``) and extract that stream into ``dest``
+    (``extract``). Returns the exec's exit status."""
+    exec_id = api.exec_create(container_id, argv, user=user, environment=END_JOB_ENV if argv[:1] == [IN_CONTAINER] else None)["Id"]
     # a socket of our own: closed on a cut, so the engine stops copying at once (with the
     # stream left open, killing the container waited 10 s for it)
     conn = api.exec_start(exec_id, socket=True)
@@ -198,13 +199,20 @@ class _Guard:
 
 
 def collect_build(
-    api: Any, container: Any, user: str, ctx: JobContext, cancel: threading.Event, handover: Handover | None = None
+    api: Any,
+    container: Any,
+    user: str,
+    ctx: JobContext,
+    cancel: threading.Event,
+    handover: Handover | None = None,
+    argv: list[str] | None = None,
 ) -> tuple[Outcome | None, bool | None]:
     """Stop the job's processes and copy /build (a tmpfs: it dies with the container, and
     `docker cp` cannot read it) out through the image's own tar into ``ctx.build_dir`` (a 1 TiB
     sparse file or 300,000 small files once held a slot for hours). Returns an Outcome when the
     copy was cut or incomplete, and whether every process of the job was seen gone (None: the
-    copy did not get that far). ``handover``: the last command's exec already runs the copy."""
+    copy did not get that far). ``handover``: the last command's exec already runs the copy;
+    ``argv``: the exec that ends the job's processes and copies (``scripts.ending_job``)."""
     s = ctx.settings
     deadline = min(ctx.wall_deadline, time.monotonic() + s.collect_seconds)
     problem: str | None = None
@@ -217,7 +225,7 @@ def collect_build(
                 with contextlib.suppress(NothingCame):
                     code, copied = handover.finish(api, ctx.build_dir, s, deadline + 10), True
             if not copied and not guard.why:
-                code = copy_out(api, container.id, ["/bin/sh", "-c", COLLECT], user, ctx.build_dir, s)
+                code = copy_out(api, container.id, argv or ["/bin/sh", "-c", COLLECT], user, ctx.build_dir, s)
             contained = proved_contained(code)
             if code not in (0, LEFT_OVER) and not guard.why:
                 problem = f"the copy ended with status {code}"

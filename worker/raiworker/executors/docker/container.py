@@ -28,7 +28,7 @@ from ..base import Executor, JobContext
 from .cgroup import TimedCgroup
 from .client import LABEL, SPARE, _runtimes, container_name, shared_client
 from .collect import EndMarked, Handover
-from .scripts import CGROUP_IN_CONTAINER, KEEPALIVE, KEPT_IN_CONTAINER, LEASE_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
+from .scripts import CGROUP_IN_CONTAINER, END_JOB_ENV, KEEPALIVE, KEPT_IN_CONTAINER, LEASE_IN_CONTAINER, MEASURE_DIR, TIMED_CAPS
 
 
 class ContainerJob(Executor):
@@ -50,6 +50,7 @@ class ContainerJob(Executor):
         self.memory_over: str | None = None  # why it was killed, once it held more than its share
         self.handover: Handover | None = None  # the last command's exec, copying /build on (COLLECT_AFTER)
         self.commands_run = 0
+        self.ends_job = False  # the helper in the container ends the job's processes (scripts.ending_job)
 
     def _create(
         self,
@@ -129,7 +130,7 @@ class ContainerJob(Executor):
         api = self.client.api
         token = secrets.token_hex(16) if then is not None else ""
         if then is not None:
-            env = {**(env or {}), "RAI_PTY_THEN": then, "RAI_PTY_END": token}
+            env = {**(env or {}), "RAI_PTY_THEN": then, "RAI_PTY_END": token, **(END_JOB_ENV if self.ends_job else {})}
         try:
             exec_id = api.exec_create(
                 self.container.id, argv, workdir="/build", user=user, environment={"RAI_JOB_ID": ctx.job_id, **(env or {})}

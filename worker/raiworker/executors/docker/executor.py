@@ -22,13 +22,13 @@ from ...errors import ExecutorUnavailable
 from ...images import is_offered
 from ...logsink import LogSink
 from ...nvml import MemoryShare, Nvml, in_cgroup
-from ...terminal import IN_CONTAINER, hands_over, no_terminal_note, pty_helper
+from ...terminal import IN_CONTAINER, ends_job, hands_over, no_terminal_note, pty_helper
 from ...workdir import slot_dir
 from ..base import JobContext, Outcome
 from .client import SPARE, _remove_later, container_name, reap_containers, shared_client
 from .collect import collect_build
 from .measure import TimedRuns
-from .scripts import COLLECT_AFTER, KILL_JOB
+from .scripts import COLLECT, COLLECT_AFTER, COLLECT_AFTER_HELPER, KILL_JOB, TAR_BUILD, ending_job
 from .spares import _empty, _move_entries, _slot, _Spare, spare_key
 
 log = logging.getLogger("raiworker")
@@ -74,6 +74,7 @@ class DockerExecutor(TimedRuns):
             sink.system(no_terminal_note())
         else:
             self.wrap = [IN_CONTAINER]
+            self.ends_job = ends_job(helper)
         self.user = s.container_user
         gpu = f", GPU {','.join(ctx.gpu_ids)}" if ctx.gpu_ids else ""
         lost = self._stop_lost_run(ctx)
@@ -148,7 +149,9 @@ class DockerExecutor(TimedRuns):
         self.commands_run += 1
         last = self.commands_run == len(ctx.commands) and ctx.repeat_timing <= 1 and ctx.timed is None
         # the last command's exec goes on to copy /build (one exec less; rai-pty runs it)
-        then = COLLECT_AFTER if last and self.helper is not None and hands_over(self.helper) else None
+        then = None
+        if last and self.helper is not None and hands_over(self.helper):
+            then = COLLECT_AFTER_HELPER if self.ends_job else COLLECT_AFTER
         return self._run_exec(ctx, [*self.wrap, "/bin/sh", "-c", command], self.user, sink, then=then)
 
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
@@ -192,7 +195,8 @@ class DockerExecutor(TimedRuns):
         if self.container is None:
             return None
         handover, self.handover = self.handover, None
-        outcome, contained = collect_build(self.client.api, self.container, self.user, ctx, cancel or threading.Event(), handover)
+        argv = ending_job(self.ends_job, TAR_BUILD, COLLECT)
+        outcome, contained = collect_build(self.client.api, self.container, self.user, ctx, cancel or threading.Event(), handover, argv)
         if contained is not None:
             self.contained = contained
         return outcome

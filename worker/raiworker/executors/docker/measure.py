@@ -33,7 +33,7 @@ from ..base import JobContext
 from .cgroup import NoCgroup, TimedCgroup
 from .collect import copy_out
 from .container import ContainerJob
-from .scripts import KEEP_IN, KEEP_OUT, LEFT_OVER, MEASURE_DIR, READ_RESULT, THROTTLE_RETRIES, WRITE_KEYS
+from .scripts import KEEP_IN, KEEP_OUT, LEFT_OVER, MEASURE_DIR, READ_RESULT, TAR_KEPT, THROTTLE_RETRIES, WRITE_KEYS, ending_job
 
 BOUND_MAX = 120.0  # a timed run's bound when the course sets none: 20x the reference's, at most this
 BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still leaves room for a slow start)
@@ -216,7 +216,12 @@ class TimedRuns(ContainerJob):
         dest.mkdir(parents=True)
         try:
             code = copy_out(
-                self.client.api, self.container.id, ["/bin/sh", "-c", KEEP_OUT, "sh", *(timed.keep or ["."])], self.user, dest, ctx.settings
+                self.client.api,
+                self.container.id,
+                ending_job(self.ends_job, TAR_KEPT, KEEP_OUT, tuple(timed.keep or ["."])),
+                self.user,
+                dest,
+                ctx.settings,
             )
         except OverLimit as exc:
             return f"the build's result is too large to time: {exc}"

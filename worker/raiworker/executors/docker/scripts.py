@@ -6,6 +6,7 @@ Each is one exec (each costs ~50 ms); they run as the job's user unless said oth
 from __future__ import annotations
 
 from ...lease import LEASE_EXIT, PAST_BOOT_SH
+from ...terminal import IN_CONTAINER
 
 # The container's first process under its init, as root (the job's user cannot signal it): it keeps
 # the container up between execs and is the lease's watcher (issue 51). Once the stamp's time is
@@ -50,6 +51,29 @@ COLLECT_AFTER = "exec 2>/dev/null; " + COLLECT.replace(
 )
 # Between a ranked job's timed runs: every process of the job ended (as at the end), nothing copied
 END_PROCESSES = COLLECT.rsplit("tar -C", 1)[0] + f'[ "$left" = 1 ] && exit {LEFT_OVER}; exit 0'
+# Issue 50: where the container has the pty helper, the helper ends the job's processes and decides
+# that none is left (``rai-pty --end-then``; after the last command, RAI_PTY_THEN), out of the
+# job's reach: a shell doing it is dumpable, so a surviving process could attach to it, stop it or
+# change what it reports. The shell scripts above stay for a container without the helper. The
+# helper ends processes only with END_JOB_ENV in its environment (never on a worker's host, where
+# the worker probes it).
+END_JOB_ENV = {"RAI_PTY_END_JOB": "1"}
+TAR_BUILD = "tar -C /build -cf - ."
+TAR_KEPT = 'tar -C /build -cf - -- "$@"'
+COLLECT_AFTER_HELPER = (
+    f'exec 2>/dev/null; [ "$(tar -C /build -cf - . | head -c {HANDOVER_BYTES + 1} | wc -c)" -gt {HANDOVER_BYTES} ] && exit 98; ' + TAR_BUILD
+)
+
+
+def ending_job(helper: bool, tar: str, shell: str, args: tuple[str, ...] = ()) -> list[str]:
+    """An exec's argv that ends every process of the job, then runs ``tar`` (with ``args`` as $1…):
+    by the helper where the container has one (run it with END_JOB_ENV), else by the shell script
+    ``shell``, which ends them itself."""
+    if helper:
+        return [IN_CONTAINER, "--end-then", tar, *args]
+    return ["/bin/sh", "-c", shell, "sh", *args]
+
+
 # Issue 32: a ranked run's timed runs each start in a fresh container from the build's result: the
 # build's processes end, the files the course keeps are copied out (bounded like /build), and each
 # timed container copies them into its own empty /build from a read-only folder
