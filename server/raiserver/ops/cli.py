@@ -72,11 +72,25 @@ def serve(
 def secrets_cmd(
     file: Path = typer.Option(..., "--file", help="where to write them (kept if it exists)"),
     redis_host: str | None = typer.Option(None, help="also write RAI_REDIS_URL for Redis at this host:port"),
+    redis_tls: bool = typer.Option(
+        False, "--redis-tls", help="also make Redis's TLS certificate and its one-use CA (redis-ca.pem) beside the file"
+    ),
 ) -> None:
     """Generate the deployment's secrets (worker token, session and pseudonym secrets, Redis
-    password) once; server and workers read them with RAI_SECRETS_FILE."""
+    password) once; server and workers read them with RAI_SECRETS_FILE. With --redis-tls, the
+    certificate that Redis's TLS port shows to worker hosts (made once, kept like the secrets)."""
     made = write_secrets_file(file, redis_host)
     console.print(f"secrets {'written to' if made else 'already in'} {file}")
+    if redis_tls:
+        from raiserver.ops.redis_tls import CA_FILE, write_redis_tls
+
+        try:
+            made = write_redis_tls(file.parent)
+        except (OSError, RuntimeError) as exc:
+            Console(stderr=True).print(f"raiserver: Redis's TLS certificate could not be made: {exc}", markup=False)
+            raise typer.Exit(1) from None
+        said = "made" if made else "already there"
+        console.print(f"Redis's TLS certificate {said}; other hosts' workers trust {file.parent / CA_FILE}", soft_wrap=True)
 
 
 @app.command("migrate")
