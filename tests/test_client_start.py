@@ -1,5 +1,6 @@
-"""The client answers --help and version, and runs a submit, without its heavy libraries; its
-short help and submit options are the full command line's."""
+"""The client answers --help and version, and runs a submit, without its heavy libraries; one
+command-line definition (``commands.py``, argparse) is the help, the parser and the completion, and
+every student command runs on the standard library (issue 49)."""
 
 from __future__ import annotations
 
@@ -49,18 +50,50 @@ def test_version_of_an_unreachable_server_says_so(tmp_path):
     assert "server http://127.0.0.1:9: not reachable" in text
 
 
-def test_short_help_lists_exactly_the_commands_of_the_full_cli():
-    from typer.main import get_command
+def _leaves(parser=None, path=()):
+    """Every command of the one definition that runs: (words, its parser's defaults)."""
+    import argparse
 
-    from raiclient import cli, entry
-    from raiclient.admin import admin
+    from raiclient.commands import build
 
-    app = cli.app
-    if not any(g.name == "admin" for g in app.registered_groups):
-        app.add_typer(admin, name="admin")
-    group = get_command(app)
-    full = {name: (cmd.help or "").strip().split("\n")[0] for name, cmd in group.commands.items()}
-    assert full == entry.COMMANDS
+    parser = parser or build()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                if sub.get_default("run"):
+                    yield (*path, name), sub
+                else:
+                    yield from _leaves(sub, (*path, name))
+
+
+def test_the_help_lists_every_command_and_each_runs_a_function_that_exists():
+    """Issue 49: two parsers (entry.py by hand, cli.py with typer) were kept in step by tests; now
+    the help lists the commands of the one definition, and each names a function that is there."""
+    import importlib
+
+    from raiclient.commands import build
+
+    top = build().format_help()
+    leaves = dict(_leaves())
+    student = ["submit", "logs", "status", "queue", "images", "history", "download", "ranking", "kinds", "limits"]
+    student += ["cancel", "delete", "regrade", "regrades", "login", "version", "completion"]
+    assert {words[0] for words in leaves} == {*student, "admin"}
+    for words, parser in leaves.items():
+        assert f"\n  {words[0]} " in top, words
+        module, _, function = parser.get_default("run").partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), words
+        assert parser.get_default("needs") == (("pydantic",) if words[0] == "admin" else ()), words
+
+
+def test_every_student_command_imports_only_the_standard_library_and_the_pyz_packages():
+    """Issue 49: raiclient.pyz runs every student command; its modules import no typer, rich,
+    httpx or pydantic (the pyz cannot carry them)."""
+    student = sorted({p.get_default("run").partition(":")[0] for words, p in _leaves() if words[0] != "admin"})
+    code = f"import importlib, sys\nfor m in {student!r}:\n    importlib.import_module(m)\nprint(' '.join(sorted(sys.modules)))"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    loaded = {m.split(".")[0] for m in res.stdout.split()}
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
 
 def test_a_whole_submit_imports_no_heavy_library(tmp_path, process_service):
@@ -75,17 +108,15 @@ def test_a_whole_submit_imports_no_heavy_library(tmp_path, process_service):
     assert not mods & set(HEAVY), mods & set(HEAVY)
 
 
-def test_submit_options_read_at_the_start_are_the_full_commands():
-    from typer.main import get_command
+def test_submit_options_parse_as_declared_and_mistakes_are_said():
+    from raiclient.commands import build
 
-    from raiclient import cli, entry
-
-    command = get_command(cli.app).commands["submit"]  # type: ignore[attr-defined]
-    declared = {opt: (p.name, not p.is_flag) for p in command.params for opt in p.opts if p.name != "help"}
-    assert declared == entry.SUBMIT_OPTIONS
-    assert entry.submit_args(["-p", "x", "--kind=m1", "-d"]) == entry.SubmitArgs(path="x", kind="m1", detach=True)
-    for odd in (["--help"], ["-p"], ["-p", "--kind"], ["--detach=yes"], ["extra"], ["-dp", "x"]):
-        assert entry.submit_args(odd) is None, odd  # the full command line explains these
+    ns = build().parse_args(["submit", "-p", "x", "--kind=m1", "-d"])
+    assert (ns.path, ns.kind, ns.detach, ns.queue, ns.server) == ("x", "m1", True, None, None)
+    assert build().parse_args(["submit", "-dp", "x"]).path == "x"
+    for odd in (["-p"], ["-p", "--kind"], ["--detach=yes"], ["extra"]):
+        res = subprocess.run([sys.executable, "-m", "raiclient", "submit", *odd], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and "Usage: raiclient submit" in res.stderr and "Traceback" not in res.stderr, (odd, res.stderr)
 
 
 def test_other_commands_still_reach_the_full_cli(tmp_path):
@@ -103,23 +134,11 @@ def test_help_shows_no_value_after_a_flag(command):
     assert "Usage:" in out and "<bool>" not in out, out
 
 
-def test_the_full_cli_does_not_import_the_fast_entry_point():
-    """Issue 37: cli.py and entry.py imported each other (hidden by a lazy import); both read the
-    commands and the server's version from about.py now."""
-    code = "import sys, raiclient.cli; print('raiclient.entry' in sys.modules)"
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.stdout.strip() == "False", res.stdout + res.stderr
-
-
-def test_short_help_lists_exactly_the_options_of_the_full_cli():
-    from typer.main import get_command
-
-    from raiclient import cli, entry
-
-    group = get_command(cli.app)
-    full = {" ".join(p.opts) + (" [auto|always|never]" if p.name == "color" else ""): (p.help or "").strip() for p in group.params}
-    full["--help"] = "Show this message and exit."
-    assert full == entry.OPTIONS
+def test_short_help_lists_the_options_of_the_whole_command_line():
+    res = subprocess.run([sys.executable, "-m", "raiclient", "--help"], capture_output=True, text=True, timeout=60)
+    for option in ("--color {auto,always,never}", "--show-completion [SHELL]", "--install-completion [SHELL]", "-h, --help"):
+        assert option in res.stdout, (option, res.stdout)
+    assert "Colour codes: auto (on a terminal, unless NO_COLOR is set), always, never" in " ".join(res.stdout.split())
 
 
 def test_json_listings_import_no_heavy_library(tmp_path, process_service):
@@ -133,19 +152,18 @@ def test_json_listings_import_no_heavy_library(tmp_path, process_service):
         assert not mods & set(HEAVY), (args, mods & set(HEAVY))
 
 
-def test_logs_options_read_at_the_start_are_the_full_commands(tmp_path, process_service):
-    """Issue 37: `logs` runs on the standard library too (raiclient.pyz); its options are cli.logs'."""
+def test_logs_options_parse_as_declared_and_run_without_heavy_libraries(tmp_path, process_service):
+    """Issue 37: `logs` runs on the standard library too (raiclient.pyz), your last job's without an id."""
     from helpers import make_project
-    from typer.main import get_command
 
-    from raiclient import cli, entry
+    from raiclient.commands import build
 
-    command = get_command(cli.app).commands["logs"]  # type: ignore[attr-defined]
-    declared = {opt: (p.name, not p.is_flag) for p in command.params for opt in p.opts if p.name not in ("help", "job_id")}
-    assert declared == entry.LOGS_OPTIONS
-    assert entry.logs_args(["J1", "-f", "--after", "4"]) == {"job_id": "J1", "follow": True, "after": 4, "server": None}
-    for odd in (["--help"], ["a", "b"], ["--after", "x"], ["--follow=yes"]):
-        assert entry.logs_args(odd) is None, odd
+    ns = build().parse_args(["logs", "J1", "-f", "--after", "4"])
+    assert (ns.job_id, ns.follow, ns.after, ns.server) == ("J1", True, 4, None)
+    assert build().parse_args(["logs"]).job_id is None
+    for odd in (["a", "b"], ["--after", "x"], ["--after", "-1"], ["--follow=yes"]):
+        res = subprocess.run([sys.executable, "-m", "raiclient", "logs", *odd], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 2 and "Usage: raiclient logs" in res.stderr, (odd, res.stderr)
     rai = process_service
     proj = make_project(tmp_path / "p", ["echo logged"])
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_PROFILE": str(rai.profile)}

@@ -168,7 +168,7 @@ def test_markup_in_commands_and_output_is_printed_as_is(process_service, tmp_pat
     assert "Traceback" not in res.stdout + res.stderr
     assert "✱ Running: echo '[/bogus] [bold red]not markup[/]'" in res.stdout
     assert "[/bogus] [bold red]not markup[/]" in res.stdout.splitlines()
-    assert "'sh -c 'exit 3' # [/oops]' exited with 3" in res.stdout
+    assert "\"sh -c 'exit 3' # [/oops]\" exited with 3" in res.stdout  # issue 49: quoted to read right
     jid = res.stdout.split("Job ", 1)[1].split()[0]
     logs = process_service.client("logs", jid)
     assert logs.returncode == 3 and "[/bogus] [bold red]not markup[/]" in logs.stdout.splitlines()

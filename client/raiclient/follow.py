@@ -3,6 +3,7 @@ printer that ``submit`` and ``logs --follow`` share. Standard library only (subm
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import time
@@ -13,7 +14,7 @@ from raiprotocol import logwire
 from raiprotocol.states import ExitCode, JobState
 
 from .errors import ApiError
-from .output import LogPrinter, LostConnection, WaitNotes, detached_line, error, finish, say
+from .output import LogPrinter, LostConnection, WaitNotes, detached_lines, error, finish, say
 from .reconnect import Backoff, asked_wait
 from .transport import Http, connect
 
@@ -97,7 +98,8 @@ def watch(conn: Http, job_id: str, after: int = 0, position: int | None = None, 
     except KeyboardInterrupt:
         lost.end()
         printer.flush()
-        say(detached_line(job_id, printer.last or after))
+        for line in detached_lines(job_id, printer.last or after):
+            say(line)
         return ExitCode.DETACHED
     except ApiError as exc:
         lost.end()
@@ -128,11 +130,9 @@ def show_log(job_id: str | None, follow: bool = False, after: int = 0, server: s
         return ExitCode.CLIENT_ERROR
     try:
         if job_id is None:
-            last = conn.json("GET", "/api/v1/jobs", params={"limit": 1})["jobs"]
-            if not last:
-                error("you have no job yet; submit one with: raiclient submit")
-                return ExitCode.CLIENT_ERROR
-            job_id = str(last[0]["id"])
+            from .session import last_job_id
+
+            job_id = last_job_id(conn)
         job = conn.json("GET", f"/api/v1/jobs/{job_id}")
         job_id, state = str(job["id"]), JobState(job["state"])
         if follow or state.finished:
@@ -145,3 +145,8 @@ def show_log(job_id: str | None, follow: bool = False, after: int = 0, server: s
         return exc.code
     finally:
         conn.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    """``raiclient logs`` as ``commands.py`` parsed it."""
+    return show_log(args.job_id, args.follow, args.after, args.server)

@@ -285,9 +285,20 @@ class WaitNotes:
         return queued_line(status)
 
 
-def detached_line(job_id: str, after: int = 0) -> str:
+def detached_lines(job_id: str, after: int = 0) -> list[str]:
+    """What Ctrl-C says: short lines, each command whole on its own (one 150-column line wrapped
+    mid-command in an 80-column terminal, issue 49)."""
     resume = f" --after {after}" if after else ""
-    return f"Detached; the job goes on. Reattach: raiclient logs {job_id} --follow{resume}   Cancel: raiclient cancel {job_id}"
+    return ["Detached; the job goes on.", f"  Reattach: raiclient logs {job_id} --follow{resume}", f"  Cancel:   raiclient cancel {job_id}"]
+
+
+def quoted(command: str) -> str:
+    """A command in quotes that read right around it: '…', or "…" when it holds a ' itself."""
+    if "'" not in command:
+        return f"'{command}'"
+    if '"' not in command:
+        return f'"{command}"'
+    return f"the command {command}"
 
 
 def print_results(results: Mapping[str, Any] | None) -> None:
@@ -354,7 +365,7 @@ def finish(job: Mapping[str, Any], server: str) -> int:
     if state is JobState.succeeded:
         say("Job ", ("succeeded", "green"), took)
     elif state is JobState.failed:
-        what = f": '{job['failed_command']}' exited with {job.get('exit_code')}" if job.get("failed_command") else ""
+        what = f": {quoted(job['failed_command'])} exited with {job.get('exit_code')}" if job.get("failed_command") else ""
         say("Job ", ("failed", "red"), took + what)
     else:
         say("Job ", (state.value.replace("_", " "), "red"), took + (f": {job['message']}" if job.get("message") else ""))

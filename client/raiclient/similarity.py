@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import time
 
-from rich.table import Table
-from rich.text import Text
-
 from raiprotocol.models import SimilarityOut
 
+from . import table
 from .api import Api
-from .console import say
-from .console import show as print_out
-from .output import cell
+from .output import cell, say
 
 POLL_SECONDS = 1.0
 
@@ -39,10 +35,11 @@ def follow(api: Api, report_id: int, show: int) -> SimilarityOut:
     took = f" in {(r.finished_at - r.started_at).total_seconds():.1f} s" if r.finished_at and r.started_at else ""
     say(f"Similarity report #{r.id} done{took}: {cell(r.message or '')}")
     if show and r.pairs:
-        table = Table("#", "team", "team", "similarity", "shares", "tokens")
-        for i, p in enumerate(r.pairs, 1):
-            table.add_row(str(i), Text(cell(p.a)), Text(cell(p.b)), f"{p.score:.0%}", f"{p.share_a:.0%} / {p.share_b:.0%}", str(p.tokens))
-        print_out(table)
+        rows = [
+            (str(i), cell(p.a), cell(p.b), f"{p.score:.0%}", f"{p.share_a:.0%} / {p.share_b:.0%}", str(p.tokens))
+            for i, p in enumerate(r.pairs, 1)
+        ]
+        table.show(("#", "team", "team", "similarity", "shares", "tokens"), rows, box=True)
         say(f"Side by side, the matching regions highlighted: {api.server}/similarity/{r.id}/pairs/1")
     elif show:
         say("No two teams share code beyond the starter")

@@ -2,8 +2,8 @@
 
 A student runs this more than anything else, so it runs on the standard library: no typer, rich,
 httpx or pydantic is imported on its way (they cost a third of a second before the first byte
-goes up). ``entry.py`` hands it the common command lines directly; the full command line (typer)
-parses the rest and calls the same ``run``. The heavier pieces come in only where they pay:
+goes up). ``commands.py`` defines its options; ``main`` runs it. The heavier pieces come in only
+where they pay:
 
 - a project packed to more than ``PRECHECK_BYTES`` has its build file checked here and the
   credentials on the server before it goes up (with a progress bar on a terminal); a small one goes
@@ -18,6 +18,7 @@ parses the rest and calls the same ``run``. The heavier pieces come in only wher
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from collections.abc import Callable
@@ -169,8 +170,8 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
         eta = f", about {job['eta_seconds']:.0f} s" if job.get("position") and job.get("eta_seconds") else ""
         position = f" (position {job['position']}{eta})" if job.get("position") else ""
         say(f"Job {job['id']} queued on '{job['queue']}'{position}  [image {job['image']}]")
-        if job.get("deadline_note"):
-            say(str(job["deadline_note"]))
+        if job.get("deadline_note") and (detach or not job.get("late")):
+            say(str(job["deadline_note"]))  # a late job's log says it first thing: said once (issue 49)
         if detach:
             say(f"Detached. Follow: raiclient logs {job['id']} --follow   Status: raiclient status {job['id']}")
             return ExitCode.OK
@@ -186,3 +187,8 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
         return ExitCode.DETACHED
     finally:
         conn.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    """``raiclient submit`` as ``commands.py`` parsed it."""
+    return run(Path(args.path), args.queue, args.kind, args.detach, args.server)

@@ -1,50 +1,53 @@
 """What a student sees of the term (issue 36): the kinds, when each is due for them, and the limits
-they have left (``raiclient kinds``, ``raiclient limits``)."""
+they have left (``raiclient kinds``, ``raiclient limits``, and staff's ``admin kinds show``). The
+server's answers as JSON objects (raiprotocol's KindOut and Limits), on the standard library."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import sys
+from typing import Any
 
-from rich.text import Text
-
-from raiprotocol.models import KindOut, Limits
-
-from .console import show
 from .output import cell
+from .session import when
+
+Row = dict[str, Any]
 
 
-def _when(t: datetime | None) -> str:
-    return f"{t:%Y-%m-%d %H:%M} UTC" if t is not None else ""
+def _when(t: str | None) -> str:
+    return f"{when(t):%Y-%m-%d %H:%M} UTC" if t else ""
 
 
-def late_policy(k: KindOut) -> str:
+def late_policy(k: Row) -> str:
     """The late policy in words."""
-    window = f" for {k.late_hours:g} h" if k.late_hours else ""
-    return {"refuse": "not accepted", "mark": f"accepted, marked late{window}", "days": f"with late days{window}"}.get(
-        k.late_policy, k.late_policy
-    )
+    window = f" for {k['late_hours']:g} h" if k.get("late_hours") else ""
+    policy = str(k.get("late_policy", "refuse"))
+    return {"refuse": "not accepted", "mark": f"accepted, marked late{window}", "days": f"with late days{window}"}.get(policy, policy)
 
 
-def print_kinds(kinds: list[KindOut], staff: bool) -> None:
+def print_kinds(kinds: list[Row], staff: bool) -> None:
     """One line per kind (a table of five dates does not fit 80 columns): its state now, then its dates."""
-    width = max((len(k.name) for k in kinds), default=4)
-    state = max((len(k.status) for k in kinds), default=4)
+    width = max((len(cell(k["name"])) for k in kinds), default=4)
+    state = max((len(k.get("status", "")) for k in kinds), default=4)
+    lines = []
     for k in kinds:
-        due = k.due_at if staff else k.your_due_at
-        parts = [f"opens {_when(k.opens_at)}"] if k.opens_at else []
-        if due is not None:
-            extended = " (extended)" if not staff and k.your_due_at and k.due_at and k.your_due_at > k.due_at else ""
+        due = k.get("due_at") if staff else k.get("your_due_at")
+        parts = [f"opens {_when(k['opens_at'])}"] if k.get("opens_at") else []
+        if due:
+            later = k.get("your_due_at") and k.get("due_at") and when(k["your_due_at"]) > when(k["due_at"])
+            extended = " (extended)" if not staff and later else ""
             parts.append(f"due {_when(due)}{extended}, late: {late_policy(k)}")
         else:
             parts.append("no deadline")
-        if staff and k.extensions:
-            parts.append(f"{k.extensions} extension(s)")
-        show(Text(f"{cell(k.name).ljust(width)}  {k.status.ljust(state)}  {'; '.join(parts)}"))
+        if staff and k.get("extensions"):
+            parts.append(f"{k['extensions']} extension(s)")
+        lines.append(f"{cell(k['name']).ljust(width)}  {cell(k.get('status', '')).ljust(state)}  {'; '.join(parts)}")
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    sys.stdout.flush()
 
 
-def limit_lines(lim: Limits) -> list[str]:
+def limit_lines(lim: Row) -> list[str]:
     """One line per limit: used, and what is left."""
-    if lim.exempt:
+    if lim.get("exempt"):
         return ["Staff: no submission limit applies to you"]
 
     def left(used: float, cap: float, what: str, unit: str = "") -> str:
@@ -52,17 +55,18 @@ def limit_lines(lim: Limits) -> list[str]:
             return f"{what}: {used:g}{unit} (no limit)"
         return f"{what}: {max(cap - used, 0):g}{unit} left of {cap:g}{unit}"
 
+    g = lim.get
     lines = [
-        left(lim.jobs_active, lim.max_active_jobs, "Jobs waiting or running") + f" ({lim.jobs_active} now)",
-        left(lim.submissions_last_minute, lim.submissions_per_minute, "Submissions this minute"),
-        left(lim.submissions_last_day, lim.submissions_per_day, "Submissions in 24 h"),
-        left(lim.gpu_minutes_used, lim.gpu_minutes_per_day, "GPU minutes in 24 h"),
+        left(g("jobs_active", 0), g("max_active_jobs", 0), "Jobs waiting or running") + f" ({g('jobs_active', 0)} now)",
+        left(g("submissions_last_minute", 0), g("submissions_per_minute", 0), "Submissions this minute"),
+        left(g("submissions_last_day", 0), g("submissions_per_day", 0), "Submissions in 24 h"),
+        left(g("gpu_minutes_used", 0.0), g("gpu_minutes_per_day", 0.0), "GPU minutes in 24 h"),
     ]
-    if lim.late_days or lim.late_days_used:
-        lines.append(f"Late days: {max(lim.late_days - lim.late_days_used, 0)} left of {lim.late_days}")
+    if g("late_days") or g("late_days_used"):
+        lines.append(f"Late days: {max(g('late_days', 0) - g('late_days_used', 0), 0)} left of {g('late_days', 0)}")
     return lines
 
 
-def print_limits(lim: Limits) -> None:
-    for line in limit_lines(lim):
-        show(Text(line))
+def print_limits(lim: Row) -> None:
+    sys.stdout.write("".join(line + "\n" for line in limit_lines(lim)))
+    sys.stdout.flush()

@@ -5,11 +5,11 @@ server's protocol.
 - ``raiclient.pyz``: one file for any Python >= 3.10 with nothing installed (``python3
   raiclient.pyz submit``), made with the standard library's ``zipapp``. It holds raiclient,
   raiprotocol and the two pure-Python libraries its standard-library path needs (PyYAML without
-  its C part, pathspec): ``submit``, ``logs``, the ``--json`` listings, ``version`` and ``--help``. The
-  other commands need pydantic, which is compiled (no zip can carry it for every machine), so
-  there they say how to install the wheels.
+  its C part, pathspec): every student command, completion and ``--help``. The admin commands need
+  pydantic, which is compiled (no zip can carry it for every machine), so there they say how to
+  install the full client (pipx, or pip in a venv).
 - ``raiprotocol-V-py3-none-any.whl`` and ``raiclient-V-py3-none-any.whl``: the full client, for
-  ``pip install`` (their dependencies come from the package index as usual).
+  ``pipx install`` or pip in a venv (their dependencies come from the package index as usual).
 
 Built once per server process, in memory, when first asked (tens of milliseconds). A server run
 from a source tree (PYTHONPATH, no installed distributions) cannot make the wheels: it offers what
@@ -121,7 +121,8 @@ def offer(dists: tuple[str, ...] = ("raiprotocol", "raiclient"), pyz_packages: t
     files: list[Download] = []
     missing: list[str] = []
     try:
-        files.append(Download(PYZ, _pyz(pyz_packages), "application/zip", "one file, any Python >= 3.10: python3 raiclient.pyz submit"))
+        what = "one file, any Python >= 3.10, every student command: python3 raiclient.pyz submit"
+        files.append(Download(PYZ, _pyz(pyz_packages), "application/zip", what))
     except RuntimeError as exc:
         missing.append(f"{PYZ}: {exc}")
     for dist in dists:
@@ -130,7 +131,7 @@ def offer(dists: tuple[str, ...] = ("raiprotocol", "raiclient"), pyz_packages: t
         except (importlib.metadata.PackageNotFoundError, RuntimeError):
             missing.append(f"the {dist} wheel: the distribution {dist} is not installed beside the server")
             continue
-        files.append(Download(name, data, "application/zip", "wheel, for pip install (the full client)"))
+        files.append(Download(name, data, "application/zip", "wheel of the full client, for pipx or pip in a venv"))
     return Offer({f.name: f for f in files}, tuple(missing))
 
 

@@ -35,8 +35,10 @@ def cancellable_job(db: Session, p: Principal, job_id: str) -> Job:
 
 
 def _job_by_prefix(db: Session, p: Principal, prefix: str) -> Job:
-    if len(prefix) < MIN_PREFIX or not prefix.isalnum():
-        raise NotFound(f"no job {prefix}: give at least {MIN_PREFIX} characters of its id")
+    if prefix and not prefix.isalnum():
+        raise NotFound(f"no job {prefix}: a job id is letters and digits")
+    if len(prefix) < MIN_PREFIX:  # said as such: "no job X" read as if X were looked up (issue 49)
+        raise NotFound(f"{prefix} is too short for a job id: give at least {MIN_PREFIX} characters of it")
     q = select(Job).where(Job.id.startswith(prefix, autoescape=True) | Job.id.endswith(prefix, autoescape=True))
     q = q.order_by(Job.id).limit(50)
     if not p.is_staff:

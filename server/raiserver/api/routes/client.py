@@ -1,12 +1,14 @@
 """GET /client/: the client to download, with no account needed (it holds no secret): the one-file
-``raiclient.pyz`` and the wheels, listed as links so that ``pip install --find-links
-SERVER/client/ raiclient`` finds them."""
+``raiclient.pyz``, which runs every student command on a bare Python, and the wheels, listed as
+links so that ``pipx install --pip-args='--find-links SERVER/client/' raiclient`` (or pip in a
+venv) finds them for the full client (the admin commands). Every command on the page names this
+server's own address, ready to copy."""
 
 from __future__ import annotations
 
 from html import escape
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
@@ -16,8 +18,9 @@ router = APIRouter(tags=["client"])
 
 
 @router.get("/client/", response_class=HTMLResponse)
-async def listing() -> HTMLResponse:
+async def listing(request: Request) -> HTMLResponse:
     made = await run_in_threadpool(downloads)
+    here = escape(str(request.base_url).rstrip("/"))
     rows = "".join(
         f'<li><a href="{escape(f.name)}">{escape(f.name)}</a> ({len(f.data) // 1024} KiB): {escape(f.what)}</li>\n'
         for f in made.files.values()
@@ -26,8 +29,12 @@ async def listing() -> HTMLResponse:
     return HTMLResponse(
         status_code=200 if made.files else 503,
         content=f"<!doctype html>\n<html><head><title>raiclient</title></head><body>\n<h1>raiclient</h1>\n"
-        f"<p><code>curl -O SERVER/client/raiclient.pyz &amp;&amp; python3 raiclient.pyz submit</code>, or "
-        f"<code>pip install --find-links SERVER/client/ raiclient</code></p>\n<ul>\n{rows}</ul>\n</body></html>\n",
+        f"<p>Every student command, with nothing to install: <code>curl -O {here}/client/raiclient.pyz &amp;&amp; "
+        f"python3 raiclient.pyz submit</code></p>\n"
+        f"<p>The full client (staff's admin commands too), in its own environment: "
+        f"<code>pipx install --pip-args='--find-links {here}/client/' raiclient</code>, or "
+        f"<code>python3 -m venv ~/.venvs/raiclient &amp;&amp; "
+        f"~/.venvs/raiclient/bin/pip install --find-links {here}/client/ raiclient</code></p>\n<ul>\n{rows}</ul>\n</body></html>\n",
     )
 
 
