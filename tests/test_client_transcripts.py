@@ -6,6 +6,7 @@ real service (process executor)."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -120,3 +121,37 @@ def test_completion_offers_kinds_after_kind_and_job_ids(process_service, student
     assert student.first in res.stdout.split(), res.stdout
     res = student(**ask, COMP_WORDS="raiclient submit -p ", COMP_CWORD="3")
     assert res.stdout.split() == ["__files__"], res.stdout  # the shell lists files here, and only here
+
+
+def test_a_big_upload_shows_its_progress_on_a_terminal_from_the_one_file(process_service, tmp_path):
+    """The bar was rich's: raiclient.pyz (no rich) uploaded a big project in silence."""
+    import pty
+    import shutil
+
+    import httpx
+
+    svc = process_service
+    profile = svc.add_user("transcript_bar")
+    (tmp_path / "raiclient.pyz").write_bytes(httpx.get(f"{svc.url}/client/raiclient.pyz", timeout=60).content)
+    proj = make_project(tmp_path / "big", ["true"], files={"data.txt": os.urandom(3 * 1024**2).hex()})
+    bare = shutil.which("python3", path="/usr/bin:/bin") or "python3"
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAI_PROFILE": str(profile), "TERM": "xterm", "NO_COLOR": "1"}
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [bare, "-I", "-S", str(tmp_path / "raiclient.pyz"), "submit", "-d", "-p", str(proj)], env=env, stdout=slave, stderr=slave
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, b"".join(chunks).decode()
+    out = b"".join(chunks).decode()
+    assert re.search(r"✱ Uploading \[#{24}\] ([\d.]+)/\1 MiB +[\d.]+ MB/s", out), ascii(out)  # the last redraw: all of it
+    assert re.search(r"\r\x1b\[K✱ Uploaded [\d.,]+ (KiB|MiB) \([\d.]+ MB/s\)", out), ascii(out)

@@ -32,6 +32,7 @@ from raiprotocol.states import ExitCode
 
 from .errors import ApiError
 from .output import error, kib, say
+from .progress import UploadBar
 from .reconnect import riding
 from .transport import CHUNK, Http
 
@@ -79,27 +80,18 @@ def _check_spec(path: Path) -> None:
         raise ApiError("\n".join(exc.messages)) from None
 
 
-def _has(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
-
-
 def _upload(conn: Http, archive: Path, size: int, queue: str | None, kind: str, key: str) -> dict[str, Any]:
     params = {"kind": kind, **({"queue": queue} if queue else {})}
     headers = {"Content-Type": "application/gzip", "Content-Length": str(size), "Idempotency-Key": key}
     with archive.open("rb") as fh:
-        if size > PRECHECK_BYTES and os.isatty(1) and _has("rich"):  # long enough to deserve a bar
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-            with Progress(TextColumn("[bold cyan]✱[/] Uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn()) as bar:
-                task = bar.add_task("upload", total=size)
-                sent: dict[str, Any] = conn.json(  # the server's JSON object for the new job
-                    "POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0, body=_Reading(fh, lambda n: bar.advance(task, n))
-                )
-                return sent
+        bar = UploadBar(size) if size > PRECHECK_BYTES and os.isatty(1) else None  # long enough to deserve a bar
         started = time.monotonic()
-        job: dict[str, Any] = conn.json("POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0, body=fh)
+        try:
+            body = _Reading(fh, bar.advance) if bar is not None else fh
+            job: dict[str, Any] = conn.json("POST", "/api/v1/jobs", params=params, headers=headers, timeout=300.0, body=body)
+        finally:
+            if bar is not None:
+                bar.clear()
         if size > PRECHECK_BYTES:
             rate = size / max(time.monotonic() - started, 1e-3) / 1024**2
             say(f"Uploaded {kib(size)}" + (f" ({rate:.1f} MB/s)" if size >= 1024**2 else ""))
