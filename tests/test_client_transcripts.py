@@ -83,6 +83,8 @@ def test_a_late_submission_is_announced_once(process_service, tmp_path):
     res = student("submit", "-d", "-p", str(proj), "--kind", "late49")  # not following: the client says it
     said = [line for line in res.stdout.splitlines() if "deadline" in line or "was due" in line]
     assert len(said) == 1 and "this submission is marked late" in said[0], res.stdout
+    jid = queued(res.stdout)
+    assert f"✱ Detached. Follow: raiclient logs {jid} --follow\n✱           Status: raiclient status {jid}\n" in res.stdout, res.stdout
 
 
 def test_ctrl_c_says_how_to_reattach_and_cancel_in_short_lines(process_service, tmp_path):

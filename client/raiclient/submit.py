@@ -165,7 +165,8 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
         if job.get("deadline_note") and (detach or not job.get("late")):
             say(str(job["deadline_note"]))  # a late job's log says it first thing: said once (issue 49)
         if detach:
-            say(f"Detached. Follow: raiclient logs {job['id']} --follow   Status: raiclient status {job['id']}")
+            say(f"Detached. Follow: raiclient logs {job['id']} --follow")  # two lines: each fits 80 columns
+            say(f"          Status: raiclient status {job['id']}")
             return ExitCode.OK
         from .follow import watch
 
