@@ -18,7 +18,7 @@ from sqlalchemy import update
 from raiprotocol.models import JobState
 from raiprotocol.waits import wait_words
 from raiserver.config import Settings
-from raiserver.jobs.eta import Slotted, Wait, estimate
+from raiserver.jobs.eta import Newcomers, Slotted, Wait, estimate
 from raiserver.jobs.lifecycle import add_phase
 from raiserver.jobs.views import QueueView, job_out
 from raiserver.store.db import utcnow
@@ -169,7 +169,7 @@ def play(durations: list[float], arrivals: list[float], slots: int, gap: float, 
         wait = [Slotted(str(k), "dev", wall) for k in range(n) if arrivals[k] <= t < starts[k]]
         by_start = sorted((k for k in range(n) if starts[k] <= t), key=lambda k: -starts[k])
         history = [(durations[k], True) if ends[k] <= t else (t - starts[k], False) for k in by_start] + before
-        w = estimate(slots, run, wait, {"dev": history[:20]}, gap)[str(i)]
+        w = estimate(slots, run, wait, {"dev": history[:30]}, gap)[str(i)]
         return Wait(5 * math.floor(w.low / 5), 5 * math.ceil(w.high / 5), w.mid, w.guess)
 
     return starts, shown_at
@@ -216,6 +216,20 @@ def test_a_mixed_deadline_queue_ranges_hold_and_stay_useful():
                 ratios.append(w.high / waited)
     assert sum(held) / len(held) >= 0.9, sum(held) / len(held)
     assert statistics.median(ratios) <= 2.0, statistics.median(ratios)
+
+
+def test_a_second_job_counts_the_students_who_may_still_come_first():
+    """At a deadline a student's second job, told 'about 40 s', waited three minutes: fair share
+    put every student who had no turn yet before it, and they kept coming. Its upper end counts
+    them at the rate they came lately (at most as many as could come); its lower end, none."""
+    history = {"dev": [(10.0, True)] * 10}
+    mine = [Slotted("a", "dev", 120), Slotted("b", "dev", 120, yields=True)]
+    alone = estimate(1, [], mine, history, 0.5)
+    rush = estimate(1, [], mine, history, 0.5, Newcomers(rate=0.2, most=30))
+    assert rush["a"] == alone["a"]  # the first job of a student is nobody's to overtake
+    assert abs(rush["b"].low - alone["b"].low) < 1 and rush["b"].high > alone["b"].high + 30, (alone["b"], rush["b"])
+    few = estimate(1, [], mine, history, 0.5, Newcomers(rate=0.2, most=1))
+    assert few["b"].high <= alone["b"].high + 20  # only one student could still come
 
 
 def test_the_first_job_on_an_idle_service_starts_now_not_in_30_s(db):

@@ -11,7 +11,7 @@ for ever. So the wait is a range, and the range says what it rests on:
   ahead taking a slot for a run drawn from its kind's latest runs by start (those still running
   included: in a rush the runs that ended first are the short ones), never past its own wall
   limit, plus the measured release-to-claim gap. Each play first redraws the runs themselves
-  (a bootstrap): twenty runs tell the typical run only roughly, and that error is shared by every
+  (a bootstrap): thirty runs tell the typical run only roughly, and that error is shared by every
   job in line. The range is the 2nd to 98th percentile of the start: as wide as the queue is
   uncertain, narrower as runs end and fewer jobs are ahead.
 - **A guess.** A kind with too few runs, or runs that no longer describe it (a newer run, or a
@@ -52,6 +52,17 @@ class Slotted:
     wall: float  # its wall-time limit, s
     ran: float | None = None  # running: seconds since it was claimed
     alone: bool = False  # a ranked run: starts once the host is empty, then one after another
+    yields: bool = False  # its owner has a job ahead: students with no turn yet who submit now go first
+
+
+@dataclass(frozen=True)
+class Newcomers:
+    """Students who have had no turn yet and may still submit: fair share puts each of them before
+    a job whose owner already has one in line or running. A second job told 'about 40 s' at a
+    deadline waited three minutes behind them."""
+
+    rate: float  # per second, as lately
+    most: int  # at most this many: the students who could still come
 
 
 @dataclass(frozen=True)
@@ -88,13 +99,13 @@ class Kind:
         return rng.uniform(0.0, max(self.ceiling() - ran, 0.0))
 
     def jitter(self, rng: random.Random) -> float:
-        """A factor around 1: the next run is not exactly one of the last twenty."""
-        return math.exp(rng.gauss(0.0, self.spread))
+        """A factor around 1: the next run is not exactly one of the last thirty."""
+        return math.exp(rng.gauss(-(self.spread**2) / 2, self.spread))  # its mean is 1: no bias upwards
 
     def resampled(self, rng: random.Random) -> Kind:
-        """The same runs drawn again with replacement, for one play of the queue: twenty runs
+        """The same runs drawn again with replacement, for one play of the queue: thirty runs
         tell the kind's typical run only roughly, and that error is shared by every job of the
-        kind in line (drawing each job alone from the same twenty made a deep position's range
+        kind in line (drawing each job alone from the same thirty made a deep position's range
         far too sure of itself)."""
         if self.why is not None:
             return self
@@ -159,10 +170,13 @@ def estimate(
     waiting: Sequence[Slotted],
     history: Mapping[str, Sequence[tuple[float, bool]]],
     gap: float = DEFAULT_GAP,
+    newcomers: Newcomers | None = None,
 ) -> dict[str, Wait]:
     """Every waiting job's start as a range (see the module's docstring). ``waiting`` in release
     order (released ones first); ``history``: per kind, its latest runs by start, newest first,
-    each (seconds, ended), the running ones included."""
+    each (seconds, ended), the running ones included; ``newcomers``: who may still come before a
+    job that ``yields`` (its upper end counts them arriving at their recent rate; its lower end,
+    none)."""
     if slots <= 0 or not waiting:
         return {}
     kinds = {k: known(k, history.get(k, ())) for k in {j.kind for j in [*running, *waiting]}}
@@ -196,7 +210,13 @@ def estimate(
         alone_lo, alone_hi = max(frees_lo, default=0.0), max(frees_hi, default=0.0)
         heapq.heapify(frees_lo)
         heapq.heapify(frees_hi)
+        came, arrives = 0, _next_arrival(0.0, newcomers, rng)
         for j in waiting:
+            while j.yields and not j.alone and newcomers is not None and came < newcomers.most and arrives <= frees_hi[0] + gap:
+                # a student with no turn yet submits before this job starts: theirs goes first
+                start = max(heapq.heappop(frees_hi) + gap, arrives)
+                heapq.heappush(frees_hi, start + _run(play[j.kind], j, rng)[1])
+                came, arrives = came + 1, _next_arrival(arrives, newcomers, rng)
             lo, hi = _run(play[j.kind], j, rng)
             if j.alone:
                 lows[j.id].append(alone_lo + gap)
@@ -217,6 +237,13 @@ def estimate(
         mid = quantile(hi_s, 0.5) if guess[j.id] is None else high
         out[j.id] = Wait(low=low, high=max(high, low), mid=mid, guess=guess[j.id])
     return out
+
+
+def _next_arrival(after: float, newcomers: Newcomers | None, rng: random.Random) -> float:
+    """When the next newcomer submits (a Poisson process at their recent rate); never, without one."""
+    if newcomers is None or newcomers.rate <= 0:
+        return math.inf
+    return after + rng.expovariate(newcomers.rate)
 
 
 def _left(kind: Kind, job: Slotted, rng: random.Random) -> tuple[float, float]:

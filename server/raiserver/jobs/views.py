@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, joinedload
@@ -19,14 +19,15 @@ from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_workers
 from raiserver.grading.kinds import Deadlines, in_words
-from raiserver.jobs.eta import DEFAULT_GAP, Slotted, Wait, estimate
+from raiserver.jobs.eta import DEFAULT_GAP, Newcomers, Slotted, Wait, estimate
 from raiserver.jobs.fairshare import fair_order, runs_on
 from raiserver.jobs.lifecycle import claimed_at, phases_of, wall_limit
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, User
 
-RECENT_RUNS = 20  # finished runs of a kind that its estimates go by
+RECENT_RUNS = 30  # latest runs of a kind (by start) that its estimates go by
 STARTING = Wait(low=0.0, high=0.0, mid=0.0)  # claimed already: it starts now
+NEWCOMER_WINDOW = 120.0  # s of submissions that tell how fast students are coming
 SHORT_ID = 8  # characters of a job id shown where space is short: its random end
 
 
@@ -186,13 +187,31 @@ class QueueView:
         released = self.db.scalars(
             select(Job).where(Job.queue == queue, Job.state == JobState.queued, Job.released_at.is_not(None)).order_by(Job.released_at)
         ).all()
-        waiting = [
-            Slotted(j.id, j.kind, wall_limit(j, self.settings), alone=j.reserved)
-            for j in [*released, *self._order(queue)]
-            if j.id not in self._started
-        ]
+        # owners with a job running or ahead in line: a student with no turn yet goes before their next one
+        busy = set(self.db.scalars(select(Job.owner_id).where(or_(mine, runs_on(live)))))
+        s = self.settings
+        waiting = []
+        for j in [*released, *self._order(queue)]:
+            if j.id in self._started:
+                continue
+            yields = (
+                j.released_at is None
+                and j.owner_id in busy
+                and not (j.kind in s.priority_kinds or (s.staff_priority and is_staff(j.owner.role)))
+            )
+            waiting.append(Slotted(j.id, j.kind, wall_limit(j, s), alone=j.reserved, yields=yields))
+            busy.add(j.owner_id)
         history = self._recent(queue, {r.id: r.ran or 0.0 for r in running})
-        return estimate(slots, running, waiting, history, self._gaps[queue])
+        return estimate(slots, running, waiting, history, self._gaps[queue], self._newcomers(queue, now))
+
+    def _newcomers(self, queue: str, now: datetime) -> Newcomers:
+        """Students who may still submit before a job whose owner has one ahead (fair share): at the
+        rate students submitted on the queue lately, at most those with nothing in line now."""
+        since = now - timedelta(seconds=NEWCOMER_WINDOW)
+        lately = self.db.scalar(select(func.count(func.distinct(Job.owner_id))).where(Job.queue == queue, Job.created_at >= since)) or 0
+        users = self.db.scalar(select(func.count()).select_from(User).where(User.active.is_(True))) or 0
+        in_line = self.db.scalar(select(func.count(func.distinct(Job.owner_id))).where(Job.state.in_(UNFINISHED))) or 0
+        return Newcomers(rate=lately / NEWCOMER_WINDOW, most=max(users - in_line, 0))
 
 
 def shown_state(state: JobState, waiting: bool) -> JobState:
