@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The README's operator steps ("Operate it": Settings, Start) as written, for a trial without a
 # GPU, in a fresh clone of this checkout: the engine as scripts/setup.sh starts it (--bridge=none
-# --iptables=false), the stand-in images, the trial's .env, `up`, users, a student's job, `down -v`.
+# --iptables=false), the stand-in images, the trial's .env, the service image built from nothing
+# as the first `up` builds it on a fresh machine (`build --no-cache`: apt-get and pip on the host's
+# network), `up`, users, a student's job, the first lines of "Add a GPU host" (the two files copied
+# out, and Redis's TLS port tried with them: PONG; then refused for another CA, for no password,
+# and for plain text), `down -v`.
 # Writes the transcript to stdout:   bash bench/operator_trial.sh > bench/operator-trial-transcript.txt
 # RAI_TRIAL_PORT (8180) and RAI_TRIAL_REDIS_TLS_PORT (16380): the published ports, free ones here.
 set -uo pipefail
@@ -13,7 +17,7 @@ T0=$SECONDS
 step() {  # a README line: shown, run in the clone, its output and status after it
   printf '\n$ %s\n' "$1"
   local t=$SECONDS
-  (cd "$DIR/rai" && bash -o pipefail -c "$1") 2>&1 | sed -e 's/\r$//' -e 's/^.*\r//'
+  (cd "$DIR/rai" && bash -o pipefail -c "$1") 2>&1 | sed -e 's/\r$//' -e 's/^.*\r//' -e 's/\x1b\[[0-9;]*m//g'
   local rc=${PIPESTATUS[0]}
   printf '[exit %s, %s s]\n' "$rc" "$((SECONDS - t))"
   return "$rc"
@@ -34,6 +38,7 @@ RAI_REDIS_IMAGE=rai-standin/redis:7
 RAI_POSTGRES_IMAGE=rai-standin/postgres:15
 EOF
 ls -l .env"
+step "bash scripts/compose.sh build --no-cache" || exit 1
 ok=0
 if step "bash scripts/compose.sh up -d"; then
   step "bash scripts/compose.sh ps"
@@ -43,6 +48,15 @@ if step "bash scripts/compose.sh up -d"; then
   step "ls -l admin.profile alice.profile"
   step "RAI_PROFILE=alice.profile .venv/bin/raiclient submit -p examples/hello" && ok=1
   step "bash scripts/compose.sh logs --tail=5 worker"
+  step "mkdir -p rai-secrets
+(umask 077; bash scripts/compose.sh exec -T server cat /run/rai/secrets.env > rai-secrets/secrets.env)
+(umask 077; bash scripts/compose.sh exec -T server cat /run/rai/redis-ca.pem > rai-secrets/redis-ca.pem)
+ls -l rai-secrets; openssl x509 -in rai-secrets/redis-ca.pem -noout -subject -enddate"
+  step "export REDISCLI_AUTH=\$(sed -n 's/^RAI_REDIS_PASSWORD=//p' rai-secrets/secrets.env)
+redis-cli --tls --cacert rai-secrets/redis-ca.pem -p $TLS_PORT ping
+redis-cli --tls --cacert /etc/ssl/certs/ca-certificates.crt -p $TLS_PORT ping
+REDISCLI_AUTH= redis-cli --tls --cacert rai-secrets/redis-ca.pem -p $TLS_PORT ping
+redis-cli -p $TLS_PORT ping; true"
 fi
 step "bash scripts/compose.sh down -v"
 rm -rf "$DIR"
