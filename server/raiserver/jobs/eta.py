@@ -147,6 +147,8 @@ def known(kind: str, recent: Sequence[tuple[float, bool]]) -> Kind:
     if len(done) < MIN_RUNS:
         n = len(done)
         said = "no recent run" if n == 0 else f"only {n} recent run{'s' if n > 1 else ''}"
+        if kept < len(recent):  # the older runs were cut off: say why they do not count
+            return Kind(done, open_, f"'{kind}' runs now take over twice as long as before: {said} like them to go by")
         return Kind(done, open_, f"{said} of '{kind}' to go by")
     return Kind(done, open_, None, bandwidth(done))
 
