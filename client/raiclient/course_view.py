@@ -9,7 +9,7 @@ import argparse
 from raiprotocol.states import ExitCode
 
 from . import listings, table
-from .output import cell, local, say
+from .output import cell, local, say, waits
 from .session import session, when
 
 
@@ -34,8 +34,8 @@ def queue(args: argparse.Namespace) -> int:
             if j.get("waiting"):
                 where = j["waiting"]
             elif j["state"] == "queued":
-                eta = j.get("eta_seconds")
-                where = f"position {j.get('position')} of {q['waiting']}" + (f", about {eta:.0f} s" if eta else "")
+                said = waits(j)
+                where = f"position {j.get('position')} of {q['waiting']}" + (f", {said}" if said else "")
             else:
                 where = f"running on {j.get('worker')}"
             say(f"Your job {j['id']} on '{q['queue']}': {where}")

@@ -11,7 +11,7 @@ from raiprotocol.states import ExitCode, JobState, exit_code_for
 
 from . import listings, table
 from .errors import ApiError
-from .output import cell, kib, local, print_results, say
+from .output import cell, kib, local, print_results, say, waits
 from .session import duration, fail, last_job_id, session, when
 
 # status' rows, in order: the job's field and the name shown (times without their _at)
@@ -42,8 +42,9 @@ def status_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
         value = job.get(key)
         if value is not None:
             rows.append((key.removesuffix("_at"), local(when(value)) if key.endswith("_at") else cell(value)))
-    if job.get("position") is not None and job.get("eta_seconds") is not None:  # issue 37: the ETA and why later jobs go first
-        rows.append(("eta", f"starts in about {job['eta_seconds']:.0f} s"))
+    said = waits(job) if job.get("position") is not None else None
+    if said:  # issues 37, 49: the wait as a range (or a guess, saying so) and why later jobs go first
+        rows.append(("eta", cell(f"starts in {said}")))
     if job.get("position_why"):
         rows.append(("why", cell(job["position_why"])))
     return rows

@@ -22,6 +22,7 @@ from raiprotocol.logwire import Batch
 from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.safejson import escaped
 from raiprotocol.states import JobState, exit_code_for
+from raiprotocol.waits import wait_words
 
 SGR = re.compile(r"\x1b\[[0-9;:]*m")
 CONTROLS = re.compile(
@@ -262,14 +263,21 @@ def kib(n: int) -> str:
 # -- a job's end, from its wire form (a JobOut as JSON) ---------------------------------------------
 
 
+def waits(status: Mapping[str, Any]) -> str | None:
+    """A waiting job's estimate in words (issue 49: a range, and whether it is a guess), from a
+    JobOut as JSON; an older server's lone ``eta_seconds`` as 'about N s'."""
+    return wait_words(status.get("eta_low"), status.get("eta_high"), status.get("eta_guess"), status.get("eta_seconds"))
+
+
 def queued_line(status: Mapping[str, Any]) -> str:
-    eta = status.get("eta_seconds")
-    return f"Waiting in queue: position {status.get('position')}" + (f", about {eta:.0f} s" if eta else "")
+    said = waits(status)
+    return f"Waiting in queue: position {status.get('position')}" + (f", {said}" if said else "")
 
 
 class WaitNotes:
-    """When a waiting job's status is worth a line: its position changed, its estimate moved by
-    more than a quarter (and 10 s), or 30 s passed since the last line (so a student sees it waits)."""
+    """When a waiting job's status is worth a line: its position changed, its estimate's upper
+    end moved by more than a quarter (and 10 s), or 30 s passed since the last line (so a student
+    sees it waits)."""
 
     def __init__(self, position: int | None = None, eta: float | None = None):
         self.position, self.eta, self.said = position, eta, time.monotonic()
@@ -277,7 +285,8 @@ class WaitNotes:
     def line(self, status: Mapping[str, Any]) -> str | None:
         if status.get("state") != "queued" or not status.get("position"):
             return None
-        position, eta = status["position"], status.get("eta_seconds")
+        position = status["position"]
+        eta = status.get("eta_high") if status.get("eta_high") is not None else status.get("eta_seconds")
         moved = eta is not None and (self.eta is None or abs(eta - self.eta) > max(10.0, 0.25 * self.eta))
         if position == self.position and not moved and time.monotonic() - self.said < 30:
             return None

@@ -31,7 +31,7 @@ from raiprotocol.project import project_problem
 from raiprotocol.states import ExitCode
 
 from .errors import ApiError
-from .output import error, kib, say
+from .output import error, kib, say, waits
 from .progress import UploadBar
 from .reconnect import riding
 from .transport import CHUNK, Http
@@ -159,8 +159,8 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
         finally:
             if packed is not None:
                 packed.path.unlink(missing_ok=True)
-        eta = f", about {job['eta_seconds']:.0f} s" if job.get("position") and job.get("eta_seconds") else ""
-        position = f" (position {job['position']}{eta})" if job.get("position") else ""
+        said = waits(job) if job.get("position") else None
+        position = f" (position {job['position']}{f', {said}' if said else ''})" if job.get("position") else ""
         say(f"Job {job['id']} queued on '{job['queue']}'{position}  [image {job['image']}]")
         if job.get("deadline_note") and (detach or not job.get("late")):
             say(str(job["deadline_note"]))  # a late job's log says it first thing: said once (issue 49)
@@ -170,7 +170,7 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
             return ExitCode.OK
         from .follow import watch
 
-        return watch(conn, job["id"], position=job.get("position"), eta=job.get("eta_seconds"))
+        return watch(conn, job["id"], position=job.get("position"), eta=job.get("eta_high", job.get("eta_seconds")))
     except ApiError as exc:
         for line in str(exc).split("\n"):
             error(line)

@@ -314,3 +314,14 @@ def test_the_wait_in_words():
     assert wait_words(0, 5) == wait_words(0, 0) == "starting now"
     assert wait_words(None, None, None, 40.0) == "about 40 s"  # an older server: its single figure
     assert wait_words(None, None) is None
+
+
+def test_the_client_says_the_range_a_guess_and_an_older_servers_figure():
+    """raiclient's lines for a waiting job (submit, the follower's notes, status, queue)."""
+    from raiclient.jobs_view import status_rows
+    from raiclient.output import queued_line
+
+    assert queued_line({"position": 2, "eta_low": 25.0, "eta_high": 40.0}) == "Waiting in queue: position 2, about 25–40 s"
+    assert queued_line({"position": 1, "eta_seconds": 40.0}) == "Waiting in queue: position 1, about 40 s"  # an older server
+    job = {"id": "J1", "state": "queued", "position": 3, "eta_low": 0.0, "eta_high": 3905.0, "eta_guess": "no recent run of 'dev' to go by"}
+    assert dict(status_rows(job))["eta"] == "starts in up to 1 h 5 min, a guess: no recent run of 'dev' to go by"
