@@ -1,5 +1,6 @@
 """The soak: students submitting and following jobs for a long while, two workers, and a fault every
-~30 s drawn in turn from the campaign's kills and pauses; at the end every invariant of every job
+~30 s drawn in turn from the campaign's kills and pauses (those across the lease's window of issue
+51 too); at the end every invariant of every job
 and the leak figures (descriptors and memory of the server and the workers, Redis keys without a
 time to live, Celery's deliveries held by dead workers).
 
@@ -37,7 +38,25 @@ else:  # python tests/faults/soak.py
 
 LINES = 12
 JOB = f"sh -c 'for k in $(seq 1 {LINES}); do echo line $k; sleep 0.05; done; echo last-line'"
-ROTATION = ["worker", "pool-stop", "server", "cut-http", "redis", "worker-stop", "flush", "pool", "server-stop", "cut-all", "container"]
+# issue 51's among them: the whole worker paused, its pool or the whole worker paused, or the worker
+# cut off, for lengths inside the lease's window (the campaign's LEASE and MARGIN: 15 and 5 s)
+ROTATION = [
+    "worker",
+    "group-stop@13",
+    "pool-stop",
+    "server",
+    "cut-http",
+    "pool-stop@17",
+    "redis",
+    "group-stop",
+    "worker-stop",
+    "flush",
+    "cut-all@16",
+    "pool",
+    "server-stop",
+    "cut-all",
+    "container",
+]
 
 
 @dataclass

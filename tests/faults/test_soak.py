@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(900)
 def test_short_soak(tmp_path, docker_engine):
     soak = Soak(tmp_path, students=4, pause=LEASE + MARGIN + 3)  # pauses just past a lease and its margin
     try:
-        figures = soak.run(seconds=420, every=8, jobs=120)
+        figures = soak.run(seconds=300, every=8, jobs=120)
     finally:
         soak.c.close()
     print(report(soak, figures))

@@ -132,6 +132,10 @@ class _Heartbeat(threading.Thread):
 
     def beat(self) -> None:
         settings, rt = self.rt.settings, self.rt
+        try:  # before the server is asked: one that does not answer must not hold this up
+            executor_class(settings.executor).tidy_host(settings)
+        except Exception as exc:  # noqa: BLE001 - the next beat tries again
+            log.warning("tidying the host failed: %s", exc)
         running = sorted(p.name for p in running_dir(settings).glob("*")) if running_dir(settings).exists() else []
         self.busy = len(running)
         if self.docker is not None:

@@ -106,6 +106,11 @@ class Executor(ABC):
     def host_stopping(cls, settings: WorkerSettings) -> None:
         """Once, as the worker's pool has stopped."""
 
+    @classmethod  # noqa: B027 - an optional hook: most executors have nothing to do
+    def tidy_host(cls, settings: WorkerSettings) -> None:
+        """At each heartbeat, from the worker's main process: remove what runs that are gone left
+        (a killed or paused pool process's job, which its lease's watcher ended)."""
+
     def lease_stopped(self, wait: float = 0.0) -> bool:
         """Whether the lease's watcher stopped the job (its stamp ran out: the run was paused or cut
         off), so that the run ends as a restart, not as the command's failure (``lease.LEASE_EXIT``).

@@ -13,6 +13,7 @@ import docker
 from docker.errors import DockerException, NotFound
 
 from ...errors import ExecutorUnavailable
+from ...lease import LEASE_EXIT
 
 log = logging.getLogger("raiworker")
 
@@ -53,6 +54,20 @@ def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool 
     for c in client.containers.list(all=True, filters={"label": labels}):
         try:
             c.remove(force=True)
+            n += 1
+        except NotFound:
+            pass
+    return n
+
+
+def remove_lapsed(client: docker.DockerClient, worker: str) -> int:
+    """Remove this worker's containers that their lease's watcher ended (exit LEASE_EXIT): a run
+    whose pool process was killed or paused leaves one, which nobody else removes. A run that
+    comes back to find its container gone ends as a restart (``ContainerJob.lease_stopped``)."""
+    n = 0
+    for row in client.api.containers(all=True, filters={"label": f"rai.worker={worker}", "status": "exited", "exited": LEASE_EXIT}):
+        try:
+            client.api.remove_container(row["Id"], force=True)
             n += 1
         except NotFound:
             pass

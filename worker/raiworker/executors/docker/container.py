@@ -206,7 +206,9 @@ class ContainerJob(Executor):
         for _ in range(max(1, int(wait * 10))):
             try:
                 container.reload()
-            except DockerException:  # removed, or the engine away: nothing says the lease stopped it
+            except NotFound:  # removed under the run (tidy_host, a later attempt): a restart, never the command's failure
+                return True
+            except DockerException:  # the engine away: nothing says the lease stopped it
                 return False
             state = container.attrs.get("State") or {}
             if not state.get("Running"):

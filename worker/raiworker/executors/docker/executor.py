@@ -25,7 +25,7 @@ from ...nvml import MemoryShare, Nvml, in_cgroup
 from ...terminal import IN_CONTAINER, ends_job, hands_over, no_terminal_note, pty_helper
 from ...workdir import slot_dir
 from ..base import JobContext, Outcome
-from .client import SPARE, _remove_later, container_name, reap_containers, shared_client
+from .client import SPARE, _remove_later, container_name, reap_containers, remove_lapsed, shared_client
 from .collect import collect_build
 from .measure import TimedRuns
 from .scripts import COLLECT, COLLECT_AFTER, COLLECT_AFTER_HELPER, KILL_JOB, TAR_BUILD, ending_job
@@ -65,6 +65,12 @@ class DockerExecutor(TimedRuns):
                 reap_containers(shared_client(), settings.worker_name, spares_only=True)
             except Exception as exc:  # noqa: BLE001 - the next start removes them
                 log.warning("spare containers not removed: %s", exc)
+
+    @classmethod
+    def tidy_host(cls, settings: WorkerSettings) -> None:
+        n = remove_lapsed(shared_client(), settings.worker_name)
+        if n:
+            log.info("removed %d container(s) whose lease ran out (their run's process was killed or paused)", n)
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
