@@ -60,3 +60,19 @@ def test_what_outlasts_the_drain_goes_back_as_a_named_restart(tmp_path, redis_ur
 def _running(svc) -> bool:
     with svc.http() as h:
         return any(j["state"] == "running" for j in h.get("/api/v1/jobs", params={"all": "true"}).json()["jobs"])
+
+
+def test_the_compose_files_let_a_worker_drain():
+    """docker compose stops a container with SIGKILL after its stop_grace_period (10 s unless set):
+    the workers' must outlast their drain, or an upgrade kills and reruns their jobs."""
+    from pathlib import Path
+
+    import yaml
+
+    from raiworker.config import WorkerSettings
+
+    root = Path(__file__).resolve().parent.parent
+    drain = WorkerSettings.model_fields["drain_seconds"].default
+    for name in ("docker-compose.yml", "docker-compose.worker.yml"):
+        grace = yaml.safe_load((root / name).read_text())["services"]["worker"]["stop_grace_period"]
+        assert grace.endswith("s") and float(grace[:-1]) >= drain + 30, (name, grace)
