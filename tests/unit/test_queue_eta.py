@@ -325,3 +325,28 @@ def test_the_client_says_the_range_a_guess_and_an_older_servers_figure():
     assert queued_line({"position": 1, "eta_seconds": 40.0}) == "Waiting in queue: position 1, about 40 s"  # an older server
     job = {"id": "J1", "state": "queued", "position": 3, "eta_low": 0.0, "eta_high": 3905.0, "eta_guess": "no recent run of 'dev' to go by"}
     assert dict(status_rows(job))["eta"] == "starts in up to 1 h 5 min, a guess: no recent run of 'dev' to go by"
+
+
+def test_one_estimate_serves_every_request_for_a_line_up_in_its_second(db, monkeypatch):
+    """A class polling its queued jobs at a deadline (or one student's loop of requests) must not
+    cost an estimate (~0.1 s of CPU) each: one serves a line-up for a second; a new job is
+    estimated at once."""
+    import raiserver.jobs.views as views
+
+    calls: list[int] = []
+    real = views.estimate
+    monkeypatch.setattr(views, "estimate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    add_worker(db, slots=1)
+    hal = add_user(db, "hal")
+    for seconds in (30, 40, 50, 60, 70):
+        finished(db, hal, seconds)
+    running(db, hal, ran=10)
+    waiting = [add_job(db, add_user(db, f"s{i}")) for i in range(3)]
+    for _ in range(10):
+        for job in waiting:
+            shown(db, job)
+    assert len(calls) <= 2, len(calls)  # 30 requests: one estimate (two if the running job's second turned)
+    before = len(calls)
+    late = add_job(db, add_user(db, "late"))
+    low, high, _ = shown(db, late)
+    assert len(calls) == before + 1 and high > 0
