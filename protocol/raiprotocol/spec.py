@@ -6,6 +6,7 @@ without guessing: ``rai_build.yml:7: commands.build must be a list of strings``.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -223,15 +224,16 @@ def _read_as(value: Any) -> str:
     return f"the number {value}"
 
 
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
-    """Walk the composed YAML tree along a pydantic error location to the nearest line."""
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...], at_key: bool = False) -> int:
+    """Walk the composed YAML tree along a pydantic error location to the nearest line (``at_key``:
+    the field's key's line, not its value's: an unknown field whose value is a mapping)."""
     line = node.start_mark.line + 1 if node is not None else 1
-    for key in loc:
+    for depth, key in enumerate(loc, 1):
         child = None
         if isinstance(node, yaml.MappingNode):
             child = next((v for k, v in node.value if k.value == key), None)
-            if child is None:  # unknown key or missing key: point at the key, else the parent
-                keynode = next((k for k, _ in node.value if k.value == key), None)
+            keynode = next((k for k, _ in node.value if k.value == key), None)
+            if child is None or (at_key and depth == len(loc) and keynode is not None):  # unknown or missing key: its line
                 return keynode.start_mark.line + 1 if keynode is not None else line
         elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
             child = node.value[key]
@@ -401,9 +403,75 @@ def _parse(data: bytes | str, filename: str, model: type[_Spec]) -> _Spec:
             ]
         )
     try:
-        return model.model_validate(raw)
+        spec = model.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError([_message(err, node, filename) for err in exc.errors()]) from None
+        raise SpecError(_messages(exc.errors(), node, filename)) from None
+    joined = _joined_commands(node, text, filename)
+    if joined:
+        raise SpecError(joined)
+    return spec
+
+
+def _messages(errors: list[Any], node: Any, filename: str) -> list[str]:
+    """The validation errors as people read them; a misspelt field is one error, with what was
+    meant ("comands" is not also "commands is required")."""
+    missing = {tuple(e["loc"]) for e in errors if e["type"] == "missing" and e["loc"]}
+    meant: dict[int, str] = {}
+    for i, err in enumerate(errors):
+        if err["type"] == "extra_forbidden" and err["loc"]:
+            where = tuple(err["loc"][:-1])
+            names = _field_names(where) | {str(m[-1]) for m in missing if m[:-1] == where}
+            close = difflib.get_close_matches(str(err["loc"][-1]), sorted(names), n=1, cutoff=0.75)
+            if close:
+                meant[i] = close[0]
+    said = {(*errors[i]["loc"][:-1], name) for i, name in meant.items()}
+    out = []
+    for i, err in enumerate(errors):
+        if err["type"] == "missing" and tuple(err["loc"]) in said:
+            continue  # said with the misspelling that meant it
+        text = _message(err, node, filename)
+        out.append(text + (f"; did you mean '{meant[i]}'?" if i in meant else ""))
+    return out
+
+
+def _field_names(loc: tuple[Any, ...]) -> set[str]:
+    """The fields a build file may have at ``loc`` (a mapping's place), for "did you mean"."""
+    model: Any = CourseSpec
+    for part in loc:
+        field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+        if field is None or not isinstance(field.annotation, type) or not issubclass(field.annotation, BaseModel):
+            return set()
+        model = field.annotation
+    return set(model.model_fields)
+
+
+def _joined_commands(node: Any, text: str, filename: str) -> list[str]:
+    """A '- cmd' line indented deeper than the list's items is no item of its own: YAML joins it to
+    the command above ('echo a - echo b'), which then runs and succeeds. Refused, with the line to write."""
+    build = _child(_child(node, "commands"), "build")
+    if not isinstance(build, yaml.SequenceNode):
+        return []
+    lines = text.splitlines()
+    problems = []
+    for item in build.value:
+        plain = item.style in (None, "") if isinstance(item, yaml.ScalarNode) else False  # libyaml says '', PyYAML None
+        if not plain or item.start_mark.line == item.end_mark.line:
+            continue
+        dash = max(item.start_mark.column - 2, 0)
+        for n in range(item.start_mark.line + 1, min(item.end_mark.line + 1, len(lines))):
+            body = lines[n].lstrip(" ")
+            if body.startswith("- "):
+                problems.append(
+                    f"{filename}:{n + 1}: this '- ' line is indented deeper than the commands above it, so YAML joined it "
+                    f"to the command before ('{item.value[:60]}'); indent it as they are: {' ' * dash}{body.rstrip()}"
+                )
+    return problems
+
+
+def _child(node: Any, key: str) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+    return None
 
 
 def _message(err: Any, node: Any, filename: str) -> str:
@@ -415,7 +483,8 @@ def _message(err: Any, node: Any, filename: str) -> str:
         human = ": " + err["msg"].removeprefix("Value error, ")
         dotted = dotted.rstrip()
     human = _refined(err, loc, human)
-    return f"{filename}:{_line_of(node, loc)}: {dotted}{'' if human.startswith(':') else ' '}{human}"
+    line = _line_of(node, loc, at_key=err["type"] == "extra_forbidden")
+    return f"{filename}:{line}: {dotted}{'' if human.startswith(':') else ' '}{human}"
 
 
 def _refined(err: Any, loc: tuple[Any, ...], human: str) -> str:

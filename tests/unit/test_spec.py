@@ -44,7 +44,7 @@ def test_build_must_be_a_list_of_strings_names_the_line():
 
 def test_unknown_key_is_named_with_its_line():
     text = RAI_FORMAT.replace("  network: false\n", "  network: false\n  gpus: 2\n")
-    assert errors(text) == ["rai_build.yml:10: resources.gpus is not a known field"]
+    assert errors(text) == ["rai_build.yml:10: resources.gpus is not a known field; did you mean 'gpu'?"]
 
 
 def test_wrong_type_and_missing_section():
@@ -126,3 +126,38 @@ def test_messages_are_in_words_and_count_from_one():
     ):
         (msg,) = errors(broken)
         assert "malformed YAML" in msg and "<" not in msg, msg
+
+
+def test_a_misspelt_field_is_one_error_that_says_what_was_meant():
+    """Issue 49: 'comands:' gave two errors ('commands is required' and 'comands is not a known
+    field') and no hint."""
+    for text, said in [
+        (
+            "rai:\n  version: 0.2\n  image: x\ncomands:\n  build:\n    - echo a\n",
+            "rai_build.yml:4: comands is not a known field; did you mean 'commands'?",
+        ),
+        (
+            "rai:\n  version: 0.2\n  imag: x\ncommands:\n  build:\n    - echo a\n",
+            "rai_build.yml:3: rai.imag is not a known field; did you mean 'image'?",
+        ),
+        (
+            "rai:\n  version: 0.2\n  image: x\nresources:\n  limits:\n    wall_secs: 3\ncommands:\n  build:\n    - echo a\n",
+            "rai_build.yml:6: resources.limits.wall_secs is not a known field; did you mean 'wall_seconds'?",
+        ),
+    ]:
+        with pytest.raises(SpecError) as exc:
+            parse_spec(text)
+        assert exc.value.messages == [said]
+
+
+def test_a_list_item_indented_under_the_command_above_is_refused_with_the_line_to_write():
+    """Issue 49: a mis-indented '- echo b' was joined onto the previous command ('echo a - echo b'),
+    which then ran and succeeded."""
+    text = "rai:\n  version: 0.2\n  image: x\ncommands:\n  build:\n    - echo a\n      - echo b\n"
+    with pytest.raises(SpecError) as exc:
+        parse_spec(text)
+    (said,) = exc.value.messages
+    assert said.startswith("rai_build.yml:7: this '- ' line is indented deeper") and said.endswith(": " + "    - echo b"), said
+    # a long command wrapped on purpose (no '- ' at the start of its next line) stays one command
+    ok = "rai:\n  version: 0.2\n  image: x\ncommands:\n  build:\n    - nvcc -O3 -o m2\n      main.cu\n"
+    assert parse_spec(ok).commands.build == ["nvcc -O3 -o m2 main.cu"]
