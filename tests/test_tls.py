@@ -112,6 +112,30 @@ def test_an_untrusted_certificate_is_refused_with_a_way_out(https_service, tmp_p
         assert "set RAI_CA_BUNDLE to that CA's file (PEM)" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_the_profile_can_name_the_course_ca(https_service, tmp_path):
+    """Issue 48: the CA could be named only in RAI_CA_BUNDLE, set in every shell; a profile the
+    course hands out can carry it (``ca_bundle``), and a wrong one is named when refused."""
+    import yaml
+
+    svc, url, ca = https_service
+    data = yaml.safe_load(Path(svc.profile).read_text())
+    data["profile"]["ca_bundle"] = str(ca)
+    data["server"] = url
+    profile = tmp_path / "course.profile"
+    profile.write_text(yaml.safe_dump(data))
+    res = svc.client(
+        "submit",
+        "-p",
+        str(make_project(tmp_path / "p", ["echo trusted by the profile"])),
+        env={"RAI_PROFILE": str(profile), "RAI_SERVER": url},
+    )
+    assert res.returncode == 0 and "trusted by the profile" in res.stdout, res.stdout + res.stderr
+    data["profile"]["ca_bundle"] = "/etc/ssl/certs/ca-certificates.crt"  # the system's authorities: not the course's
+    profile.write_text(yaml.safe_dump(data))
+    res = svc.client("history", env={"RAI_PROFILE": str(profile), "RAI_SERVER": url})
+    assert res.returncode != 0 and "not signed by the certificate authority in your profile's ca_bundle" in res.stderr, res.stderr
+
+
 def test_behind_https_the_session_cookie_is_secure(https_service):
     svc, url, ca = https_service
     from raiprotocol.profile import read_profile_file

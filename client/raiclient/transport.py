@@ -49,6 +49,7 @@ class Http:
         self.base = url.path.rstrip("/")
         self.headers = {"User-Agent": f"raiclient/{__version__}"}
         if profile is not None:
+            tls.use_profile(profile.ca_bundle)
             self.headers["Authorization"] = "Basic " + base64.b64encode(f"{profile.access_key}:{profile.secret_key}".encode()).decode()
         host, port, https = url.hostname or "", url.port, url.scheme == "https"
         proxy = proxy_for(url.scheme, host)

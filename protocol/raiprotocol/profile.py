@@ -30,6 +30,7 @@ class Profile(NamedTuple):
     lastname: str | None = None
     email: str | None = None
     team: str | None = None
+    ca_bundle: str | None = None  # a PEM file of the CA the course's server's certificate is signed by (RAI_CA_BUNDLE wins)
 
     def with_(self, **changes: Any) -> Profile:
         return self._replace(**changes)
