@@ -133,3 +133,33 @@ def test_a_database_outage_answers_503_with_a_retry_hint_and_the_client_waits_it
     finally:
         svc.shutdown()
         pg.remove()
+
+
+def test_the_client_shows_the_restart_it_lived_through(tmp_path, redis_url):
+    """Issue 48: server and worker replaced at once (an upgrade without a drain, a host's reboot)
+    while a job runs: the following client reconnects and says the job runs again and why, not
+    only 'Running: …' a second time."""
+    import threading
+    import time
+
+    svc = start_service(tmp_path, redis_url, None, "process", slots=1, extra_env={"RAI_WORKER_DEAD_AFTER": "600"})
+    try:
+        proj = make_project(tmp_path / "p", ["echo started; sleep 8; echo done-$((1 + 1))"])
+        proc = svc.popen_client("submit", "-p", str(proj))
+        out: list[str] = []
+        reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)
+        reader.start()
+        wait_for(lambda: "started\n" in out, timeout=60, what="the job running")
+        svc.stop("server", signal.SIGKILL)
+        svc.stop("worker-w1", signal.SIGKILL)
+        time.sleep(2)
+        svc.start_server()
+        svc.start_worker("w1")
+        assert proc.wait(120) == 0
+        reader.join(5)
+        text = "".join(out)
+        said = [ln for ln in out if "goes back in the queue" in ln]
+        assert len(said) == 1 and "attempt 2 of" in said[0] and "restarted" in said[0], text
+        assert text.count("\ndone-2\n") == 1 and "Job succeeded" in text, text
+    finally:
+        svc.shutdown()
