@@ -481,3 +481,31 @@ def test_a_crashed_server_or_worker_container_comes_back_and_the_job_ends_defini
     assert final["state"] == "succeeded", final
     after = restarts()
     assert after == {s: before[s] + 1 for s in before}, (before, after)  # the restart policy brought each back
+
+
+def test_an_upgrade_with_a_job_running_lets_it_finish_once(stack, tmp_path):
+    """Issue 48: `docker compose up -d` recreating the worker (an upgrade) killed a 40 s job after
+    compose's 10 s stop grace and ran it again. The worker drains now (RAI_DRAIN_SECONDS) within a
+    longer stop_grace_period: the job ends once, on its first attempt, and the new worker serves."""
+    import sys
+
+    admin = stack.root / "admin.profile"
+    stack.compose("up", "-d", "worker")
+    stack.workers_alive(admin, 1)
+    proj = make_project(tmp_path / "upgrade", ["echo started; sleep 15; echo done-$((1 + 1))"], image="rai/busybox:latest")
+    env = {**os.environ, "RAI_PROFILE": str(admin), "PYTHONUNBUFFERED": "1"}
+    env.pop("RAI_SERVER", None)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "raiclient", "submit", "-p", str(proj)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    seen = ""
+    while "started" not in seen.splitlines()[-1:] and follow.poll() is None:
+        seen += follow.stdout.readline()
+    stack.compose("up", "-d", "--force-recreate", "--no-deps", "worker", timeout=300)  # the new release's worker
+    out = seen + follow.communicate(timeout=180)[0]
+    assert follow.returncode == 0, out
+    # one attempt: a rerun is said ("… goes back in the queue (attempt 2 of 3)") and prints the lines again
+    assert "goes back in the queue" not in out and out.count("\nstarted\n") == 1, out
+    assert out.count("\ndone-2\n") == 1 and "Job succeeded" in out, out
+    res = client(stack, admin, "submit", "-p", str(make_project(tmp_path / "after", ["echo the new worker"], image="rai/busybox:latest")))
+    assert res.returncode == 0 and "the new worker" in res.stdout, res.stdout + res.stderr
