@@ -213,6 +213,8 @@ class LogHub:
                 continue
             now = time.monotonic()
             for job_id, job in snaps.items():
+                if job_id not in self.watchers:  # its last watcher left while the pass ran: nothing to keep for it
+                    continue
                 current = (job.state.value, job.position, job.eta_seconds, job.eta_low, job.eta_high, job.eta_guess, job.worker)
                 said = self.last_status.get(job_id)
                 # a change, or a waiting job's news every few seconds even without one: an ETA that holds
