@@ -76,7 +76,9 @@ def riding(conn: Http, call: Callable[[], T], during: str, again: str) -> T:
             try:
                 return call()
             except ApiError as exc:
-                if not (exc.transient and conn.reached):
+                # 507: the server answers that its storage fails and when to try again (issue 28):
+                # the student hears it at once, not after minutes of sending the project again
+                if not (exc.transient and conn.reached) or exc.status == 507:
                     raise
                 if lost is None:
                     why = (

@@ -51,13 +51,11 @@ def _cell_lines(text: str, w: int) -> list[str]:
 def render(columns: Sequence[str], rows: Sequence[Sequence[str]], drop: Sequence[str] = (), box: bool = False, header: bool = True) -> str:
     """The table as text, each line within the terminal's width where it can be."""
     limit = width()
-    keep = list(columns)
+    index = list(range(len(columns)))  # by place: two columns may share a name (a pair's "team", "team")
     table: list[list[str]] = []
     for gone in (None, *drop):
-        if gone in keep:
-            keep.remove(gone)
-        index = [columns.index(name) for name in keep]
-        table = ([list(keep)] if header else []) + [[str(row[i]) for i in index] for row in rows]
+        index = [i for i in index if columns[i] != gone]
+        table = ([[columns[i] for i in index]] if header else []) + [[str(row[i]) for i in index] for row in rows]
         if not table or _total(_widths(table), box) <= limit:
             break
     if not table:
