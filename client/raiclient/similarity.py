@@ -24,7 +24,9 @@ def follow(api: Api, report_id: int, show: int) -> SimilarityOut:
                 say(f"{r.done}/{r.total} pairs compared")  # it ended between two looks: the trail stays whole
             break
         tenth = (10 * r.done // r.total) if r.total else 0
-        if r.state == "running" and r.phase and (r.phase, tenth) != last:
+        if r.state == "running" and r.phase == "comparing" and last[0] != "comparing" and last != ("reading", 10) and r.teams:
+            say(f"{r.teams}/{r.teams} teams read")  # the reading ended between two looks: the trail stays whole
+        if r.state == "running" and r.phase and r.total and (r.phase, tenth) != last:  # no "0/0" before the total is known
             unit = "teams read" if r.phase == "reading" else "pairs compared"
             say(f"{r.done}/{r.total} {unit}")
             last = (r.phase, tenth)
