@@ -27,7 +27,7 @@ def test_an_upgrade_lets_the_running_job_finish_once(tmp_path, redis_url):
     try:
         proj = make_project(tmp_path / "p", ["echo started; sleep 6; echo done-$((1 + 1))"])
         proc = svc.popen_client("submit", "-p", str(proj))
-        wait_for(lambda: _running(svc), timeout=60, what="the job running")
+        wait_for(svc.any_running, timeout=60, what="the job running")
         upgrade(svc)
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, out + err
@@ -46,7 +46,7 @@ def test_what_outlasts_the_drain_goes_back_as_a_named_restart(tmp_path, redis_ur
         svc.start_worker("w1", RAI_DRAIN_SECONDS="2")
         proj = make_project(tmp_path / "p", ["echo started; sleep 30; echo done-$((1 + 1))"])
         proc = svc.popen_client("submit", "-p", str(proj))
-        wait_for(lambda: _running(svc), timeout=60, what="the job running")
+        wait_for(svc.any_running, timeout=60, what="the job running")
         upgrade(svc, exited_within=20)  # 2 s of draining, a heartbeat to notice, the report
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, out + err
@@ -55,11 +55,6 @@ def test_what_outlasts_the_drain_goes_back_as_a_named_restart(tmp_path, redis_ur
         assert out.count("\ndone-2\n") == 1 and "Job succeeded" in out, out
     finally:
         svc.shutdown()
-
-
-def _running(svc) -> bool:
-    with svc.http() as h:
-        return any(j["state"] == "running" for j in h.get("/api/v1/jobs", params={"all": "true"}).json()["jobs"])
 
 
 def test_the_compose_files_let_a_worker_drain():

@@ -91,7 +91,7 @@ def test_a_server_that_cannot_store_the_end_does_not_take_the_worker_for_dead(tm
     try:
         proj = make_project(tmp_path / "p", ["echo started; sleep 2; echo done-$((1 + 1))"])
         proc = svc.popen_client("submit", "-p", str(proj))
-        wait_for(lambda: _job_running(svc), timeout=60, what="the job running")
+        wait_for(svc.any_running, timeout=60, what="the job running")
         shutil.move(logs, logs.with_name("logs.away"))  # a file where the folder was: every write in it fails
         logs.write_text("not a folder")
         time.sleep(PAST)  # the job ends meanwhile; its end cannot be stored for longer than the lease's window
@@ -103,8 +103,3 @@ def test_a_server_that_cannot_store_the_end_does_not_take_the_worker_for_dead(tm
         assert out.count("\ndone-2\n") == 1 and "Job succeeded" in out, out
     finally:
         svc.shutdown()
-
-
-def _job_running(svc) -> bool:
-    with svc.http() as h:
-        return any(j["state"] == "running" for j in h.get("/api/v1/jobs", params={"all": "true"}).json()["jobs"])

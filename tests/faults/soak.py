@@ -27,6 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from helpers import make_project, read_log, wait_for  # noqa: E402
+from helpers.procs import descriptors, rss_kib  # noqa: E402
 
 from raiprotocol.states import JobState, exit_code_for  # noqa: E402
 
@@ -65,23 +66,6 @@ class Figures:
     problems: list[str] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
     states: dict[str, int] = field(default_factory=dict)
-
-
-def descriptors(pid: int) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return 0
-
-
-def rss_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 class Soak:

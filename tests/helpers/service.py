@@ -124,6 +124,11 @@ class Service:
     def worker_http(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
 
+    def any_running(self) -> bool:
+        """Whether a job of anyone's is running now (as the admin sees the list)."""
+        with self.http() as h:
+            return any(j["state"] == "running" for j in h.get("/api/v1/jobs", params={"all": "true"}).json()["jobs"])
+
     def add_user(self, name: str, role: str = "student", team: str | None = None) -> Path:
         return launch.add_user(self.env, name, role, self.url, self.data / f"{name}.profile", team)
 
