@@ -55,8 +55,28 @@ def pg_url() -> Iterator[str]:
 
 
 # -- Docker -----------------------------------------------------------------------------------
+_ENGINE_LOCK: list = []
+
+
+def _one_suite_per_engine() -> None:
+    """Two test sessions on one Docker engine would remove each other's containers (every test
+    service names its worker w1, and a worker reaps its name's containers at start): a second
+    session waits for the first, saying so, instead of failing in ways that look like bugs."""
+    import fcntl
+    import sys
+
+    f = open("/tmp/rai-tests-docker.lock", "w")  # noqa: SIM115 - held for the whole session
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("\nanother test session holds the Docker engine; waiting for it to end", file=sys.stderr, flush=True)
+        fcntl.flock(f, fcntl.LOCK_EX)
+    _ENGINE_LOCK.append(f)
+
+
 @pytest.fixture(scope="session")
 def docker_engine():
+    _one_suite_per_engine()
     try:
         import docker
 
