@@ -255,6 +255,7 @@ class TimedRun(BaseModel):
     reference: str = ""  # the course's command that computes the same operations, on the same inputs
     keep: list[str] | None = None  # what of the build's /build each timed run's fresh container starts with (None: all)
     bound_seconds: float | None = None  # one timed run's bound; None: 20x the reference's run, at most 120 s
+    cpu_seconds: float | None = None  # the CPU time a timed run may use (the course's budget): stopped once past it
     max_bytes: int = 2 * 1024**3  # inputs plus outputs of all the operations of one timed run
     predictions: str = ""  # unused since issue 46 (a worker from before reads it)
     seeds: list[int] | None = None  # unused since issue 46

@@ -10,7 +10,9 @@
  * threads). At the end the whole cgroup is frozen (cgroup.freeze: every thread of every
  * process), its CPU time read (cpu.stat: what every process used, reaped or not), then killed
  * (cgroup.kill) and waited for; only then are the outputs read, through nothing the job can
- * lease, lock or replace. Past --bound-ms the same happens and the run says so.
+ * lease, lock or replace. Past --bound-ms the same happens and the run says so; so it does once
+ * the cgroup's CPU time (cpu.stat, read every CPU_LOOK_MS) passes --cpu-budget-ms: a run doing its
+ * work on the host's cores is stopped at the course's budget, not left to run to its bound.
  *
  * The marks (--secrets): the course's harness, linked into the job's program, times each
  * operation with one line at a time into a pipe (RAI_MARKS_OUT, fd 4; a pipe carries no
@@ -38,14 +40,14 @@
  * inputs (raiprotocol.opcheck). Nothing the job prints or writes elsewhere is read.
  *
  * The result is written to --out/result, a folder only root can enter: "exit N", "cpu_usec N",
- * optional "bound MS" and "problem TEXT" lines (rai-timed's own words), and one "op" line per
+ * optional "bound MS", "cpu_budget MS" and "problem TEXT" lines (rai-timed's own words), and one "op" line per
  * operation (see write_result).
  *
  * Usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N]
- *                  [--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]
+ *                  [--cpu-budget-ms N] [--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]
  * --max-bytes: inputs and outputs of all the run's operations together (2 GiB): what rai-timed holds,
  * and checks after the end, is bounded whatever the job asks for.
- * exit: the command's status (128+N for a signal), 124 at the bound, 125 when the run broke the
+ * exit: the command's status (128+N for a signal), 124 at the bound or the CPU budget, 125 when the run broke the
  * marks protocol, 126 on a setup failure (the line on stderr says which).
  * Static build: cc -O2 -static -o rai-timed rai-timed.c
  */
@@ -92,6 +94,7 @@
 #define CHECK_SKETCHES 8
 #define CHECK_SAMPLES 16
 #define CHUNK_BYTES (1u << 20)
+#define CPU_LOOK_MS 50 /* how often the CPU budget is looked at: a run overspends it by at most this x its cores */
 #define FREEZE_NS 2000000000LL /* a cgroup not frozen after 2 s: something of the job runs on */
 
 /* -- keyed randomness: SipHash-2-4 (a PRF: its outputs tell nothing of the key) and splitmix64 -- */
@@ -152,15 +155,15 @@ static struct {
     uid_t uid;
     gid_t gid;
     const char *cgroup, *out_dir, *secrets;
-    long long bound_ms, max_bytes, bytes_used;
+    long long bound_ms, cpu_budget_ms, max_bytes, bytes_used;
     int max_ops;
     uint64_t in_key[2], check_key[2];
     int procs_fd, freeze_fd, kill_fd, events_fd, cpu_fd;
     struct op ops[MAX_OPS_LIMIT];
     int nops;
     char problem[300];
-    int bound_hit;
-} R = {.bound_ms = 0, .max_bytes = 2LL << 30, .max_ops = 64};
+    int bound_hit, cpu_hit;
+} R = {.bound_ms = 0, .cpu_budget_ms = 0, .max_bytes = 2LL << 30, .max_ops = 64};
 
 static void problem(const char *fmt, ...) {
     if (R.problem[0]) return; /* the first says why */
@@ -518,6 +521,7 @@ static void write_result(int status, long long cpu) {
     }
     fprintf(f, "exit %d\ncpu_usec %lld\n", status, cpu);
     if (R.bound_hit) fprintf(f, "bound %lld\n", R.bound_ms);
+    if (R.cpu_hit) fprintf(f, "cpu_budget %lld\n", R.cpu_budget_ms);
     if (R.problem[0]) fprintf(f, "problem %s\n", R.problem);
     /* op INDEX IN OUT NS CPU_USEC CHANGED nonfinite N norm2 X sketch S1..S8 samples AT:V x16 */
     for (int i = 0; i < R.nops; i++) {
@@ -593,13 +597,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--out")) R.out_dir = v;
         else if (!strcmp(k, "--secrets")) R.secrets = v;
         else if (!strcmp(k, "--bound-ms")) R.bound_ms = atoll(v);
+        else if (!strcmp(k, "--cpu-budget-ms")) R.cpu_budget_ms = atoll(v);
         else if (!strcmp(k, "--max-bytes")) R.max_bytes = atoll(v);
         else if (!strcmp(k, "--max-ops")) R.max_ops = atoi(v);
         else break;
     }
     if (a >= argc - 1 || strcmp(argv[a], "--") != 0 || uid < 0 || gid < 0 || !R.cgroup || !R.out_dir) {
         fprintf(stderr, "usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N] "
-                        "[--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]\n");
+                        "[--cpu-budget-ms N] [--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]\n");
         return 2;
     }
     char **command = argv + a + 1;
@@ -676,8 +681,13 @@ int main(int argc, char **argv) {
             }
             timeout = left > 1000 ? 1000 : (int)left;
         }
+        if (R.cpu_budget_ms > 0 && (timeout < 0 || timeout > CPU_LOOK_MS)) timeout = CPU_LOOK_MS;
         int n = poll(p, in >= 0 ? 2 : 1, timeout);
         if (n < 0 && errno != EINTR) break;
+        if (R.cpu_budget_ms > 0 && cpu_usec() > R.cpu_budget_ms * 1000) {
+            R.cpu_hit = 1;
+            break;
+        }
         if (n <= 0) continue;
         if (in >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
             int rc = on_marks(in, sock);
@@ -692,8 +702,11 @@ int main(int argc, char **argv) {
     if (ended && waitpid(child, &status, 0) != child) status = -1; /* before the kill: its own status */
     long long cpu = end_everything();
     if (!ended) waitpid(child, NULL, 0);
-    int code = R.bound_hit ? 124 : !ended ? 125 : WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 126;
+    int code = R.bound_hit || R.cpu_hit ? 124 : !ended ? 125 : WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 126;
     if (R.bound_hit) problem("the timed run was stopped at its bound of %lld ms", R.bound_ms);
+    if (R.cpu_hit)
+        problem("the timed run was stopped once its processes had used %.3g s of CPU time, more than the course's budget of %.3g s",
+                cpu / 1e6, R.cpu_budget_ms / 1e3);
     write_result(code, cpu);
     if (R.problem[0]) fprintf(stderr, "rai-timed: %s\n", R.problem);
     return code;

@@ -19,6 +19,7 @@ class TimedResult:
     cpu_seconds: float | None = None
     problem: str | None = None
     bound_ms: int | None = None
+    cpu_budget_ms: int | None = None  # the run was stopped once its CPU time passed this budget
     ops: list[OpMeasure] = field(default_factory=list)
 
 
@@ -65,6 +66,8 @@ def parse(text: str) -> TimedResult:
                 out.cpu_seconds = usec / 1e6 if usec >= 0 else None
             elif key == "bound":
                 out.bound_ms = int(value)
+            elif key == "cpu_budget":
+                out.cpu_budget_ms = int(value)
             elif key == "problem":
                 out.problem = value[:300]
             elif key == "op" and len(out.ops) < 256:

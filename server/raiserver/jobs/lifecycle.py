@@ -295,6 +295,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
             reference=ranked.reference or "",
             keep=ranked.keep,
             bound_seconds=ranked.timed_seconds,
+            cpu_seconds=ranked.cpu_seconds,
         )
         repeats = 1
     return ClaimGranted(

@@ -189,6 +189,8 @@ class TimedRuns(ContainerJob):
         argv += ["--secrets", f"{out_dir}/keys", "--max-bytes", str(timed.max_bytes)]
         if bound is not None:
             argv += ["--bound-ms", str(int(bound * 1000))]
+            if timed.cpu_seconds is not None:  # the student's runs only (the reference's have no bound either)
+                argv += ["--cpu-budget-ms", str(max(1, int(timed.cpu_seconds * 1000)))]
         argv += ["--", *self.wrap, "/bin/sh", "-c", command]
         gpu_watch = self._gpu_watch(ctx, int(uid)) if watch else None
         started = time.monotonic()
