@@ -174,7 +174,7 @@ def test_openings_deadlines_policies_and_what_students_see(term, tmp_path):
     res = term.client("kinds", env=alice)
     assert res.returncode == 0, res.stderr
     assert "Late days: 1 left of 2" in res.stdout
-    m3 = next(line for line in res.stdout.splitlines() if line.startswith("m3 "))
+    m3 = row_of(res.stdout, "m3")
     assert "(extended)" in m3 and "due in 1 d 23 h" in m3
     assert "opens in 2 d 3 h" in next(line for line in res.stdout.splitlines() if line.startswith("m1 "))
     # a second late submission the same day draws nothing more
@@ -202,6 +202,15 @@ def test_openings_deadlines_policies_and_what_students_see(term, tmp_path):
 
     audit = term.client("admin", "audit", "-n", "50").stdout
     assert "kind.change" in audit and "kind.extend" in audit
+
+
+def row_of(text: str, name: str) -> str:
+    """A kind's row of ``raiclient kinds``: its line and the lines its cells wrapped onto, as one."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{name} "))
+    rest = lines[start + 1 :]
+    more = next((i for i, line in enumerate(rest) if not line.startswith(" ")), len(rest))
+    return " ".join(line.strip() for line in lines[start : start + 1 + more])
 
 
 def kinds_now(svc: Service) -> list[dict]:
@@ -317,3 +326,93 @@ def test_kinds_page_for_instructors_and_students(browser, term):
         m4 = next(k for k in h.get("/api/v1/kinds").json()["kinds"] if k["name"] == "m4")
     assert m4["your_due_at"] == m4["due_at"]
     assert "kind.unextend" in term.client("admin", "audit", "-n", "3").stdout
+
+
+def words_kept(narrow: str, wide: str) -> list[str]:
+    """The words of ``narrow`` that are not words of ``wide`` (the same text unwrapped): a word cut
+    in two by a wrap shows up here."""
+    whole = set(wide.split())
+    return [w for w in narrow.split() if w not in whole]
+
+
+def test_kinds_and_the_audit_read_well_in_a_narrow_terminal(term):
+    """Issue 49: 'admin kinds show' and 'raiclient kinds' had no header and were cut mid-word at 60
+    columns; m3, closed, said "closed" while alice's extension keeps it open for her; 'admin audit'
+    folded its details one word a line and could not be narrowed to an action or a person."""
+    alice = student(term, "alice")
+    for args, env in ((("admin", "kinds", "show"), {}), (("kinds",), alice)):
+        narrow = term.client(*args, env={**env, "COLUMNS": "60"})
+        wide = term.client(*args, env={**env, "COLUMNS": "400"})
+        assert narrow.returncode == 0 and wide.returncode == 0, narrow.stderr + wide.stderr
+        print(f"$ COLUMNS=60 raiclient {' '.join(args)}\n{narrow.stdout}")
+        lines = narrow.stdout.splitlines()
+        assert lines[0].split() == ["kind", "now", "dates", "and", "late", "policy"], lines[0]
+        assert max(len(line) for line in lines) <= 60, narrow.stdout
+        assert words_kept(narrow.stdout, wide.stdout) == [], narrow.stdout
+    staff_view = term.client("admin", "kinds", "show", env={"COLUMNS": "400"}).stdout
+    assert "closed; still open for 1 student with an extension (until " in row_of(staff_view, "m3"), staff_view
+    with term.http() as h:
+        m3 = next(k for k in h.get("/api/v1/kinds").json()["kinds"] if k["name"] == "m3")
+    assert m3["status"].startswith("closed; still open for 1 student with an extension"), m3
+
+    # the audit: a header and one line an entry (the detail under it when the line is short), filtered on the server
+    res = term.client("admin", "audit", "-n", "8", env={"COLUMNS": "80"})
+    print(f"$ raiclient admin audit -n 8\n{res.stdout}")
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["when", "who", "action", "target"] and max(len(line) for line in lines) <= 80, res.stdout
+    entries = [line for line in lines[1:] if not line.startswith(" ")]
+    assert len(entries) == 8 and all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d  \S", e) for e in entries), res.stdout
+    folded = [b for a, b in zip(lines, lines[1:], strict=False) if a.startswith(" ") and b.startswith(" ")]
+    assert folded == [], "an entry's detail over more than one line"
+    wide = term.client("admin", "audit", "-n", "8", env={"COLUMNS": "200"}).stdout.splitlines()
+    assert wide[0].split() == ["when", "who", "action", "target", "detail"] and len(wide) == 9, wide
+    extends = term.client("admin", "audit", "--action", "kind.extend", env={"COLUMNS": "200"}).stdout.splitlines()[1:]
+    assert extends and all(line.split()[3] == "kind.extend" for line in extends), extends
+    assert any("username=alice" in line and "reason=illness" in line for line in extends), extends
+    family = term.client("admin", "audit", "--action", "kind", env={"COLUMNS": "200"}).stdout.splitlines()[1:]
+    assert {line.split()[3] for line in family} >= {"kind.change", "kind.extend"}, family
+    assert all(line.split()[3].startswith("kind.") for line in family), family
+    assert len(family) > len(extends)
+    mine = term.client("admin", "audit", "--actor", "admin", "-n", "5", env={"COLUMNS": "200"}).stdout.splitlines()[1:]
+    assert len(mine) == 5 and all(line.split()[2] == "admin" for line in mine), mine
+    none = term.client("admin", "audit", "--actor", "nobody", "--action", "kind")
+    assert none.returncode == 0 and none.stdout.strip() == "✱ No staff action in the audit log (action kind and by nobody)", none.stdout
+    with term.http() as h:
+        assert [a["action"] for a in h.get("/api/v1/admin/audit", params={"action": "kind.extend"}).json()] == ["kind.extend"] * len(
+            extends
+        )
+
+
+def test_the_deadlines_page_at_400_px_and_its_menu(browser, term):
+    """Issue 49: at 400 px the extensions' End buttons and the kinds' CSV/Canvas links were off the
+    right edge, and the wrapped header took ~170 px of every page: a menu button now."""
+    assert term.client("admin", "kinds", "set", "m3", "--grade", "pass").returncode == 0
+    page = login(browser, term, term.profile)
+    page.set_viewport_size({"width": 400, "height": 860})
+    page.goto(f"{term.url}/kinds")
+    header = page.locator("header").bounding_box()
+    assert header and header["height"] <= 60, header
+    assert not page.locator("header nav").is_visible()
+    page.screenshot(path=str(SHOTS / "kinds-400.png"), full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
+    for thing in (
+        "#kinds a[href='/grades/m3.csv']",
+        "#kinds a[href='/grades/m3.csv?format=canvas']",
+        "#extensions button[data-end='m3:alice']",
+    ):
+        box = page.locator(thing).bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= 400, (thing, box)
+    assert "closed; still open for 1 student with an extension" in page.inner_text("#kinds")
+    page.click("#menu")
+    page.locator("header nav").wait_for(state="visible")
+    out = page.locator("header .who button").bounding_box()
+    assert out and out["x"] + out["width"] <= 400, out
+    page.screenshot(path=str(SHOTS / "kinds-400-menu.png"))
+    page.click("header nav >> text=Queue")
+    page.wait_for_url("**/queue")
+    page.set_viewport_size({"width": 1400, "height": 860})
+    page.goto(f"{term.url}/kinds")
+    assert not page.locator("#menu").is_visible() and page.locator("header nav").is_visible()
+    assert page.locator("header").bounding_box()["height"] <= 60
+    page.screenshot(path=str(SHOTS / "kinds-1400.png"), full_page=True)
+    page.close()

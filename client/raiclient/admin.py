@@ -66,6 +66,13 @@ def remeasure(args: argparse.Namespace) -> int:
     return 0
 
 
+def rerun(args: argparse.Namespace) -> int:
+    with cli.connected(args.server) as api:
+        job = api.rerun(args.job_id)
+    say(f"job {job.id} runs {job.owner}'s job {args.job_id} again ('{job.kind}'); follow it with: raiclient logs {job.id} --follow")
+    return 0
+
+
 def grades(args: argparse.Namespace) -> int:
     """One row per student on the roster: the run that counts, its figures, the grade, or 0 and why."""
     with cli.connected(args.server) as api:
@@ -123,17 +130,63 @@ def similarity(args: argparse.Namespace) -> int:
 
 
 def audit(args: argparse.Namespace) -> int:
+    """Recent staff actions, one line each at any width (issue 49: a boxed table folded the details
+    one word a line); ``--action`` and ``--actor`` are asked of the server."""
     with cli.connected(args.server) as api:
-        rows = api.audit(args.limit)
+        rows = api.audit(args.limit, args.action, args.actor)
     if args.as_json:
         cli.print_json(rows, list[AuditRow])
         return 0
-    table.show(
-        ("when", "who", "action", "target", "detail"),
-        [(local(r.at), *(cell(v) for v in (r.actor, r.action, r.target, r.detail or ""))) for r in rows],
-        box=True,
-    )
+    if not rows:
+        said = " and ".join(w for w in (args.action and f"action {args.action}", args.actor and f"by {args.actor}") if w)
+        say("No staff action in the audit log" + (f" ({said})" if said else ""))
+        return 0
+    sys.stdout.write(audit_lines(rows, table.width()))
     return 0
+
+
+def detail_words(detail: dict[str, object] | None) -> str:
+    """An entry's detail as ``key=value, …`` (empty values left out; lists joined with '+')."""
+    parts = []
+    for key, value in (detail or {}).items():
+        if value in (None, "", [], {}):
+            continue
+        text = "+".join(str(v) for v in value) if isinstance(value, list) else str(value)
+        parts.append(f"{key}={text}")
+    return cell(", ".join(parts))
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: max(room - 1, 0)] + "…"
+
+
+def audit_lines(rows: list[AuditRow], columns: int) -> str:
+    """A header, then an entry a line: when (local, to the minute), who, action, target, and as
+    much of the detail as the line has room for (``--json`` has all of it). Where fewer than 40
+    columns are left for the detail, each entry's detail goes on the line under it, indented."""
+    when = [local(r.at, seconds=False) for r in rows]
+    cols = [
+        ("when", when, 16),
+        ("who", [cell(r.actor) for r in rows], 12),
+        ("action", [cell(r.action) for r in rows], 18),
+        ("target", [cell(r.target) for r in rows], 26),
+    ]
+    widths = [min(max(len(name), *(len(v) for v in values)), cap) for name, values, cap in cols]
+    lead = sum(widths) + 2 * len(widths)
+    room = columns - lead
+    below = room < 40
+    details = [detail_words(r.detail) for r in rows]
+
+    def line(values: list[str], detail: str) -> str:
+        head = "  ".join(_cut(v, w).ljust(w) for v, w in zip(values, widths, strict=True))
+        return (head if below else f"{head}  {_cut(detail, room)}").rstrip()
+
+    out = [line([name for name, _, _ in cols], "" if below else "detail")]
+    for i, _ in enumerate(rows):
+        out.append(line([values[i] for _, values, _ in cols], details[i]))
+        if below and details[i]:
+            out.append("    " + _cut(details[i], columns - 4))
+    return "\n".join(out) + "\n"
 
 
 def images_pull(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from . import staff as cli
 from . import table
 from .output import cell, say
 from .session import fail
-from .term import late_policy, print_kinds
+from .term import late_policy, print_kinds, wrapped
 
 
 def rule_words(name: str, g: GradeRule) -> str:
@@ -37,7 +37,7 @@ def show(args: argparse.Namespace) -> int:
     print_kinds([k.model_dump(mode="json") for k in view.kinds], staff=True)
     for k in view.kinds:
         if k.grading:
-            sys.stdout.write(cell(rule_words(k.name, k.grading)) + "\n")
+            sys.stdout.write(wrapped(cell(rule_words(k.name, k.grading))))
     return 0
 
 

@@ -107,11 +107,15 @@ class Api:
     def revoke_keys(self, username: str) -> UserRow:
         return UserRow.model_validate(self._request("POST", f"/api/v1/admin/users/{username}/revoke"))
 
-    def audit(self, limit: int) -> list[AuditRow]:
-        return [AuditRow.model_validate(r) for r in self._request("GET", "/api/v1/admin/audit", params={"limit": limit})]
+    def audit(self, limit: int, action: str | None = None, actor: str | None = None) -> list[AuditRow]:
+        params: dict[str, object] = {"limit": limit, **({"action": action} if action else {}), **({"actor": actor} if actor else {})}
+        return [AuditRow.model_validate(r) for r in self._request("GET", "/api/v1/admin/audit", params=params)]
 
     def remeasure(self, job_id: str, repeats: int) -> JobOut:
         return JobOut.model_validate(self._request("POST", f"/api/v1/admin/jobs/{job_id}/remeasure", params={"repeats": repeats}))
+
+    def rerun(self, job_id: str) -> JobOut:
+        return JobOut.model_validate(self._request("POST", f"/api/v1/admin/jobs/{quote(job_id, safe='')}/rerun"))
 
     def kinds(self) -> KindsView:
         return KindsView.model_validate(self._request("GET", "/api/v1/kinds"))

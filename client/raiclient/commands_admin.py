@@ -56,6 +56,17 @@ def build(t: Tree, admin: argparse.ArgumentParser) -> None:
 
     p = t.command(
         admin,
+        "rerun",
+        A + "rerun",
+        "Run an ended job again: a new job of the same owner and kind from the same project archive",
+        "and build file, keeping its submission time (staff; audited).",
+        admin=True,
+    )
+    arg(p, "job_id", metavar="JOB", complete="jobs")
+    server(p)
+
+    p = t.command(
+        admin,
         "grades",
         A + "grades",
         "One row per student on the roster: the run that counts, its figures, the grade, or 0 and why.",
@@ -112,8 +123,10 @@ def build(t: Tree, admin: argparse.ArgumentParser) -> None:
     arg(p, "-d", "--detach", action="store_true", help="start it and return at once")
     server(p)
 
-    p = t.command(admin, "audit", A + "audit", "Recent staff actions.", admin=True)
+    p = t.command(admin, "audit", A + "audit", "Recent staff actions, newest first: one line each (--json: every detail).", admin=True)
     arg(p, "-n", dest="limit", type=count(1), default=50, metavar="N", help="how many (default: 50)")
+    arg(p, "--action", metavar="ACTION", help="only this action, or a family: 'kind' is kind.change, kind.extend, …")
+    arg(p, "--actor", metavar="USER", help="only what this user did")
     as_json(p)
     server(p)
 

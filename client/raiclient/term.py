@@ -5,8 +5,10 @@ server's answers as JSON objects (raiprotocol's KindOut and Limits), on the stan
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import Any
 
+from . import table
 from .output import cell
 from .session import when
 
@@ -25,10 +27,10 @@ def late_policy(k: Row) -> str:
 
 
 def print_kinds(kinds: list[Row], staff: bool) -> None:
-    """One line per kind (a table of five dates does not fit 80 columns): its state now, then its dates."""
-    width = max((len(cell(k["name"])) for k in kinds), default=4)
-    state = max((len(k.get("status", "")) for k in kinds), default=4)
-    lines = []
+    """A row per kind under a header: its state now, then its dates and late policy, each cell
+    wrapped between words within the terminal's width (issue 49: no header, and words cut at 60
+    columns)."""
+    rows = []
     for k in kinds:
         due = k.get("due_at") if staff else k.get("your_due_at")
         parts = [f"opens {_when(k['opens_at'])}"] if k.get("opens_at") else []
@@ -40,9 +42,14 @@ def print_kinds(kinds: list[Row], staff: bool) -> None:
             parts.append("no deadline")
         if staff and k.get("extensions"):
             parts.append(f"{k['extensions']} extension(s)")
-        lines.append(f"{cell(k['name']).ljust(width)}  {cell(k.get('status', '')).ljust(state)}  {'; '.join(parts)}")
-    sys.stdout.write("".join(line + "\n" for line in lines))
+        rows.append((cell(k["name"]), cell(k.get("status", "")), "; ".join(parts)))
+    sys.stdout.write(table.render(("kind", "now", "dates and late policy"), rows))
     sys.stdout.flush()
+
+
+def wrapped(text: str, indent: int = 2) -> str:
+    """A line of text wrapped between words at the terminal's width, its continuation indented."""
+    return "\n".join(textwrap.wrap(text, table.width(), subsequent_indent=" " * indent, break_on_hyphens=False) or [""]) + "\n"
 
 
 def limit_lines(lim: Row) -> list[str]:
@@ -68,5 +75,5 @@ def limit_lines(lim: Row) -> list[str]:
 
 
 def print_limits(lim: Row) -> None:
-    sys.stdout.write("".join(line + "\n" for line in limit_lines(lim)))
+    sys.stdout.write("".join(wrapped(line) for line in limit_lines(lim)))
     sys.stdout.flush()

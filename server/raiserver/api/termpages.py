@@ -189,7 +189,7 @@ def grades_download(
     """The grade sheet from the Deadlines page (staff)."""
     if not p.is_staff:
         raise Forbidden("grades are for staff")
-    return grade_sheet(request, db, svc, kind, fmt, None)
+    return grade_sheet(request, db, svc, kind, fmt, None, p.user.username, "web")
 
 
 @router.post("/kinds/extensions/end")

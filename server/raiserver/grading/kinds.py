@@ -198,6 +198,20 @@ class Deadlines:
         what = "with late days" if row.late_policy == "days" else ", marked late"
         return f"late: accepted{what if what.startswith(',') else ' ' + what}{rest}"
 
+    def still_open(self, kind: str, now: datetime) -> str:
+        """Staff's word on a kind past its own deadline that extensions keep open for some (issue
+        49: the Deadlines page said "closed" while students with an extension could still submit),
+        or "" when none does."""
+        live = [(who, aware(due)) for (k, who), due in self.by_user.items() if k == kind and now <= aware(due)]
+        teams = [(who, aware(due)) for (k, who), due in self.by_team.items() if k == kind and now <= aware(due)]
+        if not live and not teams:
+            return ""
+        whom = " and ".join(f"{n} {what}{'s' if n > 1 else ''}" for n, what in ((len(live), "student"), (len(teams), "team")) if n)
+        last = max(due for _, due in live + teams)
+        one = len(live) + len(teams) == 1
+        until = f"until {when(last)}" if one else f"the last until {when(last)}"
+        return f"; still open for {whom} with {'an extension' if one else 'extensions'} ({until})"
+
     def out(self, row: Kind, user: User, staff: bool, now: datetime) -> KindOut:
         return KindOut(
             name=row.name,
@@ -208,8 +222,12 @@ class Deadlines:
             grading=rule_of(row),
             extensions=self.count.get(row.name, 0) if staff else 0,
             your_due_at=self.due_for(row.name, user),
-            status=self.status(row.name, user, now),
+            status=self.status(row.name, user, now) + (self.still_open(row.name, now) if staff and self._past(row, now) else ""),
         )
+
+    @staticmethod
+    def _past(row: Kind, now: datetime) -> bool:
+        return row.due_at is not None and now > aware(row.due_at)
 
     def admit(self, kind: str, user: User, now: datetime) -> Admission:
         """Whether ``user`` may submit ``kind`` now; raises Closed (one line) if not. Staff may

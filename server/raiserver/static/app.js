@@ -31,6 +31,10 @@ const rai = (() => {
     return out + "</span>".repeat(open);
   }
 
+  // the header's menu button (narrow windows): shows and hides the links
+  const menu = document.getElementById("menu");
+  if (menu) menu.addEventListener("click", () => menu.setAttribute("aria-expanded", String(menu.closest("header").classList.toggle("open"))));
+
   // a form with data-confirm (cancelling a job) asks first: one mis-tap must not end someone's run
   document.addEventListener("submit", (ev) => {
     const ask = ev.target.dataset && ev.target.dataset.confirm;
@@ -226,6 +230,19 @@ const rai = (() => {
       });
     }
 
+    // a running job's start and how long it has run, counted here each second (issue 49)
+    function elapsed() {
+      const el = $("elapsed");
+      if (el && !finished) el.textContent = `running for ${dur(Math.max(0, Math.round(Date.now() / 1000 - Number(el.dataset.started))))}`;
+    }
+    setInterval(elapsed, 1000);
+    function started() {  // it started while the page was open: from now
+      const where = $("started");
+      if (!where || $("elapsed")) return;
+      where.innerHTML = `${new Date().toISOString().slice(0, 19).replace("T", " ")} UTC · <span id="elapsed" data-started="${Date.now() / 1000}"></span>`;
+      elapsed();
+    }
+
     const src = new EventSource(`/api/v1/jobs/${jobId}/log`);  // reconnects with Last-Event-ID by itself
     src.addEventListener("lines", (ev) => {
       for (const batch of JSON.parse(ev.data)) {
@@ -238,7 +255,7 @@ const rai = (() => {
     let position = opts.position;
     src.addEventListener("status", (ev) => {
       const s = JSON.parse(ev.data);
-      if (s.state !== state.dataset.state && s.state === "running") timelineRow(Date.now() / 1000, "running", s.worker || "");
+      if (s.state !== state.dataset.state && s.state === "running") { timelineRow(Date.now() / 1000, "running", s.worker || ""); started(); }
       state.dataset.state = s.state;
       state.textContent = label(s.state);
       state.className = `pill state-${s.state}`;
