@@ -38,6 +38,7 @@ ranked:
   repeats: 3
   keep: [op, ref]
   cpu_seconds: 1.5
+  forbid: [libfastconv*]
   tolerance: 0.5
 """
 
@@ -165,6 +166,20 @@ def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_pa
     else:
         assert "passing a descriptor to rai: refused" in out and "ACCEPTED" not in out, out
     assert job["phases"] and all(t < 2.0 for t in m["runs"])
+
+
+def test_a_library_the_course_forbids_is_not_in_the_timed_runs(course, honest, tmp_path):
+    """C25: the course's image has a library that does the operation (a vendor's convolution); the
+    course forbids it (ranked.forbid), so in each timed run's container its files read as empty,
+    however the program asks for them (here it execs one; a dlopen or a read-and-map gets nothing either);
+    nor can one come among the student's own files: a timed run has the kept build, and no /src."""
+    job, out = submit(course, tmp_path, "library")
+    m = job["results"]["measured"]
+    assert m["problem"] == "timed run 1 of 3 exited with status 3", m
+    assert "Timed runs: the course forbids libfastconv*; 2 such file(s) of the image read as empty there" in out, out
+    assert "the vendor library is not there" in out, out
+    assert "a library could come as my report.pdf" not in out, out  # nor is a student's file: the kept build alone
+    assert all(e["name"] != "library" for e in ranked(course))
 
 
 def test_a_final_cannot_hold_the_host_past_its_bound(course, honest, tmp_path):

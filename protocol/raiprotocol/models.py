@@ -256,6 +256,7 @@ class TimedRun(BaseModel):
     keep: list[str] | None = None  # what of the build's /build each timed run's fresh container starts with (None: all)
     bound_seconds: float | None = None  # one timed run's bound; None: 20x the reference's run, at most 120 s
     cpu_seconds: float | None = None  # the CPU time a timed run may use (the course's budget): stopped once past it
+    forbid: list[str] = []  # file-name globs removed from the student's timed runs' containers (C25)
     max_bytes: int = 2 * 1024**3  # inputs plus outputs of all the operations of one timed run
     predictions: str = ""  # unused since issue 46 (a worker from before reads it)
     seeds: list[int] | None = None  # unused since issue 46
@@ -550,6 +551,8 @@ class SimilarityPair(BaseModel):
     share_a: float  # the part of a's code found in b's
     share_b: float
     tokens: int
+    a_members: list[str] = []  # the team's students (a student with no team: themself)
+    b_members: list[str] = []
 
 
 class SimilarityOut(BaseModel):

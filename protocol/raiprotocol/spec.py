@@ -7,6 +7,7 @@ without guessing: ``rai_build.yml:7: commands.build must be a list of strings``.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -14,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .project import SPEC_FILENAME
+
+FILE_GLOB = re.compile(r"[A-Za-z0-9._+*?-]{1,100}")  # ranked.forbid: a file name's glob, never a path
 
 MAX_SPEC_BYTES = 64 * 1024
 MAX_COMMANDS = 1000
@@ -157,6 +160,11 @@ class Ranked(_Strict):
     # the CPU time (every process of the run, seconds) a timed run may use: a run that computed its
     # answers on the host's CPU instead of the GPU does not rank. None: not checked
     cpu_seconds: float | None = Field(default=None, gt=0, le=3600)
+    # C25 (library fallback): file names (globs: libcudnn*, libcublas*) the course rules out of timed
+    # runs. Every file of the image so named is removed from each of the student's timed runs'
+    # containers before any of their code runs there, so no such library loads, however it is asked
+    # for (linked, dlopen'ed, read and mapped); the reference's container keeps them
+    forbid: list[str] | None = Field(default=None, max_length=20)
     seeded: bool = False  # unused since issue 46: every operation's inputs are drawn for it
 
     @field_validator("student_files")
@@ -173,6 +181,14 @@ class Ranked(_Strict):
         for name in value or []:
             if not plain_file_name(name):
                 raise ValueError(f"'{name}' is not a plain relative file name")
+        return value
+
+    @field_validator("forbid")
+    @classmethod
+    def _name_globs(cls, value: list[str] | None) -> list[str] | None:
+        for glob in value or []:
+            if not FILE_GLOB.fullmatch(glob) or not glob.strip("*?"):
+                raise ValueError(f"'{glob}' is not a file name or a glob of one (letters, digits, . _ + - * ?)")
         return value
 
     @field_validator("predictions")

@@ -22,6 +22,7 @@ IMAGE = "rai/ranked-op:test"
 IN_IMAGE = "/opt/rai/op"
 HONEST_SH = f"exec {IN_IMAGE}/ref"
 WRONG_SH = f"exec {IN_IMAGE}/partial"
+VENDOR_LIBRARY = "/usr/lib/libfastconv.so"  # C25: a library that does the operation, which a course may forbid
 
 
 def build_op(variant: str, dest: Path) -> Path:
@@ -37,7 +38,8 @@ def build_op(variant: str, dest: Path) -> Path:
 
 def ensure_course_image(docker_engine, work: Path) -> str:
     """The course's image, built once for these sources (its label says which)."""
-    digest = hashlib.sha256(OP_SOURCE.read_bytes() + (HARNESS / "rai_op.h").read_bytes()).hexdigest()[:16]
+    layout = f"ref partial {VENDOR_LIBRARY}".encode()
+    digest = hashlib.sha256(OP_SOURCE.read_bytes() + (HARNESS / "rai_op.h").read_bytes() + layout).hexdigest()[:16]
     try:
         if docker_engine.images.get(IMAGE).labels.get("rai.test.source") == digest:
             return IMAGE
@@ -46,7 +48,10 @@ def ensure_course_image(docker_engine, work: Path) -> str:
     work.mkdir(parents=True, exist_ok=True)
     build_op("honest", work / "ref")
     build_op("partial", work / "partial")
-    (work / "Dockerfile").write_text(f'FROM {BUSYBOX}\nCOPY ref partial {IN_IMAGE}/\nLABEL rai.test.source="{digest}"\n')
+    (work / "Dockerfile").write_text(
+        f"FROM {BUSYBOX}\nCOPY ref partial {IN_IMAGE}/\nCOPY ref {VENDOR_LIBRARY}.1\nCOPY ref {VENDOR_LIBRARY}\n"
+        f'LABEL rai.test.source="{digest}"\n'
+    )
     docker_engine.images.build(path=str(work), tag=IMAGE, rm=True)
     return IMAGE
 

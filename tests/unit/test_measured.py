@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from raiprotocol.models import MeasuredRun
-from raiprotocol.spec import parse_course_spec
+from raiprotocol.spec import SpecError, parse_course_spec
 from raiserver.grading.floor import floor_seconds
 from raiserver.grading.measured import QUARANTINE, half_width, summarize
 from raiserver.grading.opcheck import Mismatch, compare, relative_error
@@ -47,6 +47,17 @@ def test_rai_timed_result_is_read_as_written():
     assert len(r.ops[0].sketch) == 8 and len(r.ops[0].sample_at) == 16 and r.ops[0].norm2 and r.ops[0].norm2 > 0
     assert parse("exit 124\ncpu_usec 12\nbound 5000\nproblem the timed run was stopped at its bound of 5000 ms\n").bound_ms == 5000
     assert parse("op 1 2 3 garbage\nexit zz\n").ops == []  # what does not parse is left out
+    over = parse("exit 124\ncpu_usec 3050000\ncpu_budget 3000\nproblem the timed run was stopped once its processes had used\n")
+    assert over.cpu_budget_ms == 3000 and over.bound_ms is None and over.cpu_seconds == 3.05
+
+
+@pytest.mark.parametrize("glob", ["../lib/libcudnn.so", "/usr/lib/*", "*", "lib cudnn", "$(reboot)"])
+def test_the_course_forbids_file_names_never_paths_or_everything(glob):
+    """ranked.forbid names files by a glob of their name: no path, no shell, not every file."""
+    with pytest.raises(SpecError, match="ranked.forbid"):
+        parse_course_spec(SPEC.model_dump_json().replace('"forbid":null', f'"forbid":["{glob}"]'))
+    ok = parse_course_spec(SPEC.model_dump_json().replace('"forbid":null', '"forbid":["libcudnn*","libcublas*.so.?"]'))
+    assert ok.ranked.forbid == ["libcudnn*", "libcublas*.so.?"]
 
 
 def test_the_median_runs_total_ranks_and_the_spread_is_kept():

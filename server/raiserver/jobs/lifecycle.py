@@ -335,6 +335,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
             keep=ranked.keep,
             bound_seconds=ranked.timed_seconds,
             cpu_seconds=ranked.cpu_seconds,
+            forbid=ranked.forbid or [],
         )
         repeats = 1
     return ClaimGranted(

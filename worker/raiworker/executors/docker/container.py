@@ -60,10 +60,12 @@ class ContainerJob(Executor):
         helper: Path | None,
         timed: tuple[Path, Path, str] | None = None,
         cgroup: TimedCgroup | None = None,
+        masked: tuple[Path, list[str]] | None = None,
     ) -> Any:
         """The job's container; ``timed`` (rai-timed, the kept files, the run's name): a timed
         run's fresh one (issue 32), made under ``cgroup``'s parent, whose folder root's folder in
-        it holds (issue 46). Its init and keepalive run as root, out of the job's reach (the job's
+        it holds (issue 46); ``masked`` (an empty file, paths): files of the image that read as that empty
+        file in it (C25: what the course forbids in timed runs). Its init and keepalive run as root, out of the job's reach (the job's
         user cannot signal, trace or replace them); every command runs as the job's user."""
         s = ctx.settings
         stamps = lease_stamp(s.work_dir).parent  # the slot's, made before the container: a spare's too
@@ -79,6 +81,8 @@ class ContainerJob(Executor):
                 Mount(TIMED_IN_CONTAINER, str(timed[0]), type="bind", read_only=True),
                 Mount(KEPT_IN_CONTAINER, str(timed[1]), type="bind", read_only=True),
             ]
+        if masked is not None:
+            mounts += [Mount(path, str(masked[0]), type="bind", read_only=True) for path in masked[1]]
         if cgroup is not None:
             mounts.append(Mount(CGROUP_IN_CONTAINER, str(cgroup.folder), type="bind", read_only=False))
         mem = f"{ctx.memory_mb}m"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import tarfile
@@ -33,12 +34,25 @@ from ..base import JobContext
 from .cgroup import NoCgroup, TimedCgroup
 from .collect import copy_out
 from .container import ContainerJob
-from .scripts import KEEP_IN, KEEP_OUT, LEFT_OVER, MEASURE_DIR, READ_RESULT, TAR_KEPT, THROTTLE_RETRIES, WRITE_KEYS, ending_job
+from .scripts import (
+    FORBIDDEN_FILES,
+    KEEP_IN,
+    KEEP_OUT,
+    LEFT_OVER,
+    MEASURE_DIR,
+    READ_RESULT,
+    TAR_KEPT,
+    THROTTLE_RETRIES,
+    WRITE_KEYS,
+    ending_job,
+)
 
 BOUND_MAX = 120.0  # a timed run's bound when the course sets none: 20x the reference's, at most this
 BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still leaves room for a slow start)
 BOUND_FACTOR = 20.0
 REFERENCES_AT_ONCE = 5  # the course's reference runs side by side (one GPU context each)
+MAX_FORBIDDEN = 500  # files of the image a course's ranked.forbid may name (each a mount in every timed run)
+SAFE_PATH = re.compile(r"/[A-Za-z0-9._+@/-]{1,4000}")  # a path Docker's mount list takes as it is
 
 
 @dataclass
@@ -57,6 +71,7 @@ class TimedRuns(ContainerJob):
 
     _driver: str | None = None
     references: list[tuple[tuple[str, str], _Ran]] | None = None  # each timed run's keys and its reference run
+    masked: tuple[Path, list[str]] | None = None  # C25: an empty file, and the image's files that read as it in timed runs
 
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
         """Timed run ``r``: the student's program on inputs drawn from keys made for this run alone,
@@ -65,7 +80,7 @@ class TimedRuns(ContainerJob):
         if self.container is None:
             return MeasuredRun(exit_code=137, wall_seconds=0.0, problem="the job's container is gone")
         if r == 1:
-            problem = self._keep_build(ctx, timed)
+            problem = self._keep_build(ctx, timed) or self._find_forbidden(ctx, timed, sink)
             if problem is not None:
                 return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=problem)
         helper = timed_helper(ctx.settings.work_dir, ctx.settings.timed_helper)
@@ -112,7 +127,7 @@ class TimedRuns(ContainerJob):
             ref_problem = f"it exited with status {ref.code}"
         bound = timed.bound_seconds or min(BOUND_MAX, max(BOUND_MIN, BOUND_FACTOR * ref.wall))
         sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
-        with self._fresh(ctx, f"t{r}", helper) as (cgroup, failed):
+        with self._fresh(ctx, f"t{r}", helper, self.masked) as (cgroup, failed):
             run = failed or self._run_in(ctx, timed.command, keys, bound, sink, cgroup, timed, "run")
         problem = run.problem or run.result.problem
         if run.result.bound_ms is not None:
@@ -130,12 +145,37 @@ class TimedRuns(ContainerJob):
             bound_seconds=round(bound, 3),
         )
 
+    def _find_forbidden(self, ctx: JobContext, timed: TimedRun, sink: LogSink) -> str | None:
+        """C25, once, in the build's container (the same image, before any timed run): the files
+        the course forbids (``ranked.forbid``), each of which reads as an empty file in every timed
+        run of the student's (the reference's keeps them); why not, if they cannot be found."""
+        self.masked = None
+        if not timed.forbid:
+            return None
+        expression: list[str] = []
+        for glob in timed.forbid:
+            expression += [*(["-o"] if expression else []), "-name", glob]
+        code, out = self._exec_as("0:0", FORBIDDEN_FILES, *expression)
+        paths = out.decode("utf-8", "replace").splitlines()
+        if code != 0 or len(paths) > MAX_FORBIDDEN or not all(SAFE_PATH.fullmatch(p) for p in paths):
+            return f"the files the course forbids in timed runs ({', '.join(timed.forbid)}) could not be listed"
+        empty = ctx.build_dir.parent / "forbidden"
+        empty.write_bytes(b"")
+        empty.chmod(0o444)
+        self.masked = (empty, paths)
+        sink.system(f"Timed runs: the course forbids {', '.join(timed.forbid)}; {len(paths)} such file(s) of the image read as empty there")
+        return None
+
     @contextlib.contextmanager
-    def _fresh(self, ctx: JobContext, name: str, helper: Path) -> Iterator[tuple[TimedCgroup, _Ran | None]]:
+    def _fresh(
+        self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None = None
+    ) -> Iterator[tuple[TimedCgroup, _Ran | None]]:
         """A container of its own made from the build's result, under a cgroup parent of its own:
         (the cgroup, None), or (…, why it could not be had as a failed run)."""
         assert self.kept is not None
         build_container = self.container
+        nothing = ctx.build_dir.parent / "no-src"  # /src: a timed run starts from the kept build alone (C25: no
+        nothing.mkdir(mode=0o755, exist_ok=True)  # library or data the student brought among their files)
         try:
             cgroup = TimedCgroup.make(self._cgroup_driver())
         except NoCgroup as exc:
@@ -144,7 +184,13 @@ class TimedRuns(ContainerJob):
         try:
             try:
                 self.container = self._create(
-                    ctx, ctx.src_dir if self.slot_src is None else self.slot_src, ctx.job_id, self.helper, (helper, self.kept, name), cgroup
+                    ctx,
+                    nothing,
+                    ctx.job_id,
+                    self.helper,
+                    (helper, self.kept, name),
+                    cgroup,
+                    masked,
                 )
                 code, out = self._exec_as(self.user, KEEP_IN)
             except DockerException as exc:
