@@ -176,8 +176,12 @@ def test_no_page_is_wider_than_the_window(browser, site):
                 assert "starts in " in page.inner_text("#position")
                 assert "1 job submitted after yours goes first" in page.inner_text("#position-why")
             if w == 400:  # what users missed: 'Log out', and the queue's Cancel button
+                header = page.locator("header").bounding_box()  # the links folded behind the menu button (issue 49: ~170 px)
+                assert header and header["height"] <= 60, (name, header)
+                page.click("#menu")
                 out = page.locator("header .who button").bounding_box()
                 assert out and out["x"] + out["width"] <= w, (name, out)
+                page.click("#menu")
                 if name == "queue":
                     cancel = page.locator(f"#running tr:has(a[href='/jobs/{site['running']}']) button.danger").bounding_box()
                     assert cancel and cancel["x"] + cancel["width"] <= w, cancel
@@ -219,6 +223,75 @@ def test_a_failed_job_says_which_command_failed_and_links_to_it_in_the_log(brows
     # the owner links to the student's page
     assert page.locator("#owner").get_attribute("href") == "/users/dana_l"
     page.context.close()
+
+
+def test_a_jobs_page_says_when_it_started_where_it_ranks_now_and_staff_run_it_again(browser, site):
+    """Issue 49: a running job's page showed no start or elapsed time; a ranked job's page kept
+    "Ranked #1 of 1" after the board changed; staff had no way to run a job again."""
+    svc = site["svc"]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for w in (1400, 400):
+        page = log_in(browser, svc, site["staff"], w)
+        page.goto(f"{svc.url}/jobs/{site['running']}")
+        started = page.inner_text("#started")
+        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC · running for \d+ (s|min)", started), started
+        before = page.inner_text("#elapsed")
+        page.locator("#elapsed").filter(has_not_text=before).wait_for(timeout=5000)  # it counts on
+        page.screenshot(path=str(SHOTS / f"job-started-{w}.png"), full_page=False)
+        assert page.locator("#rerun").count() == 0  # running: nothing to run again yet
+        page.context.close()
+
+    # dana's run was told "Ranked #1 of 1" at its end; the admin's run ranked after it: the page says the board now
+    page = log_in(browser, svc, site["dana"], 1400)
+    page.goto(f"{svc.url}/jobs/{site['ranked']}")
+    verdict = page.inner_text("#verdict")
+    assert re.match(r"Ranked #[12] of 2: ", verdict) and "at this run's end: Ranked #1 of 1" in verdict, verdict
+    assert page.locator("#rerun").count() == 0  # students do not re-run
+    page.screenshot(path=str(SHOTS / "job-ranked-now-1400.png"), full_page=False)
+    page.context.close()
+
+    # staff run dana's failed job again from its page: a new job of hers, the same files, audited
+    page = log_in(browser, svc, site["staff"], 1400)
+    page.goto(f"{svc.url}/jobs/{site['failed']}")
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.accept()))
+    page.click("#rerun button")
+    page.wait_for_url(re.compile(r".*/jobs/(?!" + site["failed"] + r")\w{26}$"))
+    again = page.url.rsplit("/", 1)[1]
+    assert asked == [f"Run job {site['failed'][-8:]} of dana_l again? A new job of dana_l's, from the same files and build file; audited."]
+    page.locator("#log").filter(has_text=f"A re-run of job {site['failed']}, asked for by tara_ta").wait_for(timeout=30000)
+    page.screenshot(path=str(SHOTS / "job-rerun-1400.png"), full_page=False)
+    with svc.http() as h:
+        wait_for(lambda: h.get(f"/api/v1/jobs/{again}").json()["state"] == "failed", 60, what="the re-run ends")
+        job = h.get(f"/api/v1/jobs/{again}").json()
+        entry = h.get("/api/v1/admin/audit", params={"action": "job.rerun"}).json()[0]
+    assert job["owner"] == "dana_l" and job["kind"] == "dev" and job["failed_command"].startswith("sh -c 'echo the needle"), job
+    assert (entry["actor"], entry["target"], entry["detail"]["new_job"]) == ("tara_ta", site["failed"], again), entry
+    page.context.close()
+    res = svc.client("admin", "rerun", site["failed"][:10], env={"RAI_PROFILE": str(site["staff"])})
+    assert res.returncode == 0 and re.search(rf"job \w{{26}} runs dana_l's job {site['failed'][:10]} again \('dev'\)", res.stdout), res
+    res = svc.client("admin", "audit", "--action", "job.rerun", "--actor", "tara_ta", env={"COLUMNS": "200"})
+    print(res.stdout)
+    assert len(res.stdout.splitlines()) == 3 and all(site["failed"] in line for line in res.stdout.splitlines()[1:]), res.stdout
+    with svc.http(site["dana"]) as h:
+        refused = h.post(f"/api/v1/admin/jobs/{site['failed']}/rerun")
+    assert refused.status_code == 403, refused.text
+
+    # a re-measure of dana's ranked run: the notices are information, not the error's red
+    res = svc.client("admin", "remeasure", site["ranked"], "--repeats", "2", env={"RAI_PROFILE": str(site["staff"])})
+    assert res.returncode == 0, res.stdout + res.stderr
+    redo = re.search(r"job (\w{26}) measures", res.stdout).group(1)
+    page = log_in(browser, svc, site["dana"], 1400)
+    page.goto(f"{svc.url}/jobs/{site['ranked']}")
+    note = page.locator("#remeasure-note")
+    said = note.inner_text()
+    assert re.search(rf"Being measured again: job {redo} \((queued|running)\); its result replaces this run's", said), said
+    colour = note.evaluate("e => getComputedStyle(e).backgroundColor")
+    assert colour == "rgb(239, 246, 255)", colour  # the notice's light blue; the failure banner's is rgb(254, 226, 226)
+    page.screenshot(path=str(SHOTS / "job-remeasuring-1400.png"), full_page=False)
+    page.context.close()
+    with svc.http() as h:  # done with it
+        h.post(f"/api/v1/jobs/{redo}/cancel")
 
 
 def test_the_log_has_line_numbers_times_links_folds_search_and_a_download(browser, site):

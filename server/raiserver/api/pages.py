@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 from sse_starlette.sse import EventSourceResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
@@ -35,9 +36,9 @@ from raiserver.config import Settings
 from raiserver.errors import Forbidden, NotFound, Unauthorized
 from raiserver.fleet.workers import is_alive
 from raiserver.grading.kinds import Deadlines
-from raiserver.grading.leaderboard import hidden, leaderboard
+from raiserver.grading.leaderboard import hidden, leaderboard, verdict
 from raiserver.jobs import regrades
-from raiserver.jobs.lifecycle import cancel_job
+from raiserver.jobs.lifecycle import cancel_job, rerun
 from raiserver.jobs.lookup import cancellable_job, visible_job
 from raiserver.jobs.quotas import limits_of
 from raiserver.jobs.views import QueueView, job_out, queue_snapshot, short_id, shown_to
@@ -171,6 +172,16 @@ def workers_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep)
     return render(request, "workers.html", p, workers=rows)
 
 
+def board_now(db: Session, settings: Settings, job: Job) -> dict[str, Any] | None:
+    """A ranked run's place as the board stands now, with what it was told at its end (issue 49:
+    "Ranked #1 of 1" stayed on the page after others ranked), and its re-measures, newest first."""
+    said = ((job.results or {}).get("measured") or {}).get("verdict")
+    if job.course_build_id is None or not said or not job.state.finished:
+        return None
+    again = list(db.scalars(select(Job).where(Job.remeasure_of == job.id).order_by(Job.created_at.desc())))
+    return {"now": verdict(db, settings, job) or said, "at_end": said, "again": again}
+
+
 @router.get("/jobs/{job_id}")
 def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     job = visible_job(db, p, job_id)
@@ -182,10 +193,23 @@ def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: Ser
         job=job_out(db, job, QueueView(db, svc.settings)),
         spec=job.spec_yaml,
         can_cancel=can_cancel(p, job),
+        can_rerun=p.is_staff and job.state.finished and job.archive_kept,
+        board=board_now(db, svc.settings, job),
         regrades=[regrades.out(r) for r in asked],
         may_ask=regrades.may_ask(db, svc.settings, p, job, asked),
         message_chars=REGRADE_MESSAGE_CHARS,
+        now=utcnow(),
     )
+
+
+@router.post("/jobs/{job_id}/rerun")
+def rerun_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()], p: WebUser, db: SessionDep, svc: ServicesDep) -> Response:
+    """Staff's Run again button (issue 49): a new job from the same archive, audited; its page next."""
+    check_csrf(request, csrf, FORM_EXPIRED)
+    if not p.is_staff:
+        raise Forbidden("only staff run a job again")
+    job = rerun(db, svc, visible_job(db, p, job_id), p.user)
+    return RedirectResponse(f"/jobs/{job.id}", status.HTTP_303_SEE_OTHER)
 
 
 @router.post("/jobs/{job_id}/cancel")
