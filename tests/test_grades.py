@@ -219,3 +219,8 @@ def test_grades_download_from_the_deadlines_page(browser, course):
     assert info.value.suggested_filename == "perf-canvas.csv"
     assert text.startswith("Student,ID,SIS User ID,SIS Login ID,Section,perf\n") and len(text.splitlines()) == 302
     page.close()
+    # grades leaving the service are audited (issue 49): the page's download and the client's sheet
+    res = svc.client("admin", "audit", "--action", "grades.export", "-n", "2", env={"COLUMNS": "200"})
+    web, cli = res.stdout.splitlines()[1:]
+    assert web.split()[2:5] == ["admin", "grades.export", "perf"] and "format=canvas, students=300, via=web" in web, res.stdout
+    assert cli.split()[2:5] == ["admin", "grades.export", "m1"] and "format=csv, students=300, via=api" in cli, res.stdout

@@ -188,11 +188,24 @@ def test_the_job_page_form_and_the_staff_page_in_a_browser(course, tmp_path):
         assert page.url.endswith("/regrades") and "staff" in page.inner_text("main").lower()  # refused to a student
         page.close()
 
+        # issue 49: beside each request, the run's op time, the grade as it stands, and its re-measures so far
+        assert svc.client("admin", "kinds", "set", "final", "--grade", "pass").returncode == 0
+        res = svc.client("admin", "remeasure", job, "--repeats", "2", env=as_(ta))
+        again = re.search(r"job (\S+) measures", res.stdout).group(1)
+        assert svc.client("logs", again, "--follow", timeout=120).returncode == 0
         staff = login(b, svc, ta)
         staff.goto(f"{svc.url}/regrades")
         card = staff.locator(".regrade", has_text="the checker rounds")
         assert "rg_cy" in card.inner_text()
+        facts = card.locator(".run-facts").inner_text()
+        assert re.search(r"Op time\s+0\.\d{6} s \(measured by rai\)", facts), facts
+        assert re.search(rf"Grade now\s+100 of 100 \(from job {again}\)", facts), facts
+        assert re.search(rf"Re-measured\s+already: job {again} \(succeeded, 0\.\d{{6}} s\)", facts), facts
         staff.screenshot(path=str(SHOTS / "regrade-staff-open.png"), full_page=True)
+        staff.set_viewport_size({"width": 400, "height": 860})
+        staff.screenshot(path=str(SHOTS / "regrade-staff-open-400.png"), full_page=True)
+        assert staff.evaluate("document.documentElement.scrollWidth") <= 400
+        staff.set_viewport_size({"width": 1280, "height": 860})
         # an adjustment without a grade is refused in one sentence; the request stays open
         card.locator("form", has_text="Adjust the grade").locator("input[name=grade]").fill("   ")
         card.locator("form", has_text="Adjust the grade").locator("textarea[name=reason]").fill("rounding")
@@ -208,6 +221,8 @@ def test_the_job_page_form_and_the_staff_page_in_a_browser(course, tmp_path):
         assert staff.locator(".regrade", has_text="the checker rounds").count() == 0  # answered: not open any more
         staff.goto(f"{svc.url}/regrades?everything=true")
         assert "Grade adjusted to 100 by rg_ta3: The checker rounded 0.9999 down." in staff.inner_text("main")
+        notice = staff.locator(".regrade .notice", has_text="Grade adjusted to 100").first
+        assert notice.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(239, 246, 255)"  # information, not the error's red
         staff.screenshot(path=str(SHOTS / "regrade-staff-all.png"), full_page=True)
         staff.close()
 

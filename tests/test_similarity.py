@@ -96,7 +96,9 @@ def test_staff_start_a_report_follow_it_and_the_copy_comes_first(klass):
     assert re.search(r"Similarity report #\d+ for 'final' started \(new-forward.cu\)", res.stdout), res.stdout
     assert re.search(r"Similarity report #\d+ done in [\d.]+ s: 5 teams compared", res.stdout), res.stdout
     rows = [line.split("│") for line in res.stdout.splitlines() if line.startswith("│")][1:]  # below the header
-    assert rows and [c.strip() for c in rows[0][2:4]] == ["sim-a", "sim-b"], res.stdout  # the copy, first
+    assert rows and [c.split()[0] for c in rows[0][2:4]] == ["sim-a", "sim-b"], res.stdout  # the copy, first
+    first = " ".join(" ".join(c.split()) for c in rows[0][2:4])
+    assert first.startswith("sim-a (sim-a-1) sim-b (sim-b-0,"), res.stdout  # its students named (issue 49)
     assert "/similarity/" in res.stdout and "/pairs/1" in res.stdout
     rid = int(re.search(r"#(\d+)", res.stdout).group(1))
     with svc.http(ta) as h:
@@ -104,6 +106,8 @@ def test_staff_start_a_report_follow_it_and_the_copy_comes_first(klass):
     assert report["state"] == "done" and report["teams"] == 5 and report["done"] == report["total"] == 10, report
     pairs = {(p["a"], p["b"]): p for p in report["pairs"]}
     assert pairs[("sim-a", "sim-b")]["score"] > 0.8 and ("sim-d", "sim-e") not in pairs, pairs  # the starter is no match
+    assert (pairs[("sim-a", "sim-b")]["a_members"], pairs[("sim-a", "sim-b")]["b_members"]) == (["sim-a-1"], ["sim-b-0", "sim-b-2"])
+    assert all(p["tokens"] > 0 and p["score"] > 0 for p in report["pairs"]), report["pairs"]  # nothing in common: no pair
     with svc.http() as h:
         assert any(
             a["action"] == "similarity.start" and a["actor"] == "sim_ta" and a["detail"]["report"] == rid
@@ -159,6 +163,7 @@ def test_the_pages_start_a_report_and_show_a_pair_side_by_side(klass):
         assert "5 teams compared" in text and "left out (2498 bytes)" in text, text
         first = page.locator("#pairs tbody tr").first.inner_text()
         assert "sim-a" in first and "sim-b" in first, first
+        assert "sim-a-1" in first and "sim-b-0, sim-b-2" in first, first  # the students, not only the teams (issue 49)
         assert "sim-d\tsim-e" not in page.inner_text("#pairs")
         page.screenshot(path=str(SHOTS / "similarity-report.png"), full_page=True)
         page.click("#pairs tbody tr >> nth=0 >> text=side by side")
@@ -168,6 +173,8 @@ def test_the_pages_start_a_report_and_show_a_pair_side_by_side(klass):
             assert marks.count() >= 1 and "__syncthreads" in " ".join(marks.all_inner_texts())
             assert "conv_forward_kernel" not in " ".join(marks.all_inner_texts())  # the starter is not marked
         assert "<script>alert(1)</script>" in page.inner_text("#side-1")  # shown as text, not run
+        heads = [" ".join(h.split()) for h in page.locator(".side-by-side h2").all_inner_texts()]
+        assert heads[0].startswith("sim-a (sim-a-1)") and heads[1].startswith("sim-b (sim-b-0, sim-b-2)"), heads
         page.screenshot(path=str(SHOTS / "similarity-pair.png"), full_page=True)
         page.goto(f"{svc.url}/similarity")
         page.screenshot(path=str(SHOTS / "similarity-list.png"), full_page=True)

@@ -14,6 +14,11 @@ from .output import cell, say
 POLL_SECONDS = 1.0
 
 
+def team(name: str, members: list[str]) -> str:
+    """A team and its students (issue 49), as the table shows it: "sim-a (ann, bob)"."""
+    return cell(name if not members or members == [name] else f"{name} ({', '.join(members)})")
+
+
 def follow(api: Api, report_id: int, show: int) -> SimilarityOut:
     """A line each time the phase changes or another tenth is done, until the report ends."""
     last = ("", -1)
@@ -38,7 +43,7 @@ def follow(api: Api, report_id: int, show: int) -> SimilarityOut:
     say(f"Similarity report #{r.id} done{took}: {cell(r.message or '')}")
     if show and r.pairs:
         rows = [
-            (str(i), cell(p.a), cell(p.b), f"{p.score:.0%}", f"{p.share_a:.0%} / {p.share_b:.0%}", str(p.tokens))
+            (str(i), team(p.a, p.a_members), team(p.b, p.b_members), f"{p.score:.0%}", f"{p.share_a:.0%} / {p.share_b:.0%}", str(p.tokens))
             for i, p in enumerate(r.pairs, 1)
         ]
         table.show(("#", "team", "team", "similarity", "shares", "tokens"), rows, box=True)

@@ -70,17 +70,19 @@ async def start_from_web(
 @router.get("/similarity/{report_id}")
 def report_page(report_id: int, request: Request, p: WebStaff, db: SessionDep) -> HTMLResponse:
     r = reports.get(db, p, report_id)
-    return render(request, "similarity_report.html", p, r=r, out=reports.report_out(r), progress=reports.progress_text(r))
+    return render(request, "similarity_report.html", p, r=r, out=reports.report_out(r, db=db), progress=reports.progress_text(r))
 
 
 @router.get("/similarity/{report_id}/pairs/{n}")
 def pair_page(report_id: int, n: int, request: Request, p: WebStaff, db: SessionDep) -> HTMLResponse:
     r: SimilarityReport = reports.get(db, p, report_id)
-    pairs = r.pairs or []
+    pairs = reports.shown_pairs(r)
     if not 1 <= n <= len(pairs):
         raise NotFound(f"report #{r.id} has no pair {n} (it has {len(pairs)})")
     pair, code = pairs[n - 1], r.code or {}
+    members = reports.team_members(db, {pair["a"], pair["b"]})
     sides = [
-        (pair[s], pair[f"{s}_job"], pair[f"share_{s}"], highlight(code[pair[f"{s}_job"]]["code"], pair[f"slices_{s}"])) for s in ("a", "b")
+        (pair[s], members[pair[s]], pair[f"{s}_job"], pair[f"share_{s}"], highlight(code[pair[f"{s}_job"]]["code"], pair[f"slices_{s}"]))
+        for s in ("a", "b")
     ]
     return render(request, "similarity_pair.html", p, r=r, n=n, pair=pair, sides=sides, count=len(pairs))

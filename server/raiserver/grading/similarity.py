@@ -91,7 +91,7 @@ def compare(docs: list[Doc], starter: str, progress: Progress, top: int = TOP) -
                 continue
             tokens, (share_a, share_b), (sa, sb) = compare_files(prints[i], prints[j])
             score = float(max(share_a, share_b))
-            if tokens <= 0 or (len(best) >= top and score <= best[0][0]):
+            if tokens <= 0 or score <= 0 or (len(best) >= top and score <= best[0][0]):  # nothing in common: no pair
                 continue
             pair = Pair(
                 i,

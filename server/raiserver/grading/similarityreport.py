@@ -190,7 +190,27 @@ def recent(db: Session, p: Principal, limit: int = 50) -> list[SimilarityReport]
     return list(db.scalars(select(SimilarityReport).order_by(SimilarityReport.id.desc()).limit(limit)))
 
 
-def report_out(r: SimilarityReport, pairs: int = 50) -> SimilarityOut:
+def team_members(db: Session, names: set[str]) -> dict[str, list[str]]:
+    """Each compared team's students by username (issue 49: a TA acts on people, not team names);
+    a student without a team was compared as themself."""
+    found: dict[str, list[str]] = {}
+    if names:
+        for team, username in db.execute(
+            select(User.team, User.username).where(User.team.in_(names), User.role == "student").order_by(User.username)
+        ):
+            found.setdefault(team or "", []).append(username)
+    return {name: found.get(name) or [name] for name in names}
+
+
+def shown_pairs(r: SimilarityReport) -> list[dict[str, Any]]:
+    """The report's pairs that share something: a pair with no matching region says nothing
+    (issue 49), whatever an older report kept."""
+    return [p for p in (r.pairs or []) if p.get("tokens", 0) > 0 and p.get("score", 0) > 0]
+
+
+def report_out(r: SimilarityReport, pairs: int = 50, db: Session | None = None) -> SimilarityOut:
+    kept = shown_pairs(r)[:pairs]
+    members = team_members(db, {p[s] for p in kept for s in ("a", "b")}) if db is not None else {}
     return SimilarityOut(
         id=r.id,
         kind=r.kind,
@@ -205,5 +225,7 @@ def report_out(r: SimilarityReport, pairs: int = 50) -> SimilarityOut:
         teams=r.teams,
         message=r.message,
         files=r.files or [],
-        pairs=[SimilarityPair.model_validate(p) for p in (r.pairs or [])[:pairs]],
+        pairs=[
+            SimilarityPair.model_validate({**p, "a_members": members.get(p["a"], []), "b_members": members.get(p["b"], [])}) for p in kept
+        ],
     )

@@ -27,4 +27,4 @@ def recent(p: StaffUser, db: SessionDep) -> list[SimilarityOut]:
 @router.get("/{report_id}", response_model=SimilarityOut)
 def one(report_id: int, p: StaffUser, db: SessionDep, n: int = Query(20, ge=0, le=50)) -> SimilarityOut:
     """A report's progress, and once done its ``n`` most similar pairs."""
-    return reports.report_out(reports.get(db, p, report_id), pairs=n)
+    return reports.report_out(reports.get(db, p, report_id), pairs=n, db=db)
