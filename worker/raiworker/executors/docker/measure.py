@@ -155,14 +155,18 @@ class TimedRuns(ContainerJob):
         expression: list[str] = []
         for glob in timed.forbid:
             expression += [*(["-o"] if expression else []), "-name", glob]
-        code, out = self._exec_as("0:0", FORBIDDEN_FILES, *expression)
-        paths = out.decode("utf-8", "replace").splitlines()
+        paths: set[str] = set()
+        for user in ("0:0", self.user):
+            code, out = self._exec_as(user, FORBIDDEN_FILES, *expression)
+            if code != 0:
+                break
+            paths.update(out.decode("utf-8", "replace").splitlines())
         if code != 0 or len(paths) > MAX_FORBIDDEN or not all(SAFE_PATH.fullmatch(p) for p in paths):
             return f"the files the course forbids in timed runs ({', '.join(timed.forbid)}) could not be listed"
         empty = ctx.build_dir.parent / "forbidden"
         empty.write_bytes(b"")
         empty.chmod(0o444)
-        self.masked = (empty, paths)
+        self.masked = (empty, sorted(paths))
         sink.system(f"Timed runs: the course forbids {', '.join(timed.forbid)}; {len(paths)} such file(s) of the image read as empty there")
         return None
 
