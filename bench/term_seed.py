@@ -490,7 +490,7 @@ class Seeder:
         teams = [f"team-{t:03d}" for t in range(1, self.n_teams + 1)]
         pairs = [
             {
-                "a": teams[i], "b": teams[-1 - i], "a_job": "A" * 26, "b_job": "B" * 26, "score": 0.9 - i / 100,
+                "a": teams[i % len(teams)], "b": teams[-1 - i % len(teams)], "a_job": "A" * 26, "b_job": "B" * 26, "score": 0.9 - i / 100,
                 "share_a": 0.8, "share_b": 0.7, "tokens": 400, "slices_a": [[0], [100]], "slices_b": [[0], [100]],
             }
             for i in range(50)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, joinedload
+from sqlalchemy.orm import Session, joinedload, load_only
 
 from raiprotocol.models import GradeRule, JobState
 from raiserver.config import Settings
@@ -120,7 +120,9 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
     threshold = rule.threshold if rule.threshold is not None else settings.correctness_threshold
     ranked = kind in settings.ranked_kind_set
     deadlines = Deadlines(db, settings)
-    jobs = db.scalars(select(Job).options(joinedload(Job.owner)).where(Job.kind == kind).order_by(Job.created_at)).all()
+    # what a grade reads of each run (issue 52: not its build file, timeline and messages, for each of a term's runs)
+    graded = load_only(Job.id, Job.owner_id, Job.kind, Job.state, Job.results, Job.created_at, Job.finished_at, Job.remeasure_of)
+    jobs = db.scalars(select(Job).options(graded, joinedload(Job.owner)).where(Job.kind == kind).order_by(Job.created_at)).all()
     remeasured = {j.remeasure_of for j in jobs if j.remeasure_of and j.state.finished}
     by_team: dict[str, list[Graded]] = {}
     for job in jobs:

@@ -14,19 +14,23 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
-from datetime import datetime, timezone
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, joinedload
+from sqlalchemy import Select, select
+from sqlalchemy.orm import Session, joinedload, load_only
 
 from raiprotocol.models import Entry, JobState
 from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.grading.kinds import Deadlines, when
 from raiserver.grading.measured import QUARANTINE, in_words
-from raiserver.store.tables import Job, Kind
+from raiserver.store.db import utcnow
+from raiserver.store.tables import Job, Kind, User
 
 
 def _aware(t: datetime) -> datetime:
@@ -93,26 +97,121 @@ def board_run(
     return run
 
 
-def best_runs(db: Session, settings: Settings, board: str = "ranked", kind: str | None = None) -> list[tuple[str, Run, set[str]]]:
-    """Each team's run on the board, best first (``kind``: of that kind only)."""
-    query = select(Job).options(joinedload(Job.owner)).where(Job.state == JobState.succeeded)
-    jobs = db.scalars(query.where(Job.kind == kind) if kind is not None else query).all()
+def _board_query(board: str, kind: str | None) -> Select[Job]:
+    """The runs that may make the board: succeeded, and only the service's own measurements for the
+    ranked board (measured results exist only for runs the course's build file built), only the
+    others for the unverified one."""
+    shown = load_only(
+        Job.id,
+        Job.owner_id,
+        Job.kind,
+        Job.state,
+        Job.results,
+        Job.created_at,
+        Job.finished_at,
+        Job.gpu_name,
+        Job.course_build_id,
+        Job.remeasure_of,
+    )  # not each run's build file, timeline and messages
+    query = select(Job).options(shown, joinedload(Job.owner)).where(Job.state == JobState.succeeded)
+    query = query.where(Job.course_build_id.is_not(None) if board == "ranked" else Job.course_build_id.is_(None))
+    return query.where(Job.kind == kind) if kind is not None else query
+
+
+@dataclass
+class Board:
+    """Each team's best run on one board, and the members who made a run of it; what the runs that
+    ended by ``until`` give, as they were judged under ``inputs``."""
+
+    inputs: tuple[Any, ...]
+    until: datetime | None = None
+    best: dict[str, Run] = field(default_factory=dict)
+    members: dict[str, set[str]] = field(default_factory=dict)
+
+    def copy(self) -> Board:
+        return Board(self.inputs, self.until, dict(self.best), {k: set(v) for k, v in self.members.items()})
+
+    def fold(self, jobs: Sequence[Job], settings: Settings, deadlines: Deadlines, board: str, remeasured: frozenset[str]) -> None:
+        last = settings.leaderboard_policy == "last"
+        for job in jobs:
+            run = board_run(job, settings, deadlines, board, remeasured)
+            if run is None:
+                continue
+            key = team_key(job)
+            self.members.setdefault(key, set()).add(job.owner.username)
+            cur = self.best.get(key)
+            if cur is None or (run.finished > cur.finished if last else (run.op_time, run.finished) < (cur.op_time, cur.finished)):
+                self.best[key] = run
+
+
+# Each board as last computed, per process (issue 52): reading every run of the term for each view
+# of the board took seconds at 250,000 jobs. A run that ends is folded in; anything that changes how
+# an earlier run counts (a deadline, an extension, late days drawn, a team, a re-measure, a setting)
+# makes it again from every run.
+_BOARDS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None], Board]] = weakref.WeakKeyDictionary()  # per engine
+_BOARDS_LOCK = threading.Lock()
+SETTLE = timedelta(seconds=60)  # a transaction that ends a job commits within this of its finished_at
+
+
+def _inputs(db: Session, settings: Settings, deadlines: Deadlines) -> tuple[Any, ...]:
+    """What decides whether a run that ended long ago counts, and for which team."""
+    kinds = tuple(sorted((k.name, k.due_at, k.late_policy, k.late_hours) for k in deadlines.kinds.values()))
+    people = tuple(db.execute(select(User.id, User.username, User.team, User.role).order_by(User.id)).all())
+    return (
+        kinds,
+        tuple(sorted(deadlines.by_user.items())),
+        tuple(sorted(deadlines.by_team.items())),
+        tuple(sorted(deadlines.drawn.items())),
+        hash(people),
+        settings.leaderboard_policy,
+        settings.correctness_threshold,
+        tuple(sorted(settings.ranked_kind_set)),
+    )
+
+
+def best_runs(
+    db: Session, settings: Settings, board: str = "ranked", kind: str | None = None, cached: bool = True
+) -> list[tuple[str, Run, set[str]]]:
+    """Each team's run on the board, best first (``kind``: of that kind only). ``cached``: from
+    this process's last look, with the runs that ended since (False: from every run, as the
+    caller's session sees them, uncommitted changes included)."""
     deadlines = Deadlines(db, settings)
-    remeasured = frozenset(j.remeasure_of for j in jobs if j.remeasure_of)
-    best: dict[str, Run] = {}
-    members: dict[str, set[str]] = {}
-    last = settings.leaderboard_policy == "last"
-    for job in jobs:
-        run = board_run(job, settings, deadlines, board, remeasured)
-        if run is None:
-            continue
-        key = team_key(job)
-        members.setdefault(key, set()).add(job.owner.username)
-        cur = best.get(key)
-        if cur is None or (run.finished > cur.finished if last else (run.op_time, run.finished) < (cur.op_time, cur.finished)):
-            best[key] = run
-    ranked = sorted(best.items(), key=lambda kv: (kv[1].op_time, kv[1].finished))
-    return [(key, run, members[key]) for key, run in ranked]
+    if not cached:
+        jobs = db.scalars(_board_query(board, kind)).unique().all()
+        result = Board(())
+        result.fold(jobs, settings, deadlines, board, frozenset(j.remeasure_of for j in jobs if j.remeasure_of))
+    else:
+        result = _cached_board(db, settings, deadlines, board, kind)
+    ranked = sorted(result.best.items(), key=lambda kv: (kv[1].op_time, kv[1].finished))
+    return [(key, run, result.members[key]) for key, run in ranked]
+
+
+def _cached_board(db: Session, settings: Settings, deadlines: Deadlines, board: str, kind: str | None) -> Board:
+    inputs = _inputs(db, settings, deadlines)
+    settled = utcnow() - SETTLE
+    with _BOARDS_LOCK:
+        boards = _BOARDS.setdefault(db.get_bind(), {})
+        kept = boards.get((board, kind))
+        kept = kept.copy() if kept is not None and kept.inputs == inputs else None
+    query = _board_query(board, kind)
+    if kept is not None and kept.until is not None:
+        query = query.where(Job.finished_at > kept.until)
+    jobs = db.scalars(query).unique().all()
+    if kept is None or any(j.remeasure_of for j in jobs):  # a re-measure takes its original off the board: all again
+        if kept is not None:
+            jobs = db.scalars(_board_query(board, kind)).unique().all()
+        kept = Board(inputs)
+        remeasured = frozenset(j.remeasure_of for j in jobs if j.remeasure_of)
+    else:
+        remeasured = frozenset()
+    ended = [j for j in jobs if j.finished_at is not None and _aware(j.finished_at) <= settled]
+    kept.fold(ended, settings, deadlines, board, remeasured)
+    kept.until = settled
+    with _BOARDS_LOCK:
+        boards[(board, kind)] = kept.copy()
+    folded = {j.id for j in ended}
+    kept.fold([j for j in jobs if j.id not in folded], settings, deadlines, board, remeasured)  # this look only
+    return kept
 
 
 def hidden(db: Session, settings: Settings, viewer: Principal) -> bool:
@@ -179,7 +278,7 @@ def verdict(db: Session, settings: Settings, job: Job) -> str | None:
     accuracy = m.get("accuracy")
     if accuracy is None or accuracy < settings.correctness_threshold:
         return f"Not ranked: accuracy {accuracy if accuracy is not None else 0:.4g} is below {settings.correctness_threshold:g}"
-    runs = best_runs(db, settings)
+    runs = best_runs(db, settings, cached=False)  # this job's end is not committed yet
     key = team_key(job)
     for i, (k, run, _) in enumerate(runs, start=1):
         if k != key:
@@ -199,7 +298,7 @@ def quarantined(db: Session, settings: Settings, limit: int = 200) -> list[dict[
     for staff, newest first: no honest kernel gets there, so each is a measurement someone got around."""
     jobs = db.scalars(
         select(Job)
-        .options(joinedload(Job.owner))
+        .options(load_only(Job.id, Job.owner_id, Job.kind, Job.finished_at, Job.results), joinedload(Job.owner))
         .where(Job.kind.in_(settings.ranked_kind_set), Job.finished_at.is_not(None))
         .order_by(Job.finished_at.desc())
         .limit(QUARANTINE_SCAN)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, joinedload
 from raiprotocol.models import JobState
 from raiserver.access.permissions import is_staff
 from raiserver.fleet.workers import live_workers
-from raiserver.store.tables import Job, Worker
+from raiserver.store.tables import Job, User, Worker
 
 
 def _priority(job: Job, staff_priority: bool, priority_kinds: set[str]) -> int:
@@ -41,13 +41,10 @@ def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_ki
     if not waiting:
         return []
     owners = {j.owner_id for j in waiting}
-    last = dict(
-        db.execute(
-            select(Job.owner_id, func.max(Job.released_at))
-            .where(Job.owner_id.in_(owners), Job.released_at.is_not(None))
-            .group_by(Job.owner_id)
-        ).all()
-    )
+    # each waiting student's last release: one probe of (owner_id, released_at) each (issue 52: a
+    # GROUP BY over their jobs read every job they ever ran, the whole table at a deadline)
+    last_release = select(func.max(Job.released_at)).where(Job.owner_id == User.id).scalar_subquery()
+    last = {uid: at for uid, at in db.execute(select(User.id, last_release).where(User.id.in_(owners))) if at is not None}
     per_owner: dict[int, list[Job]] = {}
     for job in waiting:
         per_owner.setdefault(job.owner_id, []).append(job)

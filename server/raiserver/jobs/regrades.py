@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import REGRADE_GRADE_CHARS, REGRADE_MESSAGE_CHARS, RegradeAction, RegradeOut
 from raiserver.access.audit import audit
@@ -148,9 +148,15 @@ def answer(db: Session, svc: Services, p: Principal, request_id: int, act: Regra
     return req
 
 
+def _listed() -> Select[RegradeRequest]:
+    """Requests with what a list shows of each (its run's kind, its student): in the same statement,
+    not two more per row (issue 52: 500 statements for staff's page of 250 requests)."""
+    return select(RegradeRequest).options(joinedload(RegradeRequest.job), joinedload(RegradeRequest.student))
+
+
 def for_student(db: Session, p: Principal, limit: int = 100) -> list[RegradeRequest]:
     """The caller's own requests, newest first."""
-    q = select(RegradeRequest).where(RegradeRequest.student_id == p.user.id)
+    q = _listed().where(RegradeRequest.student_id == p.user.id)
     return list(db.scalars(q.order_by(RegradeRequest.id.desc()).limit(limit)))
 
 
@@ -164,7 +170,7 @@ def for_staff(db: Session, p: Principal, everything: bool = False, limit: int = 
     """The open requests, oldest first (the order to answer them in); ``everything``: closed ones too, newest first."""
     if not can_answer_regrades(p):
         raise Forbidden("only staff see the regrade requests")
-    q = select(RegradeRequest)
+    q = _listed()
     q = q.order_by(RegradeRequest.id.desc()) if everything else q.where(RegradeRequest.state == "open").order_by(RegradeRequest.id)
     return list(db.scalars(q.limit(limit)))
 

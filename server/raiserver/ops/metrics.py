@@ -14,8 +14,12 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import redis
 from fastapi import APIRouter, FastAPI, Request
@@ -23,7 +27,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from raiprotocol.models import GpuInfo, JobState
@@ -33,6 +38,7 @@ from raiserver.errors import Forbidden
 from raiserver.fleet.workers import live_workers
 from raiserver.live.counts import COUNTS, STREAMS, ProcessCounts
 from raiserver.services import AppServices, services_of
+from raiserver.store.db import Database, utcnow
 from raiserver.store.tables import Job
 
 log = logging.getLogger("raiserver")
@@ -71,9 +77,62 @@ class HttpCounts:
         await self.app(scope, receive, counted)
 
 
+@dataclass
+class Buckets:
+    """A histogram's cumulative counts (one per bound of BUCKETS) and its sum."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * len(BUCKETS))
+    total: float = 0.0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        for i, bound in enumerate(BUCKETS):
+            if value <= bound:
+                self.counts[i] += 1
+
+    def plus(self, other: Buckets) -> Buckets:
+        return Buckets([a + b for a, b in zip(self.counts, other.counts, strict=True)], self.total + other.total)
+
+    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+        buckets = [(str(b) if b != float("inf") else "+Inf", n) for b, n in zip(BUCKETS, self.counts, strict=True)]
+        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=self.total)
+
+
+class JobTimes:
+    """The wait and run histograms of every job, kept per process: jobs that ended before a point
+    (SETTLE behind the clock: a transaction that ends a job commits within it) are counted once
+    and kept; each scrape reads only the jobs that ended after it or have not ended (issue 52: each
+    scrape read every job there ever was, 250,000 rows a scrape at the end of a term)."""
+
+    SETTLE = timedelta(seconds=60)
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.until: datetime | None = None  # jobs that ended by then are in wait/run
+        self.wait, self.run = Buckets(), Buckets()
+
+    def read(self, db: Session) -> tuple[Buckets, Buckets]:
+        with self.lock:
+            settled = utcnow() - self.SETTLE
+            query = select(Job.created_at, Job.started_at, Job.finished_at).where(Job.started_at.is_not(None))
+            if self.until is not None:
+                query = query.where(or_(Job.finished_at > self.until, Job.finished_at.is_(None)))
+            wait, run = Buckets(), Buckets()
+            for created, started, finished in db.execute(query):
+                if started is None:
+                    continue
+                done = finished is not None and finished <= settled
+                (self.wait if done else wait).add((started - created).total_seconds())
+                if finished is not None:
+                    (self.run if done else run).add((finished - started).total_seconds())
+            self.until = settled
+            return self.wait.plus(wait), self.run.plus(run)
+
+
 class Collector:
     def __init__(self, svc: AppServices):
         self.svc = svc
+        self.svc_times = job_times(svc)
 
     def collect(self) -> Iterator:
         settings = self.svc.settings
@@ -88,17 +147,9 @@ class Collector:
             for queue, n in db.execute(select(Job.queue, func.count()).where(Job.state == JobState.queued).group_by(Job.queue)):
                 depth.add_metric([queue], n)
             yield depth
-            rows = db.execute(select(Job.created_at, Job.started_at, Job.finished_at).where(Job.started_at.is_not(None))).all()
-            yield _histogram(
-                "rai_job_wait_seconds",
-                "From submission to a worker starting the job",
-                [(s - c).total_seconds() for c, s, _ in rows if s is not None],
-            )
-            yield _histogram(
-                "rai_job_run_seconds",
-                "From a worker starting the job to its end",
-                [(f - s).total_seconds() for _, s, f in rows if s is not None and f is not None],
-            )
+            wait, run = self.svc_times.read(db)
+            yield wait.family("rai_job_wait_seconds", "From submission to a worker starting the job")
+            yield run.family("rai_job_run_seconds", "From a worker starting the job to its end")
             live = live_workers(db, settings.worker_dead_after)
             yield GaugeMetricFamily("rai_workers_live", "Workers sending heartbeats", value=len(live))
             gpus = GaugeMetricFamily("rai_gpus", "GPUs of live workers", labels=["state"])
@@ -141,9 +192,12 @@ class Collector:
         yield GaugeMetricFamily("rai_sse_watchers", "Open log and queue streams, all server processes", value=open_streams)
 
 
-def _histogram(name: str, doc: str, values: list[float]) -> HistogramMetricFamily:
-    buckets = [(str(b) if b != float("inf") else "+Inf", sum(1 for v in values if v <= b)) for b in BUCKETS]
-    return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=sum(values))
+_TIMES: weakref.WeakKeyDictionary[Database, JobTimes] = weakref.WeakKeyDictionary()
+
+
+def job_times(svc: AppServices) -> JobTimes:
+    """This process's histograms of ``svc``'s database (one per app: tests make several)."""
+    return _TIMES.setdefault(svc.db, JobTimes())
 
 
 @router.get("/metrics")

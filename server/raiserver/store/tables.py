@@ -34,7 +34,24 @@ class User(Base):
 class Job(Base):
     __tablename__ = "jobs"
     # one job per submission: a client's retry of an upload that landed carries the same key (issue 51)
-    __table_args__ = (Index("ix_jobs_owner_submit_key", "owner_id", "submit_key", unique=True),)
+    __table_args__ = (
+        Index("ix_jobs_owner_submit_key", "owner_id", "submit_key", unique=True),
+        # a whole term in one table (issue 52, migration 0017): what pages ask, without reading every job
+        Index(
+            "ix_jobs_late_days", "owner_id", "kind", "late_days", postgresql_where=text("late_days > 0"), sqlite_where=text("late_days > 0")
+        ),
+        Index("ix_jobs_queue_started", "queue", "started_at"),
+        Index("ix_jobs_owner_released", "owner_id", "released_at"),
+        Index("ix_jobs_owner_created", "owner_id", "created_at"),
+        Index("ix_jobs_owner_started", "owner_id", "started_at"),
+        Index("ix_jobs_finished_at", "finished_at"),
+        Index(
+            "ix_jobs_remeasure_of",
+            "remeasure_of",
+            postgresql_where=text("remeasure_of IS NOT NULL"),
+            sqlite_where=text("remeasure_of IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[str] = mapped_column(String(26), primary_key=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)

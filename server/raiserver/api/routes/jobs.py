@@ -8,6 +8,7 @@ from fastapi import APIRouter, Header, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
 from sqlalchemy import select
+from sqlalchemy.orm import joinedload
 from sse_starlette.sse import EventSourceResponse
 
 from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
@@ -78,7 +79,7 @@ def history(
     db: SessionDep,
     svc: ServicesDep,
 ) -> JobList:
-    q = select(Job).order_by(Job.created_at.desc()).limit(limit)
+    q = select(Job).options(joinedload(Job.owner)).order_by(Job.created_at.desc()).limit(limit)  # owners with the jobs: not one query each
     if not (everyone and p.is_staff):
         q = q.where(Job.owner_id == p.user.id)
     view = QueueView(db, svc.settings)
