@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import func, select
@@ -152,6 +153,12 @@ class Deadlines:
             )
         }
 
+    def fingerprint(self) -> tuple[Any, ...]:
+        """What was read, comparable: a page kept from an earlier look (a board, a grade sheet) is
+        still right only while this is the same."""
+        kinds = tuple(sorted((k.name, k.due_at, k.late_policy, k.late_hours, repr(k.grading)) for k in self.kinds.values()))
+        return kinds, tuple(sorted(self.by_user.items())), tuple(sorted(self.by_team.items())), tuple(sorted(self.drawn.items()))
+
     def due_for(self, kind: str, user: User) -> datetime | None:
         """The student's own deadline: the kind's, or the latest of their and their team's extensions."""
         row = self.kinds.get(kind)
@@ -272,6 +279,12 @@ class Deadlines:
         return Admission(
             late, 0, f"{kind} was due {in_words(late)} ago ({when(due)}{yours}): this submission is marked late", due, counts=False
         )
+
+
+def roster(db: Session) -> int:
+    """Who is on which team, in which role, active or not, as one number: a board or a grade sheet
+    kept from an earlier look is right only while it is the same."""
+    return hash(tuple(db.execute(select(User.id, User.username, User.team, User.role, User.active).order_by(User.id)).all()))
 
 
 def grant(db: Session, kind: str, body: ExtensionIn, by: str) -> Extension:

@@ -27,10 +27,10 @@ from sqlalchemy.orm import Session, joinedload, load_only
 from raiprotocol.models import Entry, JobState
 from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
-from raiserver.grading.kinds import Deadlines, when
+from raiserver.grading.kinds import Deadlines, roster, when
 from raiserver.grading.measured import QUARANTINE, in_words
 from raiserver.store.db import utcnow
-from raiserver.store.tables import Job, Kind, User
+from raiserver.store.tables import Job, Kind
 
 
 def _aware(t: datetime) -> datetime:
@@ -127,9 +127,10 @@ class Board:
     until: datetime | None = None
     best: dict[str, Run] = field(default_factory=dict)
     members: dict[str, set[str]] = field(default_factory=dict)
+    remeasured: frozenset[str] = frozenset()  # runs measured again: their re-measure stands instead
 
     def copy(self) -> Board:
-        return Board(self.inputs, self.until, dict(self.best), {k: set(v) for k, v in self.members.items()})
+        return Board(self.inputs, self.until, dict(self.best), {k: set(v) for k, v in self.members.items()}, self.remeasured)
 
     def fold(self, jobs: Sequence[Job], settings: Settings, deadlines: Deadlines, board: str, remeasured: frozenset[str]) -> None:
         last = settings.leaderboard_policy == "last"
@@ -155,14 +156,9 @@ SETTLE = timedelta(seconds=60)  # a transaction that ends a job commits within t
 
 def _inputs(db: Session, settings: Settings, deadlines: Deadlines) -> tuple[Any, ...]:
     """What decides whether a run that ended long ago counts, and for which team."""
-    kinds = tuple(sorted((k.name, k.due_at, k.late_policy, k.late_hours) for k in deadlines.kinds.values()))
-    people = tuple(db.execute(select(User.id, User.username, User.team, User.role).order_by(User.id)).all())
     return (
-        kinds,
-        tuple(sorted(deadlines.by_user.items())),
-        tuple(sorted(deadlines.by_team.items())),
-        tuple(sorted(deadlines.drawn.items())),
-        hash(people),
+        deadlines.fingerprint(),
+        roster(db),
         settings.leaderboard_policy,
         settings.correctness_threshold,
         tuple(sorted(settings.ranked_kind_set)),
@@ -197,13 +193,11 @@ def _cached_board(db: Session, settings: Settings, deadlines: Deadlines, board: 
     if kept is not None and kept.until is not None:
         query = query.where(Job.finished_at > kept.until)
     jobs = db.scalars(query).unique().all()
-    if kept is None or any(j.remeasure_of for j in jobs):  # a re-measure takes its original off the board: all again
-        if kept is not None:
-            jobs = db.scalars(_board_query(board, kind)).unique().all()
-        kept = Board(inputs)
-        remeasured = frozenset(j.remeasure_of for j in jobs if j.remeasure_of)
-    else:
-        remeasured = frozenset()
+    if kept is not None and not {j.remeasure_of for j in jobs if j.remeasure_of} <= kept.remeasured:
+        kept, jobs = None, db.scalars(_board_query(board, kind)).unique().all()  # a re-measure took a run off: all again
+    if kept is None:
+        kept = Board(inputs, remeasured=frozenset(j.remeasure_of for j in jobs if j.remeasure_of))
+    remeasured = kept.remeasured
     ended = [j for j in jobs if j.finished_at is not None and _aware(j.finished_at) <= settled]
     kept.fold(ended, settings, deadlines, board, remeasured)
     kept.until = settled
