@@ -44,7 +44,7 @@ def status_rows(job: dict[str, Any]) -> list[tuple[str, str]]:
             rows.append((key.removesuffix("_at"), local(when(value)) if key.endswith("_at") else cell(value)))
     said = waits(job) if job.get("position") is not None else None
     if said:  # issues 37, 49: the wait as a range (or a guess, saying so) and why later jobs go first
-        rows.append(("eta", cell(f"starts in {said}")))
+        rows.append(("eta", cell(said if said == "starting now" else f"starts in {said}")))
     if job.get("position_why"):
         rows.append(("why", cell(job["position_why"])))
     return rows

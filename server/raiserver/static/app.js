@@ -262,7 +262,7 @@ const rai = (() => {
       setTitle(s.state);
       const where = $("position");
       if (where) {
-        where.textContent = s.position ? ` · position ${s.position}` + (waitWords(s) ? ` · starts in ${waitWords(s)}` : "") : "";
+        where.textContent = s.position ? ` · position ${s.position}` + (waitWords(s) ? ` · ${waitWords(s) === "starting now" ? "" : "starts in "}${waitWords(s)}` : "") : "";
         const why = $("position-why");
         const moved = position && s.position && s.position > position ? `Moved back from ${position} to ${s.position}. ` : "";
         why.textContent = s.position_why ? moved + s.position_why : moved;
