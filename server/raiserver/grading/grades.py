@@ -127,18 +127,18 @@ class Sheet:
     remeasured: set[str] = field(default_factory=set)
 
     def copy(self) -> Sheet:
-        return Sheet(self.inputs, self.until, {k: list(v) for k, v in self.by_team.items()}, set(self.remeasured))
+        """A sheet to fold more runs into: a team's list is never changed in place but replaced
+        (``fold``), so the lists are shared, not copied (a kind has tens of thousands of runs)."""
+        return Sheet(self.inputs, self.until, dict(self.by_team), set(self.remeasured))
 
     def fold(self, jobs: Sequence[Job], judge: Callable[[Job], Graded]) -> None:
-        touched = set()
+        added: dict[str, list[Graded]] = {}
         for job in jobs:
             if job.id in self.remeasured or job.owner.role != "student":
                 continue  # measured again (that run's result stands, issue 32), or staff trying the kind out
-            team = team_of(job.owner)
-            self.by_team.setdefault(team, []).append(judge(job))
-            touched.add(team)
-        for team in touched:
-            self.by_team[team].sort(key=lambda g: (g.job.created_at, g.job.id))
+            added.setdefault(team_of(job.owner), []).append(judge(job))
+        for team, runs in added.items():
+            self.by_team[team] = sorted([*self.by_team.get(team, []), *runs], key=lambda g: (g.job.created_at, g.job.id))
 
 
 # Each kind's judged runs, per process (issue 52): a sheet judged every run of its kind each time,
@@ -203,16 +203,21 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
         median, sd = statistics.median(fastest), statistics.pstdev(fastest)
         if sd == 0 or not math.isfinite(sd):
             raise Invalid(f"the stddev rule cannot grade '{kind}': every team's op time is the same ({median:g} s)")
-    # each valid run's fraction of the points, computed here: the judged runs may be kept and shared
-    fraction = {id(g): max(0.0, _fraction(g, rule, median, sd) - g.penalty) for runs in by_team.values() for g in runs if g.valid}
+    # each team's best run (the most points, the earliest of equals) with its fraction of the points,
+    # computed here and once per team: the judged runs may be kept and shared
+    best_of: dict[str, Graded] = {}
+    for team, runs in by_team.items():
+        top, most = None, -1.0
+        for g in runs:  # in submission order: a later run must earn more to take the place
+            if g.valid and (f := max(0.0, _fraction(g, rule, median, sd) - g.penalty)) > most:
+                top, most = g, f
+        if top is not None:
+            best_of[team] = replace(top, fraction=most)
     out = []
     students = db.scalars(select(User).where(User.role == "student", User.active.is_(True)).order_by(User.username))
     for user in students:
         runs = by_team.get(team_of(user), [])
-        valid = [g for g in runs if g.valid]
-        best = max(valid, key=lambda g: (fraction[id(g)], -g.job.created_at.timestamp())) if valid else None
-        if best is not None:
-            best = replace(best, fraction=fraction[id(best)])
+        best = best_of.get(team_of(user))
         if best is None:
             reason = runs[-1].reason if runs else f"no '{kind}' submission"
         elif best.penalty:
