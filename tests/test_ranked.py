@@ -357,3 +357,53 @@ def test_a_ranked_run_waits_in_its_own_place_and_gets_the_host_before_the_queue(
     r_start = at(jobs[ranked], "command started")
     assert (r_start - max(ends)).total_seconds() < 5, "the ranked run did not get the host once its jobs ended"
     assert all(at(jobs[i], "command started") > r_start for i in queued), "a queued job went before the ranked run"
+
+
+def test_another_students_job_waits_for_one_timed_run_not_the_whole_ranked_job(docker_engine, course_image, redis_url, tmp_path):
+    """Issue 46: a ranked run has the host alone for each timed run, but the jobs waiting for the
+    host when one ends run before the next (each within its wall limit); the ranked run then has
+    the host alone again, its time its own, and still ranks."""
+    from datetime import datetime
+
+    from helpers import jobs_at_their_end, start_service
+
+    extra = {"RAI_STAFF_PRIORITY": "false", "RAI_SUBMISSIONS_PER_MINUTE": "1000"}
+    svc = start_service(tmp_path / "svc", redis_url, None, "docker", slots=2, extra_env=extra)
+    try:
+        offer_course_image(svc, docker_engine)
+        (tmp_path / "final.yml").write_text(COURSE.replace("repeats: 3", "repeats: 4"))
+        assert svc.client("admin", "course", "install", "final", str(tmp_path / "final.yml")).returncode == 0
+        students = [svc.add_user(f"s{i}") for i in range(2)]
+        final = make_project(tmp_path / "final", ["echo ignored"], files={"report.pdf": "%PDF-1.4"})
+        build_op("slow", final / "op")
+        dev = make_project(tmp_path / "dev", ["echo my dev job ran"])
+
+        def submit(proj, who: int, *kind: str) -> str:
+            res = svc.client("submit", "-p", str(proj), "--detach", *kind, env={"RAI_PROFILE": str(students[who])})
+            assert res.returncode == 0, res.stdout + res.stderr
+            return re.search(r"\b([0-9A-Z]{26})\b", res.stdout + res.stderr).group(1)
+
+        with svc.http() as h:
+            ranked_id = submit(final, 0, "--kind", "final")
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and h.get(f"/api/v1/jobs/{ranked_id}").json()["state"] != "running":
+                time.sleep(0.1)  # the host is the ranked run's alone: its build, then its timed runs (~6.5 s)
+            dev_id = submit(dev, 1)
+            jobs = jobs_at_their_end(h, [ranked_id, dev_id], 150)
+            log = h.get(f"/api/v1/jobs/{ranked_id}/log.txt").text
+    finally:
+        svc.shutdown()
+
+    def at(job: dict, name: str, last: bool = False) -> datetime:
+        found = [datetime.fromisoformat(p["at"]) for p in job["phases"] if p["name"] == name]
+        return found[-1] if last else found[0]
+
+    ranked_job, dev_job = jobs[ranked_id], jobs[dev_id]
+    assert ranked_job["state"] == "succeeded" and dev_job["state"] == "succeeded", (ranked_job, dev_job)
+    m = ranked_job["results"]["measured"]
+    assert m["problem"] is None and len(m["runs"]) == 4 and all(1.5 < t < 3 for t in m["runs"]), m  # its own time, alone
+    assert re.search(r"Before (its reference runs and timed run 1|timed run [234]): the jobs waiting for w1 run first", log), log
+    started = at(dev_job, "command started")
+    assert started < at(ranked_job, "timed run started", last=True), "the dev job waited for the whole ranked job"
+    waited = (started - datetime.fromisoformat(dev_job["created_at"])).total_seconds()
+    assert waited < m["runs"][0] + 10, waited  # one timed run (and the dev job's own start), not four

@@ -73,3 +73,49 @@ def test_a_ranked_run_goes_before_students_exclusive_runs_that_waited_longer(tmp
         t.join(10)
     assert order[:4] == ["d1 in", "d1 out", "ranked in", "ranked out"], order
     assert len(order) == 12, order  # and every student's run ran, one at a time
+
+
+def test_between_its_timed_runs_a_ranked_run_lets_the_jobs_waiting_then_run_first(tmp_path):
+    """Issue 46: another student's job waits for one timed run, not for the whole ranked job. The
+    jobs waiting when the ranked run is between two timed runs go first, on its GPU too; the ranked
+    run then has the host and the same GPU alone again; a job that came later waits for its end."""
+    from raiprotocol.models import GpuInfo
+    from raiworker.gpus import hold_gpus
+
+    order: list[str] = []
+    gpus = [GpuInfo(index=0, name="g", memory_mb=1)]
+    waiting_then, later_started = threading.Event(), threading.Event()
+
+    def dev(name: str, seconds: float) -> None:
+        with host_share(tmp_path, exclusive=False), hold_gpus(tmp_path, gpus, 1, wait=10) as got:
+            order.append(f"{name} in on {got[0]}")
+            time.sleep(seconds)
+            order.append(f"{name} out")
+
+    def ranked() -> None:
+        with host_share(tmp_path, exclusive=True, ranked=True) as host, hold_gpus(tmp_path, gpus, 1) as mine:
+            assert not host.let_waiting_in(mine)  # nobody waits: nothing to let in, at once
+            order.append("run 1")
+            waiting_then.set()
+            time.sleep(0.4)  # d1 and d2 arrive during run 1 and wait
+            assert host.let_waiting_in(mine, lambda: order.append("lets them in"))
+            later_started.set()
+            order.append(f"run 2 on {mine[0]}")
+            time.sleep(0.4)  # d3 arrives during run 2: it waits for the ranked run's end
+            order.append("ranked out")
+
+    r = threading.Thread(target=ranked)
+    r.start()
+    waiting_then.wait(5)
+    d = [threading.Thread(target=dev, args=(f"d{i}", 0.2)) for i in (1, 2)]
+    for t in d:
+        t.start()
+    later_started.wait(10)
+    d3 = threading.Thread(target=dev, args=("d3", 0.0))
+    d3.start()
+    for t in [r, *d, d3]:
+        t.join(15)
+    assert order[:2] == ["run 1", "lets them in"], order
+    between = order[2 : order.index("run 2 on 0")]
+    assert sorted(between) == ["d1 in on 0", "d1 out", "d2 in on 0", "d2 out"], order  # both ran, and ended, in between
+    assert order[-3:] == ["ranked out", "d3 in on 0", "d3 out"], order

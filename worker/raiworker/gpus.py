@@ -89,17 +89,42 @@ def occupancy(lock_dir: Path, gpus: list[GpuInfo], per_gpu: int) -> dict[int, in
     return used
 
 
+class GpuHold(list[str]):
+    """The GPU ids a job holds (a list, as it always was) and the locks behind them, which a ranked
+    run lets go between its timed runs and takes back, the same GPUs (``HostHold.let_waiting_in``)."""
+
+    def __init__(self, lock_dir: Path, per_gpu: int, need: int, held: list[tuple[int, list[int]]]):
+        super().__init__(str(i) for i, _ in held)
+        self.lock_dir, self.per_gpu, self.need = lock_dir, per_gpu, need
+        self.fds = [fd for _, fds in held for fd in fds]
+
+    def release(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def retake(self) -> None:
+        """The same GPUs again; called holding the host alone, so no other job holds them."""
+        while not self.fds:
+            got = [_take(self.lock_dir, int(i), self.per_gpu, self.need) for i in self]
+            if all(fds is not None for fds in got):
+                self.fds = [fd for fds in got if fds is not None for fd in fds]
+                return
+            for fds in got:
+                for fd in fds or []:
+                    os.close(fd)
+            time.sleep(0.05)
+
+
 @contextmanager
-def hold_gpus(
-    lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0, per_gpu: int = 1, share: int = 1
-) -> Iterator[list[str]]:
+def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0, per_gpu: int = 1, share: int = 1) -> Iterator[GpuHold]:
     """Yield ``count`` GPU ids held by this process until the block ends.
 
     A GPU is cut in ``per_gpu`` shares (``RAI_JOBS_PER_GPU``'s largest value on this worker); a
     job of a queue that allows ``share`` jobs per GPU takes ``per_gpu // share`` of them, so
     ``share`` 1 (and every ranked run) has the GPU alone. The least used GPUs are taken first."""
     if count <= 0:
-        yield []
+        yield GpuHold(lock_dir, 1, 1, [])
         return
     if count > len(gpus):
         raise NoGpu(f"the job asks for {count} GPU(s); this worker has {len(gpus)}")
@@ -124,12 +149,11 @@ def hold_gpus(
         if time.monotonic() > deadline:
             raise NoGpu("timed out waiting for a free GPU")
         time.sleep(0.2)
+    hold = GpuHold(lock_dir, per_gpu, need, held)
     try:
-        yield [str(i) for i, _ in held]
+        yield hold
     finally:
-        for _, fds in held:
-            for fd in fds:
-                os.close(fd)
+        hold.release()
 
 
 def _took(fd: int, mode: int) -> bool:
@@ -193,10 +217,59 @@ def _alone_after_ranked_runs(first: int, gate: int, host: int, tell: Callable[[s
         time.sleep(0.05)
 
 
+LET_IN_SECONDS = 2.0  # how long a ranked run, between its timed runs, leaves the gate to the jobs waiting at it
+
+
+class HostHold:
+    """The host locks a job holds (``host_share``). A ranked run holds the host alone from its start
+    to its end, but between its timed runs it lets in the jobs waiting at the gate then (issue 46:
+    another student's job waits for one timed run, each bounded, not for the whole ranked job): it
+    lets the gate, the host and its GPUs go, gives the waiters ``LET_IN_SECONDS`` to pass the gate,
+    shuts it again (no job that came later starts) and has the host alone once those ended (each
+    within its wall limit), its GPUs the same ones as before."""
+
+    def __init__(self, first: int, gate: int, host: int, waiting: int, ranked: bool):
+        self.first, self.gate, self.host, self.waiting, self.ranked = first, gate, host, waiting, ranked
+
+    def others_waiting(self) -> bool:
+        return _waited_on(self.waiting)
+
+    def let_waiting_in(
+        self, gpus: GpuHold | None = None, tell: Callable[[], None] | None = None, stopped: Callable[[], bool] = lambda: False
+    ) -> bool:
+        """Between timed runs: the jobs waiting now run first; whether there were any. ``stopped()``
+        (the run cancelled meanwhile) ends the wait for the host without it."""
+        if not self.ranked or not self.others_waiting():
+            return False
+        if tell is not None:
+            tell()
+        if gpus is not None:
+            gpus.release()
+        fcntl.flock(self.host, fcntl.LOCK_UN)
+        fcntl.flock(self.gate, fcntl.LOCK_UN)
+        until = time.monotonic() + LET_IN_SECONDS
+        time.sleep(0.05)
+        while self.others_waiting() and time.monotonic() < until:  # each drops its mark once it has the host
+            time.sleep(0.05)
+        # ``first`` still held: no exclusive run nor ranked run goes first; then those that came in end
+        if _taken(self.gate, fcntl.LOCK_EX, stopped) and _taken(self.host, fcntl.LOCK_EX, stopped) and gpus is not None:
+            gpus.retake()
+        return True
+
+
+def _taken(fd: int, mode: int, stopped: Callable[[], bool]) -> bool:
+    """``flock``, waiting for it while not ``stopped()``; whether it was had."""
+    while not _took(fd, mode):
+        if stopped():
+            return False
+        time.sleep(0.05)
+    return True
+
+
 @contextmanager
 def host_share(
     lock_dir: Path, exclusive: bool, waiting: Callable[[str | None], None] | None = None, ranked: bool = False
-) -> Iterator[None]:
+) -> Iterator[HostHold]:
     """Every job holds the host lock shared; an exclusive job (timing runs) holds it alone, so it
     starts only when the host is idle and nothing starts beside it.
 
@@ -213,22 +286,26 @@ def host_share(
     first = os.open(lock_dir / "host.ranked", os.O_CREAT | os.O_RDWR, 0o644)
     gate = os.open(lock_dir / "host.gate", os.O_CREAT | os.O_RDWR, 0o644)
     fd = os.open(lock_dir / "host.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    marks = os.open(lock_dir / "host.waiting", os.O_CREAT | os.O_RDWR, 0o644)  # held shared while a job waits to come in
     tell = waiting or (lambda why: None)
     try:
         if ranked:
             waited = _lock(first, fcntl.LOCK_EX, lambda: tell("exclusive"))  # another ranked run (rare: one place a host)
             waited = _lock(gate, fcntl.LOCK_EX, lambda: tell("exclusive")) or waited
             waited = _lock(fd, fcntl.LOCK_EX, lambda: tell("jobs")) or waited
-        elif exclusive:
+        elif exclusive:  # stands aside for ranked runs anyway: it does not ask one to let it in
             waited = _alone_after_ranked_runs(first, gate, fd, tell)
         else:
+            fcntl.flock(marks, fcntl.LOCK_SH)
             waited = _lock(gate, fcntl.LOCK_SH, lambda: tell("exclusive"))  # waits while an exclusive job waits or runs
             waited = _lock(fd, fcntl.LOCK_SH, lambda: tell("exclusive")) or waited
             fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(marks, fcntl.LOCK_UN)
         if waited:
             tell(None)
-        yield
+        yield HostHold(first, gate, fd, marks, ranked)
     finally:
+        os.close(marks)
         os.close(fd)
         os.close(gate)
         os.close(first)

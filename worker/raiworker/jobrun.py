@@ -18,6 +18,7 @@ import shutil
 import tarfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -29,7 +30,7 @@ from raiprotocol.models import ClaimGranted, GpuInfo, JobState, JobUpdate, Measu
 from .config import WorkerSettings
 from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
 from .executors import Executor, JobContext, Outcome, execute, make_executor
-from .gpus import ShareWatch, hold_gpus, host_share, profiler_lock
+from .gpus import GpuHold, HostHold, ShareWatch, hold_gpus, host_share, profiler_lock
 from .lease import HANDED_BACK, LOST, SUPERSEDED, Lease, boot_clock, handed_back_words, stopped_words
 from .logsink import LogSink
 from .metrics import job_done
@@ -211,7 +212,7 @@ class JobRun:
             per_gpu = self.settings.per_gpu
             share = 1 if self.grant.exclusive else self.settings.share_for(self.grant.queue)  # ranked runs: the GPU alone
             with (
-                host_share(locks, self.grant.exclusive, self.wait_for_host, ranked=self.ranked),
+                host_share(locks, self.grant.exclusive, self.wait_for_host, ranked=self.ranked) as host,
                 hold_gpus(locks, self.gpus, self.grant.gpu_count, per_gpu=per_gpu, share=share) as gpu_ids,
                 ShareWatch(locks, self.gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared,
             ):
@@ -223,6 +224,8 @@ class JobRun:
                         f"({shared.most} other(s) now); times this run prints are not those of a GPU alone"
                     )
                 ctx = self.context(gpu_ids)
+                if self.ranked:
+                    ctx.between_runs = lambda r, stopped: self.let_others_in(host, gpu_ids, r, stopped)
                 if gpu_ids and share > 1:
                     ctx.profiler_lock = profiler_lock(locks, gpu_ids[0])
                     ctx.profiler_turn_seconds = self.settings.profiler_turn_seconds
@@ -241,6 +244,20 @@ class JobRun:
                 return outcome
         finally:
             done.set()
+
+    def let_others_in(self, host: HostHold, gpus: GpuHold, r: int, stopped: Callable[[], bool]) -> None:
+        """Before timed run ``r`` of a ranked run: the jobs waiting for the host then run first (issue 46)."""
+        name = self.settings.worker_name
+
+        def tell() -> None:
+            before = "its reference runs and timed run 1" if r == 1 else f"timed run {r}"
+            self.sink.system(
+                f"Before {before}: the jobs waiting for {name} run first (each within its wall limit); then this run has it alone again"
+            )
+
+        if host.let_waiting_in(gpus, tell, stopped) and not stopped():
+            self.sink.system(f"{name} is this run's alone again")
+            self.sink.flush()
 
     def wait_for_host(self, why: str | None) -> None:
         """The job waits for its host (``host_share``): its log and its page say so and why, and

@@ -50,6 +50,8 @@ class JobContext:
     profiler_turn_seconds: int = 120  # the most a turn is held while another job's profiler waits
     gpu_memory_share_mb: int | None = None  # its GPU is shared: the device memory its processes may hold (nvml.MemoryShare)
     gpu_jobs_per_gpu: int = 1  # how many jobs its queue lets share the GPU (for what the job is told)
+    # a ranked run, before timed run N (its reference runs with the first): the jobs waiting for the host run first
+    between_runs: Callable[[int, Callable[[], bool]], None] = lambda r, stopped: None
 
     def phase(self, name: str, detail: str | None = None) -> None:
         self.phases.append(Phase(name=name, at=datetime.now(timezone.utc), detail=detail))
@@ -280,6 +282,12 @@ def _timed_runs(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watc
     if timed is None or watch.reason:
         return None
     for r in range(1, timed.repeats + 1):
+        watch.deadline, paused = float("inf"), time.monotonic()  # the time others run is not the job's
+        ctx.between_runs(r, lambda: watch.reason is not None)
+        spent = time.monotonic() - paused
+        watch.wall_deadline = ctx.wall_deadline = ctx.wall_deadline + spent
+        if watch.reason:  # cancelled while others ran
+            return None
         watch.arm(ctx, timed.command)
         ctx.phase("timed run started", str(r))
         run = executor.measure(ctx, r, timed, sink)
