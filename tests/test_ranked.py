@@ -30,6 +30,7 @@ commands:
     - cp /src/op /build/op
     - chmod 755 /build/op
     - cp /opt/rai/op/ref /build/ref
+    - "sh -c 'echo the vendor library in the build has $(wc -c < /usr/lib/libfastconv.so.1) bytes'"
     - echo course build done
 ranked:
   student_files: [op, report.pdf]
@@ -172,11 +173,14 @@ def test_a_library_the_course_forbids_is_not_in_the_timed_runs(course, honest, t
     """C25: the course's image has a library that does the operation (a vendor's convolution); the
     course forbids it (ranked.forbid), so in each timed run's container its files read as empty,
     however the program asks for them (here it execs one; a dlopen or a read-and-map gets nothing either);
-    nor can one come among the student's own files: a timed run has the kept build, and no /src."""
+    nor can one come among the student's own files: a timed run has the kept build, and no /src;
+    nor in the program: the build, where the student's source is compiled, reads them as empty too
+    (an .incbin of the library would otherwise carry it into the kept program)."""
     job, out = submit(course, tmp_path, "library")
     m = job["results"]["measured"]
     assert m["problem"] == "timed run 1 of 3 exited with status 3", m
-    assert "Timed runs: the course forbids libfastconv*; 2 such file(s) of the image read as empty there" in out, out
+    assert "The course forbids libfastconv*: 2 such file(s) of the image read as empty in this run" in out, out
+    assert "the vendor library in the build has 0 bytes" in out, out  # nor can the build carry it into the program
     assert "the vendor library is not there" in out, out
     assert "a library could come as my report.pdf" not in out, out  # nor is a student's file: the kept build alone
     assert all(e["name"] != "library" for e in ranked(course))

@@ -27,6 +27,7 @@ from ...workdir import slot_dir
 from ..base import JobContext, Outcome
 from .client import SPARE, _remove_later, container_name, reap_containers, remove_lapsed, shared_client
 from .collect import collect_build
+from .forbid import Unlisted, empty_file, forbidden_files
 from .measure import TimedRuns
 from .scripts import COLLECT, COLLECT_AFTER, COLLECT_AFTER_HELPER, KILL_JOB, TAR_BUILD, ending_job
 from .spares import _empty, _move_entries, _slot, _Spare, spare_key
@@ -86,7 +87,8 @@ class DockerExecutor(TimedRuns):
         lost = self._stop_lost_run(ctx)
         if lost:
             sink.system(f"Stopped the container of an earlier run of this job on {s.worker_name} (its process was lost)")
-        spare = _slot.take(spare_key(ctx)) if self.spares else None
+        forbid = ctx.timed.forbid if ctx.timed is not None else []
+        spare = _slot.take(spare_key(ctx)) if self.spares and not forbid else None  # a spare has no masks
         if spare is not None and _move_entries(ctx.src_dir, spare.src):  # the slot's folder was empty: this job's files only
             self.container, self.slot_src = spare.container, spare.src
             with contextlib.suppress(DockerException):  # from now on the container is known by its job, as one made for it is
@@ -104,7 +106,14 @@ class DockerExecutor(TimedRuns):
                 f"image {ctx.image} is not offered to jobs on worker {s.worker_name}: only images its "
                 "operator published are (raiworker publish, RAI_WORKER_IMAGES, or pulled through rai)"
             )
-        self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper)
+        if forbid:
+            try:
+                paths = forbidden_files(self.client, image.id, forbid, self.user, s.worker_name)
+            except Unlisted as exc:
+                raise ExecutorUnavailable(str(exc)) from None
+            self.masked = (empty_file(ctx.build_dir.parent), paths)
+            sink.system(f"The course forbids {', '.join(forbid)}: {len(paths)} such file(s) of the image read as empty in this run")
+        self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper, masked=self.masked)
         self._watch_gpu_memory(ctx, sink)
         return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import secrets
 import shutil
 import tarfile
@@ -35,7 +34,6 @@ from .cgroup import NoCgroup, TimedCgroup
 from .collect import copy_out
 from .container import ContainerJob
 from .scripts import (
-    FORBIDDEN_FILES,
     KEEP_IN,
     KEEP_OUT,
     LEFT_OVER,
@@ -51,8 +49,6 @@ BOUND_MAX = 120.0  # a timed run's bound when the course sets none: 20x the refe
 BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still leaves room for a slow start)
 BOUND_FACTOR = 20.0
 REFERENCES_AT_ONCE = 5  # the course's reference runs side by side (one GPU context each)
-MAX_FORBIDDEN = 500  # files of the image a course's ranked.forbid may name (each a mount in every timed run)
-SAFE_PATH = re.compile(r"/[A-Za-z0-9._+@/-]{1,4000}")  # a path Docker's mount list takes as it is
 
 
 @dataclass
@@ -71,7 +67,7 @@ class TimedRuns(ContainerJob):
 
     _driver: str | None = None
     references: list[tuple[tuple[str, str], _Ran]] | None = None  # each timed run's keys and its reference run
-    masked: tuple[Path, list[str]] | None = None  # C25: an empty file, and the image's files that read as it in timed runs
+    masked: tuple[Path, list[str]] | None = None  # C25: an empty file, and the image's files that read as it (forbid.py)
 
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
         """Timed run ``r``: the student's program on inputs drawn from keys made for this run alone,
@@ -80,7 +76,9 @@ class TimedRuns(ContainerJob):
         if self.container is None:
             return MeasuredRun(exit_code=137, wall_seconds=0.0, problem="the job's container is gone")
         if r == 1:
-            problem = self._keep_build(ctx, timed) or self._find_forbidden(ctx, timed, sink)
+            problem = self._keep_build(ctx, timed)
+            if problem is None and timed.forbid and self.masked is None:
+                problem = "the files the course forbids in timed runs were not listed"
             if problem is not None:
                 return MeasuredRun(exit_code=-1, wall_seconds=0.0, problem=problem)
         helper = timed_helper(ctx.settings.work_dir, ctx.settings.timed_helper)
@@ -144,31 +142,6 @@ class TimedRuns(ContainerJob):
             reference_problem=f"the course's reference failed: {ref_problem}" if ref_problem else None,
             bound_seconds=round(bound, 3),
         )
-
-    def _find_forbidden(self, ctx: JobContext, timed: TimedRun, sink: LogSink) -> str | None:
-        """C25, once, in the build's container (the same image, before any timed run): the files
-        the course forbids (``ranked.forbid``), each of which reads as an empty file in every timed
-        run of the student's (the reference's keeps them); why not, if they cannot be found."""
-        self.masked = None
-        if not timed.forbid:
-            return None
-        expression: list[str] = []
-        for glob in timed.forbid:
-            expression += [*(["-o"] if expression else []), "-name", glob]
-        paths: set[str] = set()
-        for user in ("0:0", self.user):
-            code, out = self._exec_as(user, FORBIDDEN_FILES, *expression)
-            if code != 0:
-                break
-            paths.update(out.decode("utf-8", "replace").splitlines())
-        if code != 0 or len(paths) > MAX_FORBIDDEN or not all(SAFE_PATH.fullmatch(p) for p in paths):
-            return f"the files the course forbids in timed runs ({', '.join(timed.forbid)}) could not be listed"
-        empty = ctx.build_dir.parent / "forbidden"
-        empty.write_bytes(b"")
-        empty.chmod(0o444)
-        self.masked = (empty, sorted(paths))
-        sink.system(f"Timed runs: the course forbids {', '.join(timed.forbid)}; {len(paths)} such file(s) of the image read as empty there")
-        return None
 
     @contextlib.contextmanager
     def _fresh(
