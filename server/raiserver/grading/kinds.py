@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from sqlalchemy import func, select
@@ -133,6 +133,19 @@ class Admission:
     counts: bool = True  # inside the student's own deadline (on time, or paid for with late days)
 
 
+class Submission(Protocol):
+    """What the deadlines read of a run: a Job, or a board's lighter view of one (``leaderboard.Candidate``)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def owner_id(self) -> int: ...
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def owner(self) -> User: ...
+
+
 class Deadlines:
     """Every kind, extension and late day of the course, read once (a page, a grade sheet, a board)."""
 
@@ -167,7 +180,7 @@ class Deadlines:
         dates = [row.due_at, self.by_user.get((kind, user.username)), self.by_team.get((kind, user.team or "")) if user.team else None]
         return max(aware(d) for d in dates if d is not None)
 
-    def late_by(self, job: Job) -> timedelta | None:
+    def late_by(self, job: Submission) -> timedelta | None:
         """How late the job was submitted after its owner's deadline, or None when on time."""
         due = self.due_for(job.kind, job.owner)
         if due is None or aware(job.created_at) <= due:
@@ -180,7 +193,7 @@ class Deadlines:
     def days_left(self, user: User) -> int:
         return max(0, self.settings.late_days - self.days_used(user))
 
-    def counts(self, job: Job) -> bool:
+    def counts(self, job: Submission) -> bool:
         """Inside the student's own deadline: on time, or late and paid for with late days."""
         late = self.late_by(job)
         if late is None:
