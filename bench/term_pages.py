@@ -284,6 +284,26 @@ def private_redis() -> Iterator[str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+SERVER_PID: list[int] = []
+RSS: list[int] = []  # KiB, each server process's after the pages
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def processes_of(pid: int) -> list[int]:
+    """The server's process and, with several, uvicorn's worker processes (its children)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return [pid, *(int(c) for c in children)]
+
+
 @contextmanager
 def server(url: str, data: Path, redis_url: str, processes: int) -> Iterator[str]:
     """The server on the seeded term, as the service starts it (``launch.start_server``)."""
@@ -291,6 +311,7 @@ def server(url: str, data: Path, redis_url: str, processes: int) -> Iterator[str
     env = {**os.environ, **app_settings(url, data, redis_url), "RAI_SERVER_URL": f"http://127.0.0.1:{port}", "PYTHONUNBUFFERED": "1"}
     part = launch.start_server(env, "127.0.0.1", port, data / "server.log", processes=processes, timeout=120)
     try:
+        SERVER_PID[:] = [part.pid or 0]
         yield f"http://127.0.0.1:{port}"
     finally:
         part.stop()
@@ -303,6 +324,7 @@ def measure(url: str, data: Path, rounds: int, processes: int) -> tuple[list[Pag
             cs = clients(lambda **kw: httpx.Client(base_url=base, timeout=120, **kw))
             times = timings(cs, [p for p in ps if not p.export], rounds)
             times.update(timings(cs, [p for p in ps if p.export], max(3, rounds // 5)))
+            RSS[:] = [rss_kib(pid) for pid in processes_of(SERVER_PID[0])]
         cost = costs(url, data, redis_url, ps)
     return ps, times, cost
 
@@ -348,7 +370,8 @@ def main() -> None:
             size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]  # type: ignore[index]
         head.append(f"{n:,} jobs, database {size / 1024**2:,.0f} MiB; {a.processes} server process(es), {a.rounds} rounds of every page")
         ps, times, cost = measure(url, data, a.rounds, a.processes)
-        text = "\n".join([*head, table(ps, times, cost)])
+        rss = ", ".join(f"{k / 1024:,.0f}" for k in RSS)
+        text = "\n".join([*head, table(ps, times, cost), f"server RSS after the pages (MiB, each process): {rss}"])
         print(text)
         if a.out:
             a.out.write_text(text + "\n")

@@ -30,11 +30,20 @@ from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, User
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
+class RunRef:
+    """Which run a grade comes from: all a judged run keeps of its row (the judged runs of a kind stay
+    in each server process's memory: ``Sheet``; whole rows of a term's runs took 850 MB)."""
+
+    id: str
+    created_at: datetime
+
+
+@dataclass(slots=True)  # a term's runs are judged and kept: no dict each
 class Graded:
     """One run as the rule sees it: its figures, its fraction of the points, or why it earns none."""
 
-    job: Job
+    job: RunRef
     op_time: float | None
     accuracy: float | None
     measured: bool
@@ -78,7 +87,7 @@ def _figures(job: Job) -> tuple[float | None, float | None, bool]:
 
 def _judge(job: Job, rule: GradeRule, threshold: float, ranked: bool, deadlines: Deadlines) -> Graded:
     op, acc, measured = _figures(job)
-    g = Graded(job, op, acc, measured, deadlines.late_by(job))
+    g = Graded(RunRef(job.id, job.created_at), op, acc, measured, deadlines.late_by(job))
     g.paid = g.late is not None and deadlines.counts(job)
     if job.state is not JobState.succeeded:
         g.reason = f"the run {job.state.value.replace('_', ' ')}"
@@ -125,6 +134,7 @@ class Sheet:
     until: datetime | None = None
     by_team: dict[str, list[Graded]] = field(default_factory=dict)
     remeasured: set[str] = field(default_factory=set)
+    best: dict[str, Graded] | None = None  # each team's best run, once worked out from these runs alone
 
     def copy(self) -> Sheet:
         """A sheet to fold more runs into: a team's list is never changed in place but replaced
@@ -161,14 +171,19 @@ def _runs(db: Session, kind: str, after: datetime | None = None) -> Sequence[Job
     return db.scalars(query.order_by(Job.created_at, Job.id)).all()
 
 
-def judged(db: Session, kind: str, inputs: tuple[Any, ...], judge: Callable[[Job], Graded]) -> dict[str, list[Graded]]:
-    """Every run of ``kind`` judged, per team: the settled ones from this process's sheet, the rest now."""
+def judged(db: Session, kind: str, inputs: tuple[Any, ...], judge: Callable[[Job], Graded]) -> tuple[dict[str, list[Graded]], Sheet | None]:
+    """Every run of ``kind`` judged, per team: the settled ones from this process's sheet, the rest
+    now; and the kept sheet itself when nothing was added to it (its ``best`` holds then)."""
     settled = utcnow() - SETTLE
     with _SHEETS_LOCK:
         sheets = _SHEETS.setdefault(db.get_bind(), {})
         kept = sheets.get(kind)
         sheet = kept.copy() if kept is not None and kept.inputs == inputs else None
     jobs = _runs(db, kind, sheet.until if sheet is not None else None)
+    if kept is not None and sheet is not None and not jobs:  # nothing ended since, nothing in flight: the kept sheet is the sheet
+        with _SHEETS_LOCK:
+            kept.until = settled
+        return kept.by_team, kept
     again = {j.remeasure_of for j in jobs if j.remeasure_of and j.state.finished}
     if sheet is not None and not again <= sheet.remeasured:  # a re-measure took a run off that was judged: all again
         sheet, jobs = None, _runs(db, kind)
@@ -181,7 +196,29 @@ def judged(db: Session, kind: str, inputs: tuple[Any, ...], judge: Callable[[Job
         sheets[kind] = sheet.copy()
     done = {j.id for j in ended}
     sheet.fold([j for j in jobs if j.id not in done], judge)  # this look only: not ended, or not settled yet
-    return sheet.by_team
+    return sheet.by_team, None
+
+
+def _best_of(by_team: dict[str, list[Graded]], rule: GradeRule, kind: str) -> dict[str, Graded]:
+    """Each team's best run (the most points, the earliest of equals) with its fraction of the points,
+    worked out once per team (the judged runs may be kept and shared: the fraction is set on a copy)."""
+    median = sd = None
+    if rule.rule == "stddev":
+        fastest = [min(float(g.op_time or 0) for g in runs if g.valid) for runs in by_team.values() if any(g.valid for g in runs)]
+        if len(fastest) < 2:
+            raise Invalid(f"the stddev rule needs valid runs from at least 2 teams; '{kind}' has {len(fastest)}")
+        median, sd = statistics.median(fastest), statistics.pstdev(fastest)
+        if sd == 0 or not math.isfinite(sd):
+            raise Invalid(f"the stddev rule cannot grade '{kind}': every team's op time is the same ({median:g} s)")
+    best_of: dict[str, Graded] = {}
+    for team, runs in by_team.items():
+        top, most = None, -1.0
+        for g in runs:  # in submission order: a later run must earn more to take the place
+            if g.valid and (f := max(0.0, _fraction(g, rule, median, sd) - g.penalty)) > most:
+                top, most = g, f
+        if top is not None:
+            best_of[team] = replace(top, fraction=most)
+    return best_of
 
 
 def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[GradeRow]]:
@@ -194,25 +231,10 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
     ranked = kind in settings.ranked_kind_set
     deadlines = Deadlines(db, settings)
     inputs = (deadlines.fingerprint(), roster(db), rule.model_dump_json(), threshold, ranked)
-    by_team = judged(db, kind, inputs, lambda job: _judge(job, rule, threshold, ranked, deadlines))
-    median = sd = None
-    if rule.rule == "stddev":
-        fastest = [min(float(g.op_time or 0) for g in runs if g.valid) for runs in by_team.values() if any(g.valid for g in runs)]
-        if len(fastest) < 2:
-            raise Invalid(f"the stddev rule needs valid runs from at least 2 teams; '{kind}' has {len(fastest)}")
-        median, sd = statistics.median(fastest), statistics.pstdev(fastest)
-        if sd == 0 or not math.isfinite(sd):
-            raise Invalid(f"the stddev rule cannot grade '{kind}': every team's op time is the same ({median:g} s)")
-    # each team's best run (the most points, the earliest of equals) with its fraction of the points,
-    # computed here and once per team: the judged runs may be kept and shared
-    best_of: dict[str, Graded] = {}
-    for team, runs in by_team.items():
-        top, most = None, -1.0
-        for g in runs:  # in submission order: a later run must earn more to take the place
-            if g.valid and (f := max(0.0, _fraction(g, rule, median, sd) - g.penalty)) > most:
-                top, most = g, f
-        if top is not None:
-            best_of[team] = replace(top, fraction=most)
+    by_team, kept = judged(db, kind, inputs, lambda job: _judge(job, rule, threshold, ranked, deadlines))
+    best_of = kept.best if kept is not None and kept.best is not None else _best_of(by_team, rule, kind)
+    if kept is not None:
+        kept.best = best_of
     out = []
     students = db.scalars(select(User).where(User.role == "student", User.active.is_(True)).order_by(User.username))
     for user in students:
