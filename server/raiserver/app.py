@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -52,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     storage = Storage(settings.data_dir / "storage")
     logs = LogStore(settings.redis_url, storage, settings.log_ttl_seconds)
 
-    def job_states(ids: list[str]) -> dict:
+    def job_states(ids: list[str]) -> dict[str, Any]:
         with db.session() as session:
             view = QueueView(session, settings)
             return {j.id: job_out(session, j, view) for j in session.scalars(select(Job).where(Job.id.in_(ids)))}
@@ -128,7 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(metrics.HttpCounts, counts=svc.counts)
 
     @app.get("/healthz", tags=["meta"])
-    def healthz() -> dict:
+    def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
     @app.exception_handler(DomainError)

@@ -122,7 +122,7 @@ def ensure_busybox_image(client: docker.DockerClient, tag: str = BUSYBOX_TAG, wo
 
 
 @contextmanager
-def _record(work_dir: Path) -> Iterator[dict[str, dict]]:
+def _record(work_dir: Path) -> Iterator[dict[str, dict[str, Any]]]:
     """The published images, to change: one writer at a time (the heartbeat's pulls, the operator's
     `raiworker publish`), the file replaced whole."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -138,7 +138,7 @@ def _record(work_dir: Path) -> Iterator[dict[str, dict]]:
         os.replace(tmp, work_dir / PUBLISHED_FILE)
 
 
-def published(work_dir: Path) -> dict[str, dict]:
+def published(work_dir: Path) -> dict[str, dict[str, Any]]:
     """image id -> {"names": [...], "why": ..., "at": ...}; empty if nothing was published."""
     try:
         data = json.loads((work_dir / PUBLISHED_FILE).read_text())

@@ -14,7 +14,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .workdir import metrics_dir
@@ -83,7 +83,7 @@ def serve(addr: str, port: int, token: str, gauges: Callable[[], dict[str, float
     if addr not in ("127.0.0.1", "::1", "localhost") and not token:
         raise ValueError(f"RAI_METRICS_ADDR={addr} is not loopback: set RAI_METRICS_TOKEN too")
     registry = CollectorRegistry()
-    MultiProcessCollector(registry)
+    cast(Any, MultiProcessCollector)(registry)  # the library leaves it unannotated
 
     class Live:
         def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -99,7 +99,7 @@ def serve(addr: str, port: int, token: str, gauges: Callable[[], dict[str, float
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
                 start_response("401 Unauthorized", [("Content-Type", "text/plain")])
                 return [b"metrics need Authorization: Bearer RAI_METRICS_TOKEN\n"]
-        return metrics_app(environ, start_response)
+        return cast(Iterable[bytes], metrics_app(environ, start_response))
 
     server = make_server(addr, port, app, handler_class=_Quiet)
     threading.Thread(target=server.serve_forever, name="rai-metrics", daemon=True).start()

@@ -172,7 +172,7 @@ class MemoryShare:
                 log.exception("sampling the job's GPU memory failed")
 
     def sample(self) -> int:
-        used = sum(mem for pid, mem in self.nvml.process_memory(self.index).items() if self.belongs(pid))
+        used = int(sum(mem for pid, mem in self.nvml.process_memory(self.index).items() if self.belongs(pid)))
         self.most = max(self.most, used)
         if used > self.limit and not self.fired:
             self.fired = True

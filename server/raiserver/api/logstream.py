@@ -39,16 +39,16 @@ async def plain_text(svc: Services, job_id: str) -> AsyncIterator[bytes]:
         ).encode()
 
 
-def lines_event(batches: list[Batch]) -> dict:
+def lines_event(batches: list[Batch]) -> dict[str, Any]:
     return {"event": "lines", "id": str(batches[-1].last), "data": logwire.dumps(batches)}
 
 
-async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator[dict]:
+async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator[dict[str, Any]]:
     """The stored log after line ``after``, a page at a time from disk: bounded memory however
     long the log, nothing more read once the client is gone, and the reading and encoding done
     off the event loop (the server keeps answering everyone else meanwhile)."""
 
-    def page(offset: int) -> tuple[dict | None, int]:
+    def page(offset: int) -> tuple[dict[str, Any] | None, int]:
         batches, offset = svc.logs.stored_page(job_id, offset, after, max_bytes=256 * 1024)
         return (lines_event(batches) if batches else None), offset
 
@@ -59,7 +59,7 @@ async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator
             yield event
 
 
-def merged_event(items: list[Shared], sent: int) -> tuple[dict | bytes | None, int]:
+def merged_event(items: list[Shared], sent: int) -> tuple[dict[str, Any] | bytes | None, int]:
     """One SSE event for every batch that arrived since the last one, re-using the data encoded
     once for all watchers; only a batch that overlaps what this reader already has is cut."""
     if len(items) == 1 and items[0].batches[0].n > sent:  # the usual case: the shared event as is
@@ -82,7 +82,7 @@ def merged_event(items: list[Shared], sent: int) -> tuple[dict | bytes | None, i
 
 async def log_events(
     svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot: Callable[[], JobOut], user_id: int, follow: bool = True
-) -> AsyncIterator[dict | bytes]:
+) -> AsyncIterator[dict[str, Any] | bytes]:
     """Every event for one reader from line ``sent`` on; releases the reader's stream slot at the
     end, however the stream ends (finished, cut off as too slow, or the client gone)."""
     w = None
@@ -111,7 +111,7 @@ async def log_events(
         hub.release(user_id)
 
 
-async def _backlog(svc: Services, job_id: str, sent: int, top: int, snapshot: Callable[[], JobOut]) -> AsyncIterator[dict]:
+async def _backlog(svc: Services, job_id: str, sent: int, top: int, snapshot: Callable[[], JobOut]) -> AsyncIterator[dict[str, Any]]:
     """What was written before this watcher joined, page by page, up to what the fan-out has."""
     while True:
         page = await svc.logs.apage(job_id, sent)
@@ -126,7 +126,7 @@ async def _backlog(svc: Services, job_id: str, sent: int, top: int, snapshot: Ca
             return
 
 
-async def _live(svc: Services, w: Watcher, job_id: str, sent: int, snapshot: Callable[[], JobOut]) -> AsyncIterator[dict | bytes]:
+async def _live(svc: Services, w: Watcher, job_id: str, sent: int, snapshot: Callable[[], JobOut]) -> AsyncIterator[dict[str, Any] | bytes]:
     """The fan-out's batches as they come, until the job's end (or the reader is cut off)."""
     while True:
         items = await w.next()

@@ -9,6 +9,7 @@ import math
 import time
 from collections import Counter
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, joinedload
@@ -308,11 +309,11 @@ def summaries(db: Session, settings: Settings, user: User) -> list[QueueSummary]
     return out
 
 
-def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
+def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict[str, Any]]]:
     """Every waiting and running job, as staff see it (``owner_id`` to tell whose it is)."""
     jobs = db.scalars(select(Job).options(joinedload(Job.owner)).where(Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
     now = utcnow()
-    rows: dict[str, list[dict]] = {"queued": [], "running": []}
+    rows: dict[str, list[dict[str, Any]]] = {"queued": [], "running": []}
     view = QueueView(db, settings)
     for job in jobs:
         out = job_out(db, job, view)
@@ -342,9 +343,9 @@ def queue_rows(db: Session, settings: Settings) -> dict[str, list[dict]]:
     return rows
 
 
-def shown_to(rows: dict[str, list[dict]], user_id: int, staff: bool) -> dict[str, list[dict]]:
+def shown_to(rows: dict[str, list[dict[str, Any]]], user_id: int, staff: bool) -> dict[str, list[dict[str, Any]]]:
     """The queue as one user may see it: others' jobs anonymous to students."""
-    view: dict[str, list[dict]] = {}
+    view: dict[str, list[dict[str, Any]]] = {}
     for state, jobs in rows.items():
         view[state] = []
         for row in jobs:
@@ -362,5 +363,5 @@ def shown_to(rows: dict[str, list[dict]], user_id: int, staff: bool) -> dict[str
     return view
 
 
-def queue_snapshot(db: Session, settings: Settings, p: Principal) -> dict:
+def queue_snapshot(db: Session, settings: Settings, p: Principal) -> dict[str, Any]:
     return shown_to(queue_rows(db, settings), p.user.id, p.is_staff)

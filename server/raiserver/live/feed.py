@@ -54,7 +54,7 @@ class Shared:
 class Watcher:
     job_id: str
     limit: int  # lines buffered before the watcher is cut off
-    items: deque = field(default_factory=deque)
+    items: deque[tuple[str, Any]] = field(default_factory=deque)
     buffered: int = 0
     cut: bool = False
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -103,12 +103,12 @@ class LogHub:
         self.status_interval = status_interval
         self.watchers: dict[str, set[Watcher]] = {}
         self.positions: dict[str, int] = {}  # last line read from Redis, per watched job
-        self.last_status: dict[str, tuple[tuple, float]] = {}  # job -> (what was pushed, when)
+        self.last_status: dict[str, tuple[tuple[Any, ...], float]] = {}  # job -> (what was pushed, when)
         self.streams: Counter[int] = Counter()  # open streams per user id
         self.open_streams = 0
         self.lines_sent = 0  # lines handed to watchers (metrics)
         self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
 
     # -- caps ------------------------------------------------------------------------------------
     def admit(self, user_id: int, staff: bool) -> None:

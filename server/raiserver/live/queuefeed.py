@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
-Rows = dict[str, list[dict]]
+Rows = dict[str, list[dict[str, Any]]]
 Sessions = dict[int, tuple[bool, str]]  # user id -> (active, key tag)
 
 

@@ -118,7 +118,7 @@ def port_taken(host: str, port: int) -> bool:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def server_command(host: str, port: int, processes: int = 1) -> list[str]:
@@ -152,7 +152,7 @@ class Part:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log: Path, die_with: int | None = None):
         self.name, self.args, self.env, self.log = name, args, env, log
         self.die_with = die_with
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
         self.delay = 1.0
         self.restart_at: float | None = None

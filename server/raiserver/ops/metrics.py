@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import redis
 from fastapi import APIRouter, FastAPI, Request
@@ -134,7 +135,7 @@ class Collector:
         self.svc = svc
         self.svc_times = job_times(svc)
 
-    def collect(self) -> Iterator:
+    def collect(self) -> Iterator[Any]:
         settings = self.svc.settings
         r = self.svc.logs.redis
         with self.svc.db.session() as db:

@@ -19,7 +19,7 @@ from sqlalchemy.types import TypeDecorator
 HERE = Path(__file__).parent.parent  # raiserver/, where the migrations live
 
 
-class UTCDateTime(TypeDecorator):
+class UTCDateTime(TypeDecorator[datetime]):
     """Always timezone-aware UTC, also on SQLite which forgets the zone."""
 
     impl = DateTime(timezone=True)

@@ -42,8 +42,8 @@ class ProcessExecutor(Executor):
     name = "process"
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
-        self.watcher: subprocess.Popen | None = None  # the running command's lease watcher
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.watcher: subprocess.Popen[bytes] | None = None  # the running command's lease watcher
         self.fired: Path | None = None  # made by a watcher that stopped the job
         self.killed = False
         self.helper: Path | None = None

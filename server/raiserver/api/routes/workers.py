@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -66,13 +67,13 @@ def claim(job_id: str, body: Claim, db: SessionDep, svc: ServicesDep) -> ClaimGr
 
 
 @router.post("/worker/jobs/{job_id}/state", dependencies=WORKER_ONLY)
-def state(job_id: str, body: JobUpdate, db: SessionDep, svc: ServicesDep) -> dict:
+def state(job_id: str, body: JobUpdate, db: SessionDep, svc: ServicesDep) -> dict[str, Any]:
     job = update_job(db, svc, job_id, body)
     return {"state": job.state.value}
 
 
 @router.post("/worker/jobs/{job_id}/lease", dependencies=WORKER_ONLY)
-def lease(job_id: str, body: Claim, db: SessionDep, svc: ServicesDep) -> dict:
+def lease(job_id: str, body: Claim, db: SessionDep, svc: ServicesDep) -> dict[str, Any]:
     """The run of ``body.attempt`` on ``body.worker`` renews its lease (409: it no longer holds the job)."""
     return {"cancel": renew_lease(db, svc, job_id, body.worker, body.attempt)}
 
@@ -100,7 +101,7 @@ def image_blob(sha256: str, svc: ServicesDep) -> FileResponse:
 
 
 @router.put("/worker/jobs/{job_id}/build", dependencies=WORKER_ONLY)
-async def upload_build(job_id: str, request: Request, svc: ServicesDep, attempt: int = Query(...)) -> dict:
+async def upload_build(job_id: str, request: Request, svc: ServicesDep, attempt: int = Query(...)) -> dict[str, Any]:
     await run_in_threadpool(check_build_attempt, svc.db, job_id, attempt)
     limit = svc.settings.max_build_bytes
     declared = request.headers.get("content-length", "")
@@ -116,7 +117,7 @@ WORKER_COPY_BYTES = 64 * 1024**2  # a run's lines are capped at RAI_OUTPUT_BYTES
 
 
 @router.put("/worker/jobs/{job_id}/log", dependencies=WORKER_ONLY)
-async def upload_log(job_id: str, request: Request, svc: ServicesDep, attempt: int = Query(...)) -> dict:
+async def upload_log(job_id: str, request: Request, svc: ServicesDep, attempt: int = Query(...)) -> dict[str, Any]:
     """The run's own copy of its lines, sent before its end when Redis lost some: the stored log is
     made whole from it as the job ends."""
     await run_in_threadpool(check_build_attempt, svc.db, job_id, attempt, True)

@@ -92,7 +92,7 @@ def _exit_code(api: Any, exec_id: str) -> int | None:
     for _ in range(50):
         info = api.exec_inspect(exec_id)
         if not info.get("Running") and info.get("ExitCode") is not None:
-            return info["ExitCode"]
+            return int(info["ExitCode"])
         time.sleep(0.02)
     return None
 

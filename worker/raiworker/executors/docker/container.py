@@ -88,7 +88,7 @@ class ContainerJob(Executor):
         mem = f"{ctx.memory_mb}m"
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
-        kwargs: dict = {
+        kwargs: dict[str, Any] = {
             "command": KEEPALIVE,
             "detach": True,
             "init": True,
@@ -224,7 +224,7 @@ class ContainerJob(Executor):
     def _container_running(self) -> bool:
         try:
             self.container.reload()
-            return self.container.status == "running"
+            return bool(self.container.status == "running")
         except NotFound:
             return False
         except DockerException:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from docker.errors import DockerException
 
@@ -59,7 +60,7 @@ class _Ran:
     wall: float
     result: TimedResult
     problem: str | None = None
-    gpu: dict | None = None
+    gpu: dict[str, Any] | None = None
 
 
 class TimedRuns(ContainerJob):
