@@ -125,20 +125,48 @@ def team_of(user: User) -> str:
     return f"team:{user.team}" if user.team else f"user:{user.username}"
 
 
+def _order(g: Graded) -> tuple[datetime, str]:
+    return g.job.created_at, g.job.id
+
+
+def _op(g: Graded) -> float:
+    return math.inf if g.op_time is None else float(g.op_time)
+
+
+def front(runs: Sequence[Graded]) -> list[Graded]:
+    """The valid runs, in submission order, that no earlier valid run beats on both op time and late
+    penalty. Every rule's points fall as the op time or the penalty grows, and of equals the earlier
+    run counts, so a team's best run is among these whatever the class median (stddev), and so is its
+    fastest; the others can never count. ``front(front(a) + b) == front(a + b)``: a sheet keeps these."""
+    out: list[Graded] = []
+    for g in sorted(runs, key=_order):
+        if g.valid and not any(f.penalty <= g.penalty and _op(f) <= _op(g) for f in out):
+            out.append(g)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TeamRuns:
+    """What a sheet keeps of a team's judged runs: those that may count (``front``) and the latest
+    (its reason is the team's when none counts)."""
+
+    front: list[Graded]
+    last: Graded
+
+
 @dataclass
 class Sheet:
-    """A kind's runs judged, per team in submission order: the runs that ended by ``until``, judged
-    under ``inputs`` (a run's verdict does not change while they are the same)."""
+    """A kind's runs judged, per team: the runs that ended by ``until``, judged under ``inputs`` (a
+    run's verdict does not change while they are the same)."""
 
     inputs: tuple[Any, ...]
     until: datetime | None = None
-    by_team: dict[str, list[Graded]] = field(default_factory=dict)
+    by_team: dict[str, TeamRuns] = field(default_factory=dict)
     remeasured: set[str] = field(default_factory=set)
     best: dict[str, Graded] | None = None  # each team's best run, once worked out from these runs alone
 
     def copy(self) -> Sheet:
-        """A sheet to fold more runs into: a team's list is never changed in place but replaced
-        (``fold``), so the lists are shared, not copied (a kind has tens of thousands of runs)."""
+        """A sheet to fold more runs into (a team's entry is replaced, never changed: they are shared)."""
         return Sheet(self.inputs, self.until, dict(self.by_team), set(self.remeasured))
 
     def fold(self, jobs: Sequence[Job], judge: Callable[[Job], Graded]) -> None:
@@ -148,7 +176,9 @@ class Sheet:
                 continue  # measured again (that run's result stands, issue 32), or staff trying the kind out
             added.setdefault(team_of(job.owner), []).append(judge(job))
         for team, runs in added.items():
-            self.by_team[team] = sorted([*self.by_team.get(team, []), *runs], key=lambda g: (g.job.created_at, g.job.id))
+            had = self.by_team.get(team)
+            last = max(runs if had is None else [had.last, *runs], key=_order)
+            self.by_team[team] = TeamRuns(front([*(had.front if had else []), *runs]), last)
 
 
 # Each kind's judged runs, per process (issue 52): a sheet judged every run of its kind each time,
@@ -171,7 +201,7 @@ def _runs(db: Session, kind: str, after: datetime | None = None) -> Sequence[Job
     return db.scalars(query.order_by(Job.created_at, Job.id)).all()
 
 
-def judged(db: Session, kind: str, inputs: tuple[Any, ...], judge: Callable[[Job], Graded]) -> tuple[dict[str, list[Graded]], Sheet | None]:
+def judged(db: Session, kind: str, inputs: tuple[Any, ...], judge: Callable[[Job], Graded]) -> tuple[dict[str, TeamRuns], Sheet | None]:
     """Every run of ``kind`` judged, per team: the settled ones from this process's sheet, the rest
     now; and the kept sheet itself when nothing was added to it (its ``best`` holds then)."""
     settled = utcnow() - SETTLE
@@ -199,25 +229,25 @@ def judged(db: Session, kind: str, inputs: tuple[Any, ...], judge: Callable[[Job
     return sheet.by_team, None
 
 
-def _best_of(by_team: dict[str, list[Graded]], rule: GradeRule, kind: str) -> dict[str, Graded]:
-    """Each team's best run (the most points, the earliest of equals) with its fraction of the points,
-    worked out once per team (the judged runs may be kept and shared: the fraction is set on a copy)."""
+def _best_of(by_team: dict[str, TeamRuns], rule: GradeRule, kind: str) -> dict[str, Graded]:
+    """Each team's best run (the most points, the earliest of equals) with its fraction of the points
+    (set on a copy: the judged runs may be kept and shared)."""
     median = sd = None
     if rule.rule == "stddev":
-        fastest = [min(float(g.op_time or 0) for g in runs if g.valid) for runs in by_team.values() if any(g.valid for g in runs)]
+        fastest = [min(float(g.op_time or 0) for g in team.front) for team in by_team.values() if team.front]
         if len(fastest) < 2:
             raise Invalid(f"the stddev rule needs valid runs from at least 2 teams; '{kind}' has {len(fastest)}")
         median, sd = statistics.median(fastest), statistics.pstdev(fastest)
         if sd == 0 or not math.isfinite(sd):
             raise Invalid(f"the stddev rule cannot grade '{kind}': every team's op time is the same ({median:g} s)")
     best_of: dict[str, Graded] = {}
-    for team, runs in by_team.items():
+    for key, team in by_team.items():
         top, most = None, -1.0
-        for g in runs:  # in submission order: a later run must earn more to take the place
-            if g.valid and (f := max(0.0, _fraction(g, rule, median, sd) - g.penalty)) > most:
+        for g in team.front:  # in submission order: a later run must earn more to take the place
+            if (f := max(0.0, _fraction(g, rule, median, sd) - g.penalty)) > most:
                 top, most = g, f
         if top is not None:
-            best_of[team] = replace(top, fraction=most)
+            best_of[key] = replace(top, fraction=most)
     return best_of
 
 
@@ -238,10 +268,10 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
     out = []
     students = db.scalars(select(User).where(User.role == "student", User.active.is_(True)).order_by(User.username))
     for user in students:
-        runs = by_team.get(team_of(user), [])
+        team = by_team.get(team_of(user))
         best = best_of.get(team_of(user))
         if best is None:
-            reason = runs[-1].reason if runs else f"no '{kind}' submission"
+            reason = team.last.reason if team else f"no '{kind}' submission"
         elif best.penalty:
             reason = f"late by {in_words(best.late or timedelta())}: −{best.penalty * 100:g} %"
         else:
