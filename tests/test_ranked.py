@@ -31,6 +31,7 @@ commands:
     - chmod 755 /build/op
     - cp /opt/rai/op/ref /build/ref
     - "sh -c 'echo the vendor library in the build has $(wc -c < /usr/lib/libfastconv.so.1) bytes'"
+    - "sh -c 'echo in the build, /src holds: $(ls /src)'"
     - echo course build done
 ranked:
   student_files: [op, report.pdf]
@@ -40,6 +41,7 @@ ranked:
   keep: [op, ref]
   cpu_seconds: 1.5
   forbid: [libfastconv*]
+  build_files: [op]
   tolerance: 0.5
 """
 
@@ -179,8 +181,10 @@ def test_a_library_the_course_forbids_is_not_in_the_timed_runs(course, honest, t
     job, out = submit(course, tmp_path, "library")
     m = job["results"]["measured"]
     assert m["problem"] == "timed run 1 of 3 exited with status 3", m
-    assert "The course forbids libfastconv*: 2 such file(s) of the image read as empty in this run" in out, out
+    # the two named so, a hard link to one under another name, one in a folder only crossable
+    assert "The course forbids libfastconv*: 4 such file(s) of the image read as empty in this run" in out, out
     assert "the vendor library in the build has 0 bytes" in out, out  # nor can the build carry it into the program
+    assert "in the build, /src holds: op\n" in out, out  # nor a library that came as report.pdf (build_files)
     assert "the vendor library is not there" in out, out
     assert "a library could come as my report.pdf" not in out, out  # nor is a student's file: the kept build alone
     assert all(e["name"] != "library" for e in ranked(course))

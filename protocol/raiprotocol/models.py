@@ -256,7 +256,8 @@ class TimedRun(BaseModel):
     keep: list[str] | None = None  # what of the build's /build each timed run's fresh container starts with (None: all)
     bound_seconds: float | None = None  # one timed run's bound; None: 20x the reference's run, at most 120 s
     cpu_seconds: float | None = None  # the CPU time a timed run may use (the course's budget): stopped once past it
-    forbid: list[str] = []  # file-name globs removed from the student's timed runs' containers (C25)
+    forbid: list[str] = []  # file-name globs that read as empty in the build's and the timed runs' containers (C25)
+    build_files: list[str] | None = None  # the student files the build's /src holds (None: all of them)
     max_bytes: int = 2 * 1024**3  # inputs plus outputs of all the operations of one timed run
     predictions: str = ""  # unused since issue 46 (a worker from before reads it)
     seeds: list[int] | None = None  # unused since issue 46

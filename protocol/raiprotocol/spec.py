@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .project import SPEC_FILENAME
 
@@ -165,6 +165,10 @@ class Ranked(_Strict):
     # containers before any of their code runs there, so no such library loads, however it is asked
     # for (linked, dlopen'ed, read and mapped); the reference's container keeps them
     forbid: list[str] | None = Field(default=None, max_length=20)
+    # the student files the course's build reads (None: all of student_files): the others (a report)
+    # never reach the container where the student's source is compiled, so no bytes of theirs can be
+    # carried into the program (an .incbin of a "report" that is a library)
+    build_files: list[str] | None = Field(default=None, max_length=20)
     seeded: bool = False  # unused since issue 46: every operation's inputs are drawn for it
 
     @field_validator("student_files")
@@ -182,6 +186,13 @@ class Ranked(_Strict):
             if not plain_file_name(name):
                 raise ValueError(f"'{name}' is not a plain relative file name")
         return value
+
+    @model_validator(mode="after")
+    def _built_from_student_files(self) -> Ranked:
+        stray = [name for name in self.build_files or [] if name not in self.student_files]
+        if stray:
+            raise ValueError(f"build_files names {', '.join(stray)}, which is not among student_files")
+        return self
 
     @field_validator("forbid")
     @classmethod

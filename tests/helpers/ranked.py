@@ -23,6 +23,8 @@ IN_IMAGE = "/opt/rai/op"
 HONEST_SH = f"exec {IN_IMAGE}/ref"
 WRONG_SH = f"exec {IN_IMAGE}/partial"
 VENDOR_LIBRARY = "/usr/lib/libfastconv.so"  # C25: a library that does the operation, which a course may forbid
+# and where else the image has it: a hard link under another name, and a folder others may cross but not list
+VENDOR_ELSEWHERE = ("/opt/rai/op/helper.bin", "/opt/locked/libfastconv.so.2")
 
 
 def build_op(variant: str, dest: Path) -> Path:
@@ -38,7 +40,7 @@ def build_op(variant: str, dest: Path) -> Path:
 
 def ensure_course_image(docker_engine, work: Path) -> str:
     """The course's image, built once for these sources (its label says which)."""
-    layout = f"ref partial {VENDOR_LIBRARY}".encode()
+    layout = f"ref partial {VENDOR_LIBRARY} {VENDOR_ELSEWHERE}".encode()
     digest = hashlib.sha256(OP_SOURCE.read_bytes() + (HARNESS / "rai_op.h").read_bytes() + layout).hexdigest()[:16]
     try:
         if docker_engine.images.get(IMAGE).labels.get("rai.test.source") == digest:
@@ -50,9 +52,11 @@ def ensure_course_image(docker_engine, work: Path) -> str:
     build_op("partial", work / "partial")
     (work / "Dockerfile").write_text(
         f"FROM {BUSYBOX}\nCOPY ref partial {IN_IMAGE}/\nCOPY ref {VENDOR_LIBRARY}.1\nCOPY ref {VENDOR_LIBRARY}\n"
+        f"RUN ln {VENDOR_LIBRARY}.1 {VENDOR_ELSEWHERE[0]} && mkdir /opt/locked && cp {VENDOR_LIBRARY}.1 {VENDOR_ELSEWHERE[1]} "
+        "&& chown -R 4242 /opt/locked && chmod 711 /opt/locked\n"
         f'LABEL rai.test.source="{digest}"\n'
     )
-    docker_engine.images.build(path=str(work), tag=IMAGE, rm=True)
+    docker_engine.images.build(path=str(work), tag=IMAGE, rm=True, network_mode="none")
     return IMAGE
 
 

@@ -119,3 +119,39 @@ def test_between_its_timed_runs_a_ranked_run_lets_the_jobs_waiting_then_run_firs
     between = order[2 : order.index("run 2 on 0")]
     assert sorted(between) == ["d1 in on 0", "d1 out", "d2 in on 0", "d2 out"], order  # both ran, and ended, in between
     assert order[-3:] == ["ranked out", "d3 in on 0", "d3 out"], order
+
+
+def test_a_ranked_run_goes_on_only_once_the_jobs_it_let_in_have_sent_their_build_and_gone(tmp_path):
+    """The hostile review: a job let in between two timed runs packed and sent its build folder, and
+    its container was removed, after it let the host go: during the ranked run's next timed run. It
+    holds the host's tail until then, and the ranked run waits for the tail too."""
+    import os
+
+    order: list[str] = []
+    running, let_in = threading.Event(), threading.Event()
+
+    def dev() -> None:
+        with host_share(tmp_path, exclusive=False) as host:
+            tail = host.keep_tail()
+            order.append("dev runs")
+        time.sleep(0.4)  # its build folder sent, its container removed: after the host went
+        order.append("dev tidied")
+        os.close(tail)
+
+    def ranked() -> None:
+        with host_share(tmp_path, exclusive=True, ranked=True) as host:
+            running.set()
+            let_in.wait(5)
+            time.sleep(0.2)
+            host.let_waiting_in()
+            order.append("next timed run")
+
+    r = threading.Thread(target=ranked)
+    r.start()
+    running.wait(5)
+    d = threading.Thread(target=dev)
+    d.start()
+    let_in.set()
+    for t in (r, d):
+        t.join(10)
+    assert order == ["dev runs", "dev tidied", "next timed run"], order

@@ -105,6 +105,10 @@ class WorkerSettings(SharedSettings):
     # runs go on this long; what is left then is handed back, a named restart (the compose file's
     # stop_grace_period must be longer)
     drain_seconds: float = Field(default=600.0, ge=0)
+    # a ranked run lets the jobs waiting for its host go between its timed runs until it has waited
+    # this long for them in all (issue 46): others wait for one timed run, it for at most this and
+    # one more job's wall limit, however busy the host (0: it never lets others in)
+    ranked_let_in_seconds: float = Field(default=300.0, ge=0)
     output_bytes: int = 16 * 1024**2
     output_lines: int = 2_500_000  # empty lines count too: `yes ''` stops here
     line_bytes: int = 64 * 1024

@@ -228,8 +228,15 @@ class HostHold:
     shuts it again (no job that came later starts) and has the host alone once those ended (each
     within its wall limit), its GPUs the same ones as before."""
 
-    def __init__(self, first: int, gate: int, host: int, waiting: int, ranked: bool):
+    def __init__(self, first: int, gate: int, host: int, waiting: int, tail: int, ranked: bool):
         self.first, self.gate, self.host, self.waiting, self.ranked = first, gate, host, waiting, ranked
+        self.tail: int | None = tail
+
+    def keep_tail(self) -> int | None:
+        """The tail lock, for the job to hold until its build folder is sent and its container gone
+        (a ranked run's next timed run waits for that too); the caller closes it."""
+        tail, self.tail = self.tail, None
+        return tail
 
     def others_waiting(self) -> bool:
         return _waited_on(self.waiting)
@@ -245,14 +252,18 @@ class HostHold:
             tell()
         if gpus is not None:
             gpus.release()
+        if self.tail is not None:
+            fcntl.flock(self.tail, fcntl.LOCK_UN)
         fcntl.flock(self.host, fcntl.LOCK_UN)
         fcntl.flock(self.gate, fcntl.LOCK_UN)
         until = time.monotonic() + LET_IN_SECONDS
         time.sleep(0.05)
         while self.others_waiting() and time.monotonic() < until:  # each drops its mark once it has the host
             time.sleep(0.05)
-        # ``first`` still held: no exclusive run nor ranked run goes first; then those that came in end
-        if _taken(self.gate, fcntl.LOCK_EX, stopped) and _taken(self.host, fcntl.LOCK_EX, stopped) and gpus is not None:
+        # ``first`` still held: no exclusive run nor ranked run goes first; then those that came in end,
+        # their build folders sent and their containers gone (the tail)
+        taken = _taken(self.gate, fcntl.LOCK_EX, stopped) and _taken(self.host, fcntl.LOCK_EX, stopped)
+        if taken and (self.tail is None or _taken(self.tail, fcntl.LOCK_EX, stopped)) and gpus is not None:
             gpus.retake()
         return True
 
@@ -287,24 +298,32 @@ def host_share(
     gate = os.open(lock_dir / "host.gate", os.O_CREAT | os.O_RDWR, 0o644)
     fd = os.open(lock_dir / "host.lock", os.O_CREAT | os.O_RDWR, 0o644)
     marks = os.open(lock_dir / "host.waiting", os.O_CREAT | os.O_RDWR, 0o644)  # held shared while a job waits to come in
+    # held shared by every job from its start to its container's removal (HostHold.keep_tail), alone by a ranked run
+    tail = os.open(lock_dir / "host.tail", os.O_CREAT | os.O_RDWR, 0o644)
     tell = waiting or (lambda why: None)
+    hold = HostHold(first, gate, fd, marks, tail, ranked)
     try:
         if ranked:
             waited = _lock(first, fcntl.LOCK_EX, lambda: tell("exclusive"))  # another ranked run (rare: one place a host)
             waited = _lock(gate, fcntl.LOCK_EX, lambda: tell("exclusive")) or waited
             waited = _lock(fd, fcntl.LOCK_EX, lambda: tell("jobs")) or waited
+            waited = _lock(tail, fcntl.LOCK_EX, lambda: tell("jobs")) or waited  # and their tails
         elif exclusive:  # stands aside for ranked runs anyway: it does not ask one to let it in
             waited = _alone_after_ranked_runs(first, gate, fd, tell)
+            fcntl.flock(tail, fcntl.LOCK_SH)
         else:
             fcntl.flock(marks, fcntl.LOCK_SH)
             waited = _lock(gate, fcntl.LOCK_SH, lambda: tell("exclusive"))  # waits while an exclusive job waits or runs
             waited = _lock(fd, fcntl.LOCK_SH, lambda: tell("exclusive")) or waited
+            fcntl.flock(tail, fcntl.LOCK_SH)  # free: a ranked run holding it holds the host too
             fcntl.flock(gate, fcntl.LOCK_UN)
             fcntl.flock(marks, fcntl.LOCK_UN)
         if waited:
             tell(None)
-        yield HostHold(first, gate, fd, marks, ranked)
+        yield hold
     finally:
+        if hold.tail is not None:  # not kept by the job
+            os.close(hold.tail)
         os.close(marks)
         os.close(fd)
         os.close(gate)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import tarfile
 import threading
@@ -86,6 +87,8 @@ class JobRun:
         self.outcome = Outcome(JobState.error, message="the worker stopped unexpectedly")
         self.build_uploaded = False
         self.ranked = ranked  # delivered on the ranked runs' lane: the host goes to it before a student's exclusive run
+        self.let_in_for = 0.0  # a ranked run: how long it let the jobs waiting for its host go first
+        self.tail: int | None = None  # the host's tail lock (gpus.HostHold.keep_tail), until tidied
 
     @classmethod
     def claim(
@@ -137,6 +140,9 @@ class JobRun:
             return self._conclude()
         finally:  # every path, refused and superseded runs too: nothing of the job is left behind
             self.tidy()
+            if self.tail is not None:
+                os.close(self.tail)
+                self.tail = None
 
     def _run_and_ship(self) -> None:
         try:
@@ -223,6 +229,8 @@ class JobRun:
                         f"GPU {', '.join(gpu_ids)} is shared: up to {share} jobs run on it at once "
                         f"({shared.most} other(s) now); times this run prints are not those of a GPU alone"
                     )
+                if not self.ranked:  # held until its build folder is sent and its container gone (tidy)
+                    self.tail = host.keep_tail()
                 ctx = self.context(gpu_ids)
                 if self.ranked:
                     ctx.between_runs = lambda r, stopped: self.let_others_in(host, gpu_ids, r, stopped)
@@ -255,9 +263,13 @@ class JobRun:
                 f"Before {before}: the jobs waiting for {name} run first (each within its wall limit); then this run has it alone again"
             )
 
+        if self.let_in_for >= self.settings.ranked_let_in_seconds:
+            return  # it waited its share for others: the rest of its runs go on at once
+        started = time.monotonic()
         if host.let_waiting_in(gpus, tell, stopped) and not stopped():
             self.sink.system(f"{name} is this run's alone again")
             self.sink.flush()
+        self.let_in_for += time.monotonic() - started
 
     def wait_for_host(self, why: str | None) -> None:
         """The job waits for its host (``host_share``): its log and its page say so and why, and

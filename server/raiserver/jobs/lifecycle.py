@@ -336,6 +336,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
             bound_seconds=ranked.timed_seconds,
             cpu_seconds=ranked.cpu_seconds,
             forbid=ranked.forbid or [],
+            build_files=ranked.build_files,
         )
         repeats = 1
     return ClaimGranted(

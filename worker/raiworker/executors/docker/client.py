@@ -53,7 +53,7 @@ def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool 
     labels = [f"rai.worker={worker}", *([f"{LABEL}={SPARE}"] if spares_only else [])]
     for c in client.containers.list(all=True, filters={"label": labels}):
         try:
-            c.remove(force=True)
+            c.remove(force=True, v=True)
             n += 1
         except NotFound:
             pass
@@ -67,7 +67,7 @@ def remove_lapsed(client: docker.DockerClient, worker: str) -> int:
     n = 0
     for row in client.api.containers(all=True, filters={"label": f"rai.worker={worker}", "status": "exited", "exited": LEASE_EXIT}):
         try:
-            client.api.remove_container(row["Id"], force=True)
+            client.api.remove_container(row["Id"], force=True, v=True)
             n += 1
         except NotFound:
             pass
@@ -115,7 +115,7 @@ def _remove_later(container: Any) -> None:
     def remove() -> None:
         for attempt in range(3):
             try:
-                container.remove(force=True)
+                container.remove(force=True, v=True)
                 return
             except NotFound:
                 return

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -108,14 +109,29 @@ class DockerExecutor(TimedRuns):
             )
         if forbid:
             try:
-                paths = forbidden_files(self.client, image.id, forbid, self.user, s.worker_name)
+                paths = forbidden_files(self.client, image.id, forbid, s.worker_name)
             except Unlisted as exc:
                 raise ExecutorUnavailable(str(exc)) from None
             self.masked = (empty_file(ctx.build_dir.parent), paths)
             sink.system(f"The course forbids {', '.join(forbid)}: {len(paths)} such file(s) of the image read as empty in this run")
-        self.container = self._create(ctx, ctx.src_dir, ctx.job_id, helper, masked=self.masked)
+        self.container = self._create(ctx, self._build_src(ctx), ctx.job_id, helper, masked=self.masked)
         self._watch_gpu_memory(ctx, sink)
         return f"Worker {s.worker_name} started the container (image {ctx.image}{gpu})"
+
+    def _build_src(self, ctx: JobContext) -> Path:
+        """The build's /src: the job's files, or for a ranked run only those its course's build reads
+        (``ranked.build_files``): a report never reaches the compiler (C25)."""
+        names = ctx.timed.build_files if ctx.timed is not None else None
+        if names is None:
+            return ctx.src_dir
+        only = ctx.build_dir.parent / "build-src"
+        only.mkdir(mode=0o755, exist_ok=True)
+        for name in names:
+            source = ctx.src_dir / name
+            if source.is_file() and not source.is_symlink():
+                shutil.copyfile(source, only / name)
+                (only / name).chmod(0o644)
+        return only
 
     def _watch_gpu_memory(self, ctx: JobContext, sink: LogSink) -> None:
         """A shared run's GPU memory share (``nvml.MemoryShare``): over it, the job is killed and told why."""
@@ -139,7 +155,7 @@ class DockerExecutor(TimedRuns):
         """A run of this job whose pool process died (kill -9) left its container running its
         command, unseen: remove it before the job runs again. Returns whether there was one."""
         try:
-            self.client.api.remove_container(container_name(ctx.job_id, ctx.settings.worker_name), force=True)
+            self.client.api.remove_container(container_name(ctx.job_id, ctx.settings.worker_name), force=True, v=True)
         except NotFound:
             return False
         except DockerException as exc:

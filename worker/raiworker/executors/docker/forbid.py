@@ -5,8 +5,8 @@ there could otherwise carry a forbidden library into the kept program (an ``.inc
 load it from memory at run time.
 
 The files are found once per image on this worker, in a container of their own that runs nothing
-of a job's, as root and as the job's user (root has no capability to read others' private
-folders; a folder neither can read is one the job cannot load from either)."""
+of a job's, as root able to read every folder, over the image's file system and its volumes; each
+by its real path and every other name of the same file (a hard link under another name)."""
 
 from __future__ import annotations
 
@@ -31,8 +31,9 @@ _found: dict[tuple[str, tuple[str, ...]], list[str]] = {}
 _lock = threading.Lock()
 
 
-def forbidden_files(client: Any, image_id: str, globs: list[str], user: str, worker: str) -> list[str]:
-    """The real paths of the image's files named by ``globs`` (cached per image and globs)."""
+def forbidden_files(client: Any, image_id: str, globs: list[str], worker: str) -> list[str]:
+    """The real paths of the image's files named by ``globs``, and every other name of each (a hard
+    link), over its file system and its volumes (cached per image and globs)."""
     key = (image_id, tuple(globs))
     with _lock:
         if key in _found:
@@ -40,33 +41,38 @@ def forbidden_files(client: Any, image_id: str, globs: list[str], user: str, wor
     expression: list[str] = []
     for glob in globs:
         expression += [*(["-o"] if expression else []), "-name", glob]
-    paths: set[str] = set()
-    for who in ("0:0", user):
+    try:
+        volumes = sorted((client.images.get(image_id).attrs.get("Config") or {}).get("Volumes") or {})
+        container = client.containers.run(
+            image_id,
+            ["/bin/sh", "-c", FORBIDDEN_FILES, "sh", *expression],
+            user="0:0",
+            environment={"ROOTS": "\n".join(["/", *volumes])},
+            network_mode="none",
+            cap_drop=["ALL"],
+            cap_add=["DAC_READ_SEARCH"],  # every folder, whoever owns it (the job's user may cross one it cannot list)
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            mem_limit="256m",
+            pids_limit=64,
+            labels={"rai.worker": worker},
+            detach=True,
+        )
         try:
-            out = client.containers.run(
-                image_id,
-                ["/bin/sh", "-c", FORBIDDEN_FILES, "sh", *expression],
-                user=who,
-                network_mode="none",
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
-                read_only=True,
-                mem_limit="256m",
-                pids_limit=64,
-                labels={"rai.worker": worker},
-                remove=True,
-                stdout=True,
-                stderr=False,
-            )
-        except DockerException as exc:
-            raise Unlisted(f"the files the course forbids ({', '.join(globs)}) could not be listed: {str(exc)[:200]}") from None
-        paths.update(out.decode("utf-8", "replace").splitlines())
+            status = container.wait(timeout=300).get("StatusCode")
+            out = container.logs(stdout=True, stderr=False)
+        finally:
+            container.remove(force=True, v=True)  # and the image's volumes' copies
+    except (DockerException, OSError) as exc:  # OSError: the engine did not answer in time
+        raise Unlisted(f"the files the course forbids ({', '.join(globs)}) could not be listed: {str(exc)[:200]}") from None
+    if status != 0:
+        raise Unlisted(f"the files the course forbids ({', '.join(globs)}) could not be listed (status {status})")
+    paths = sorted({p for p in out.decode("utf-8", "replace").splitlines() if p})
     if len(paths) > MAX_FORBIDDEN or not all(SAFE_PATH.fullmatch(p) for p in paths):
         raise Unlisted(f"the files the course forbids ({', '.join(globs)}) are too many or oddly named ({len(paths)})")
-    listed = sorted(paths)
     with _lock:
-        _found[key] = listed
-    return listed
+        _found[key] = paths
+    return paths
 
 
 def empty_file(folder: Path) -> Path:

@@ -184,7 +184,7 @@ class TimedRuns(ContainerJob):
             if timed_container is not build_container and timed_container is not None:
                 cgroup.release_jobs(timed_container.id)
                 with contextlib.suppress(DockerException):
-                    timed_container.remove(force=True)
+                    timed_container.remove(force=True, v=True)
             cgroup.remove()
 
     def _run_in(

@@ -92,13 +92,16 @@ MEASURE_DIR = "/opt/rai/measure"
 CGROUP_IN_CONTAINER = f"{MEASURE_DIR}/cg"
 WRITE_KEYS = 'umask 077; mkdir "$1" && printf "%s %s\\n" "$2" "$3" > "$1/keys"'  # (folder, input key, check key)
 # C25: the image's files the course forbids in timed runs ($@: find's "-name GLOB -o -name GLOB ..."),
-# each named by its real path (a symlink's target), a line each: each timed run's container gets an
-# empty file mounted over each of them. Run as root and as the job's user (root has no capability to
-# read others' private folders): a folder neither can read is one the job cannot load from either
+# over $ROOTS (/ and the image's volumes), each by its real path (a symlink's target), and every
+# other name of the same file (a hard link), a line each: the containers of the run get an empty
+# file mounted over each of them
 FORBIDDEN_FILES = (
     "command -v find >/dev/null && command -v readlink >/dev/null || exit 127; "
-    'find / -xdev \\( "$@" \\) ! -type d -exec sh -c \'for f; do r=$(readlink -f "$f") && [ -f "$r" ] && echo "$r"; done\' sh {} + '
-    "2>/dev/null; exit 0"
+    "IFS=$(printf '\\n_'); IFS=${IFS%_}; "  # a line each: a name with a space stays one (and is refused as odd)
+    'found=$(find $ROOTS -xdev \\( "$@" \\) ! -type d '
+    '-exec sh -c \'for f; do r=$(readlink -f "$f") && [ -f "$r" ] && echo "$r"; done\' sh {} + 2>/dev/null | sort -u); '
+    '[ -n "$found" ] || exit 0; set --; for r in $found; do set -- "$@" ${1:+-o} -samefile "$r"; done; '
+    '{ echo "$found"; find $ROOTS -xdev -type f \\( "$@" \\) 2>/dev/null; } | sort -u; exit 0'
 )
 READ_LIMIT = 1024 * 1024
 READ_RESULT = f'head -c {READ_LIMIT} "$1/result"'
