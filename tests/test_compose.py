@@ -187,7 +187,7 @@ def client(stack: Stack, profile: Path, *args: str, timeout: float = 180) -> sub
 
 def readme_env(kind: str) -> str:
     """The README's `.env` for `kind` ("first host", "another host"): its fenced block whose first line is `# .env, kind`."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "operating.md").read_text()
     m = re.search(rf"```\n *(# \.env, {kind}\n.*?)\n *```", text, re.S)
     assert m, f"the README shows no .env for {kind}"
     return "".join(line.strip() + "\n" for line in m.group(1).splitlines())

@@ -316,4 +316,5 @@ def test_the_compose_file_publishes_on_loopback():
     ports = spec["services"]["server"]["ports"]
     assert ports and all(str(p).startswith("127.0.0.1:") for p in ports), ports
     assert "RAI_TRUSTED_PROXIES" in spec["services"]["server"]["environment"]
-    assert "RAI_CONNECTIONS_PER_ADDRESS=0" not in (ROOT / "README.md").read_text()  # advice that left direct clients uncapped
+    docs = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    assert all("RAI_CONNECTIONS_PER_ADDRESS=0" not in page.read_text() for page in docs)  # advice that left direct clients uncapped

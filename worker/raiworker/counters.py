@@ -13,7 +13,7 @@ from pathlib import Path
 
 PARAMS = Path("/proc/driver/nvidia/params")
 REFUSED = "ERR_NVGPUCTRPERM"  # what ncu (and Nsight's other tools) print when the driver refuses
-FIX = "the operator can allow them with the driver option NVreg_RestrictProfilingToAdminUsers=0 (README, 'GPU profiling counters')"
+FIX = "the operator can allow them with the driver option NVreg_RestrictProfilingToAdminUsers=0 (docs/gpu.md, 'GPU profiling counters')"
 
 
 def restricted(params: Path = PARAMS) -> bool | None:
