@@ -87,7 +87,7 @@ def test_workers_without_containers_run_any_image(process_service):
 def test_an_image_the_course_did_not_publish_is_neither_offered_nor_run(docker_service, docker_engine, tmp_path):
     """Issue 22: with RAI_ALLOWED_IMAGES empty, a staff-only image built on the worker host was offered
     to students and its files read. Only images published on the worker (by id) are: issue 34's
-    derived and mislabelled images are in tests/hostile/test_third_review_more.py."""
+    derived and mislabelled images are in tests/hostile/test_tls_caps_build_limits_and_images.py."""
     import io
     import tarfile
 

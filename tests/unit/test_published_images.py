@@ -1,7 +1,7 @@
 """Issue 34, item 1: a worker offers only images published on it, by image id. A label grants
 nothing (an image built FROM a course image inherits its labels), a retag of a published name does
 not carry the offer to another image, and RAI_WORKER_IMAGES is resolved to ids when the worker
-starts. Here with a stand-in for the Docker engine; tests/hostile/test_third_review_more.py runs
+starts. Here with a stand-in for the Docker engine; tests/hostile/test_tls_caps_build_limits_and_images.py runs
 the attacks against a real one."""
 
 from __future__ import annotations
