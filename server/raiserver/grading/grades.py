@@ -14,7 +14,7 @@ import math
 import statistics
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session, joinedload, load_only
 from raiprotocol.models import GradeRule, JobState
 from raiserver.config import Settings
 from raiserver.errors import Invalid
-from raiserver.grading.kinds import Deadlines, aware, in_words, kind_row, late_days_for, roster, rule_of
-from raiserver.store.db import utcnow
+from raiserver.grading.kinds import Deadlines, Person, Personal, aware, in_words, kind_row, late_days_for, rule_of
+from raiserver.store.db import SETTLE, utcnow
 from raiserver.store.tables import Job, User
 
 
@@ -121,7 +121,7 @@ def _fraction(g: Graded, rule: GradeRule, median: float | None, sd: float | None
     return min(1.0, max(0.0, rule.at_median + rule.per_sd * (median - t) / sd))
 
 
-def team_of(user: User) -> str:
+def team_of(user: Person) -> str:
     return f"team:{user.team}" if user.team else f"user:{user.username}"
 
 
@@ -164,10 +164,25 @@ class Sheet:
     by_team: dict[str, TeamRuns] = field(default_factory=dict)
     remeasured: set[str] = field(default_factory=set)
     best: dict[str, Graded] | None = None  # each team's best run, once worked out from these runs alone
+    personal: Personal | None = None  # late days drawn and extensions, as the runs were judged under them
 
     def copy(self) -> Sheet:
         """A sheet to fold more runs into (a team's entry is replaced, never changed: they are shared)."""
-        return Sheet(self.inputs, self.until, dict(self.by_team), set(self.remeasured))
+        return Sheet(self.inputs, self.until, dict(self.by_team), set(self.remeasured), personal=self.personal)
+
+    def rejudge(self, db: Session, kind: str, personal: Personal, people: Sequence[Any], judge: Callable[[Job], Graded]) -> None:
+        """Late days drawn or an extension changed for some students: their teams' runs judged again
+        (a late submission's late days make an earlier late run count), the others' kept."""
+        before, self.personal = self.personal, personal
+        if before is None or self.until is None:
+            return
+        owners = before.changed(personal, people)
+        keys = {team_of(p) for p in people if p.id in owners}
+        for key in keys:
+            self.by_team.pop(key, None)
+        members = [p.id for p in people if team_of(p) in keys]
+        if members:
+            self.fold(_runs(db, kind, owners=members, until=self.until), judge)
 
     def fold(self, jobs: Sequence[Job], judge: Callable[[Job], Graded]) -> None:
         added: dict[str, list[Graded]] = {}
@@ -188,29 +203,41 @@ class Sheet:
 # re-measure) judges every run again.
 _SHEETS: weakref.WeakKeyDictionary[Any, dict[str, Sheet]] = weakref.WeakKeyDictionary()  # per engine
 _SHEETS_LOCK = threading.Lock()
-SETTLE = timedelta(seconds=60)  # a transaction that ends a job commits within this of its finished_at
 # what a grade reads of each run (not its build file, timeline and messages)
 GRADED = (Job.id, Job.owner_id, Job.kind, Job.state, Job.results, Job.created_at, Job.finished_at, Job.remeasure_of)
 
 
-def _runs(db: Session, kind: str, after: datetime | None = None) -> Sequence[Job]:
-    """The kind's runs in submission order; ``after``: only those that ended after it or have not ended."""
+def _runs(
+    db: Session, kind: str, after: datetime | None = None, owners: Collection[int] | None = None, until: datetime | None = None
+) -> Sequence[Job]:
+    """The kind's runs in submission order; ``after``: only those that ended after it or have not
+    ended; ``until``: only those that ended by then; ``owners``: only theirs."""
     query = select(Job).options(load_only(*GRADED), joinedload(Job.owner)).where(Job.kind == kind)
     if after is not None:
         query = query.where(or_(Job.finished_at > after, Job.finished_at.is_(None)))
+    if until is not None:
+        query = query.where(Job.finished_at <= until)
+    if owners is not None:
+        query = query.where(Job.owner_id.in_(owners))
     return db.scalars(query.order_by(Job.created_at, Job.id)).all()
 
 
-def judged(db: Session, kind: str, inputs: tuple[Any, ...], judge: Callable[[Job], Graded]) -> tuple[dict[str, TeamRuns], Sheet | None]:
+def judged(
+    db: Session, kind: str, inputs: tuple[Any, ...], deadlines: Deadlines, people: Sequence[Any], judge: Callable[[Job], Graded]
+) -> tuple[dict[str, TeamRuns], Sheet | None]:
     """Every run of ``kind`` judged, per team: the settled ones from this process's sheet, the rest
     now; and the kept sheet itself when nothing was added to it (its ``best`` holds then)."""
     settled = utcnow() - SETTLE
+    personal = deadlines.personal()
     with _SHEETS_LOCK:
         sheets = _SHEETS.setdefault(db.get_bind(), {})
         kept = sheets.get(kind)
-        sheet = kept.copy() if kept is not None and kept.inputs == inputs else None
+        sheet = kept.copy() if kept is not None and kept.inputs == inputs and kept.personal is not None else None
+    rejudged = sheet is not None and sheet.personal != personal
+    if sheet is not None and rejudged:
+        sheet.rejudge(db, kind, personal, people, judge)
     jobs = _runs(db, kind, sheet.until if sheet is not None else None)
-    if kept is not None and sheet is not None and not jobs:  # nothing ended since, nothing in flight: the kept sheet is the sheet
+    if kept is not None and sheet is not None and not jobs and not rejudged:  # nothing ended since, nothing in flight
         with _SHEETS_LOCK:
             kept.until = settled
         return kept.by_team, kept
@@ -218,7 +245,7 @@ def judged(db: Session, kind: str, inputs: tuple[Any, ...], judge: Callable[[Job
     if sheet is not None and not again <= sheet.remeasured:  # a re-measure took a run off that was judged: all again
         sheet, jobs = None, _runs(db, kind)
     if sheet is None:
-        sheet = Sheet(inputs, remeasured={j.remeasure_of for j in jobs if j.remeasure_of and j.state.finished})
+        sheet = Sheet(inputs, remeasured={j.remeasure_of for j in jobs if j.remeasure_of and j.state.finished}, personal=personal)
     ended = [j for j in jobs if j.finished_at is not None and aware(j.finished_at) <= settled]
     sheet.fold(ended, judge)
     sheet.until = settled
@@ -260,8 +287,9 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
     threshold = rule.threshold if rule.threshold is not None else settings.correctness_threshold
     ranked = kind in settings.ranked_kind_set
     deadlines = Deadlines(db, settings)
-    inputs = (deadlines.fingerprint(), roster(db), rule.model_dump_json(), threshold, ranked)
-    by_team, kept = judged(db, kind, inputs, lambda job: _judge(job, rule, threshold, ranked, deadlines))
+    people = db.execute(select(User.id, User.username, User.team, User.role, User.active).order_by(User.id)).all()
+    inputs = (deadlines.fingerprint(), hash(tuple(people)), rule.model_dump_json(), threshold, ranked)
+    by_team, kept = judged(db, kind, inputs, deadlines, people, lambda job: _judge(job, rule, threshold, ranked, deadlines))
     best_of = kept.best if kept is not None and kept.best is not None else _best_of(by_team, rule, kind)
     if kept is not None:
         kept.best = best_of

@@ -8,6 +8,7 @@ Dates are compared in UTC; instructors write them in ISO 8601 (no offset: UTC)."
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
@@ -146,6 +147,35 @@ class Submission(Protocol):
     def owner(self) -> User: ...
 
 
+@dataclass(frozen=True)
+class Personal:
+    """What of the deadlines applies to some students only: late days drawn per (student id, kind),
+    extensions per (kind, username) and per (kind, team)."""
+
+    drawn: frozenset[tuple[tuple[int, str], int]]
+    by_user: frozenset[tuple[tuple[str, str], datetime]]
+    by_team: frozenset[tuple[tuple[str, str], datetime]]
+
+    def changed(self, other: Personal, people: Iterable[Person]) -> set[int]:
+        """The ids of the students for whom ``other`` says something else (a late submission drew late
+        days, an extension was granted or ended): only their runs are judged again."""
+        users = {name for (_, name), _ in self.by_user ^ other.by_user}
+        teams = {team for (_, team), _ in self.by_team ^ other.by_team}
+        ids = {owner for (owner, _), _ in self.drawn ^ other.drawn}
+        return ids | {p.id for p in people if p.username in users or (p.team is not None and p.team in teams)}
+
+
+class Person(Protocol):
+    """A roster row as the caches read it (``User``, or a row of its columns)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def username(self) -> str: ...
+    @property
+    def team(self) -> str | None: ...
+
+
 class Deadlines:
     """Every kind, extension and late day of the course, read once (a page, a grade sheet, a board)."""
 
@@ -167,10 +197,12 @@ class Deadlines:
         }
 
     def fingerprint(self) -> tuple[Any, ...]:
-        """What was read, comparable: a page kept from an earlier look (a board, a grade sheet) is
-        still right only while this is the same."""
-        kinds = tuple(sorted((k.name, k.due_at, k.late_policy, k.late_hours, repr(k.grading)) for k in self.kinds.values()))
-        return kinds, tuple(sorted(self.by_user.items())), tuple(sorted(self.by_team.items())), tuple(sorted(self.drawn.items()))
+        """The kinds as read, comparable: a page kept from an earlier look (a board, a grade sheet)
+        is right for everyone only while this is the same (``personal`` is what applies to some)."""
+        return tuple(sorted((k.name, k.due_at, k.late_policy, k.late_hours, repr(k.grading)) for k in self.kinds.values()))
+
+    def personal(self) -> Personal:
+        return Personal(frozenset(self.drawn.items()), frozenset(self.by_user.items()), frozenset(self.by_team.items()))
 
     def due_for(self, kind: str, user: User) -> datetime | None:
         """The student's own deadline: the kind's, or the latest of their and their team's extensions."""
@@ -292,12 +324,6 @@ class Deadlines:
         return Admission(
             late, 0, f"{kind} was due {in_words(late)} ago ({when(due)}{yours}): this submission is marked late", due, counts=False
         )
-
-
-def roster(db: Session) -> int:
-    """Who is on which team, in which role, active or not, as one number: a board or a grade sheet
-    kept from an earlier look is right only while it is the same."""
-    return hash(tuple(db.execute(select(User.id, User.username, User.team, User.role, User.active).order_by(User.id)).all()))
 
 
 def grant(db: Session, kind: str, body: ExtensionIn, by: str) -> Extension:

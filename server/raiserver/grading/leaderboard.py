@@ -17,9 +17,9 @@ import hmac
 import json
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import Text, cast, select
@@ -28,9 +28,9 @@ from sqlalchemy.orm import Session, joinedload, load_only
 from raiprotocol.models import Entry, JobState
 from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
-from raiserver.grading.kinds import Deadlines, Submission, when
+from raiserver.grading.kinds import Deadlines, Person, Personal, Submission, when
 from raiserver.grading.measured import QUARANTINE, in_words
-from raiserver.store.db import utcnow
+from raiserver.store.db import SETTLE, utcnow
 from raiserver.store.tables import Job, Kind, User
 
 
@@ -38,8 +38,13 @@ def _aware(t: datetime) -> datetime:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+def user_key(user: Person) -> str:
+    """The board's entry a student's runs go to: their team's, or their own."""
+    return f"team:{user.team}" if user.team else f"user:{user.username}"
+
+
 def team_key(job: Submission) -> str:
-    return f"team:{job.owner.team}" if job.owner.team else f"user:{job.owner.username}"
+    return user_key(job.owner)
 
 
 def pseudonym(key: str, secret: str) -> str:
@@ -102,10 +107,18 @@ def _figures(board: str, row: Any) -> tuple[float | None, float | None]:
     return float(row.op_time), float(min(row.correctness.values()))
 
 
-def candidates(db: Session, board: str, kind: str | None, users: dict[int, User], after: datetime | None = None) -> list[Candidate]:
+def candidates(
+    db: Session,
+    board: str,
+    kind: str | None,
+    users: dict[int, User],
+    after: datetime | None = None,
+    owners: Collection[int] | None = None,
+    until: datetime | None = None,
+) -> list[Candidate]:
     """The runs that may make the board: succeeded, and only the service's own measurements for the
     ranked board (measured results exist only for runs the course's build file built), only the
-    others for the unverified one; ``after``: only those that ended after it."""
+    others for the unverified one; those that ended after ``after`` and by ``until``, of ``owners``."""
     # the figures read out by the database, as numbers where it can (no run's whole results decoded here)
     figures = (
         (
@@ -125,6 +138,10 @@ def candidates(db: Session, board: str, kind: str | None, users: dict[int, User]
         query = query.where(Job.kind == kind)
     if after is not None:
         query = query.where(Job.finished_at > after)
+    if until is not None:
+        query = query.where(Job.finished_at <= until)
+    if owners is not None:
+        query = query.where(Job.owner_id.in_(owners))
     out = []
     for row in db.execute(query):
         op_time, correctness = _figures(board, row)
@@ -156,10 +173,27 @@ class Board:
     members: dict[str, set[str]] = field(default_factory=dict)
     remeasured: frozenset[str] = frozenset()  # runs measured again: their re-measure stands instead
     whole: dict[str, Run] = field(default_factory=dict)  # best runs read whole, by job id: shared by the copies
+    personal: Personal | None = None  # late days drawn and extensions, as the runs were judged under them
 
     def copy(self) -> Board:
         members = {k: set(v) for k, v in self.members.items()}
-        return Board(self.inputs, self.until, dict(self.best), members, self.remeasured, self.whole)
+        return Board(self.inputs, self.until, dict(self.best), members, self.remeasured, self.whole, self.personal)
+
+    def rejudge(self, db: Session, board: str, kind: str | None, users: dict[int, User], settings: Settings, deadlines: Deadlines) -> None:
+        """Late days drawn or an extension changed for some students: their teams' entries made again
+        from their runs (a late submission's late days make an earlier late run count), the rest kept."""
+        personal, before = deadlines.personal(), self.personal
+        self.personal = personal
+        if before is None or self.until is None:
+            return
+        owners = before.changed(personal, users.values())
+        keys = {user_key(users[o]) for o in owners if o in users}
+        for key in keys:
+            self.best.pop(key, None)
+            self.members.pop(key, None)
+        members = [u.id for u in users.values() if user_key(u) in keys]
+        if members:
+            self.fold(candidates(db, board, kind, users, owners=members, until=self.until), settings, deadlines)
 
     def fold(self, runs: Sequence[Candidate], settings: Settings, deadlines: Deadlines) -> None:
         last = settings.leaderboard_policy == "last"
@@ -182,11 +216,11 @@ class Board:
 # makes it again from every run.
 _BOARDS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None], Board]] = weakref.WeakKeyDictionary()  # per engine
 _BOARDS_LOCK = threading.Lock()
-SETTLE = timedelta(seconds=60)  # a transaction that ends a job commits within this of its finished_at
 
 
 def _inputs(settings: Settings, deadlines: Deadlines, users: dict[int, User]) -> tuple[Any, ...]:
-    """What decides whether a run that ended long ago counts, and for which team."""
+    """What decides, for everyone, whether a run that ended long ago counts, and for which team
+    (what applies to some students only is ``Deadlines.personal``: ``Board.rejudge``)."""
     return (
         deadlines.fingerprint(),
         hash(tuple((u.id, u.username, u.team, u.role, u.active) for u in users.values())),
@@ -224,11 +258,16 @@ def _cached_board(db: Session, settings: Settings, deadlines: Deadlines, users: 
         boards = _BOARDS.setdefault(db.get_bind(), {})
         kept = boards.get((board, kind))
         kept = kept.copy() if kept is not None and kept.inputs == inputs else None
+    if kept is not None and kept.personal != deadlines.personal():
+        if kept.personal is None:
+            kept = None  # not known what it was judged under: made again
+        else:
+            kept.rejudge(db, board, kind, users, settings, deadlines)
     runs = candidates(db, board, kind, users, kept.until if kept is not None else None)
     if kept is not None and not {c.remeasure_of for c in runs if c.remeasure_of} <= kept.remeasured:
         kept, runs = None, candidates(db, board, kind, users)  # a re-measure took a run off: all again
     if kept is None:
-        kept = Board(inputs, remeasured=frozenset(c.remeasure_of for c in runs if c.remeasure_of))
+        kept = Board(inputs, remeasured=frozenset(c.remeasure_of for c in runs if c.remeasure_of), personal=deadlines.personal())
     ended = [c for c in runs if c.finished_at <= settled]
     kept.fold(ended, settings, deadlines)
     kept.until = settled

@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -39,7 +39,7 @@ from raiserver.errors import Forbidden
 from raiserver.fleet.workers import live_workers
 from raiserver.live.counts import COUNTS, STREAMS, ProcessCounts
 from raiserver.services import AppServices, services_of
-from raiserver.store.db import Database, utcnow
+from raiserver.store.db import SETTLE, Database, utcnow
 from raiserver.store.tables import Job
 
 log = logging.getLogger("raiserver")
@@ -101,11 +101,9 @@ class Buckets:
 
 class JobTimes:
     """The wait and run histograms of every job, kept per process: jobs that ended before a point
-    (SETTLE behind the clock: a transaction that ends a job commits within it) are counted once
+    (``SETTLE`` behind the clock: a transaction that ends a job commits within it) are counted once
     and kept; each scrape reads only the jobs that ended after it or have not ended (issue 52: each
     scrape read every job there ever was, 250,000 rows a scrape at the end of a term)."""
-
-    SETTLE = timedelta(seconds=60)
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -114,7 +112,7 @@ class JobTimes:
 
     def read(self, db: Session) -> tuple[Buckets, Buckets]:
         with self.lock:
-            settled = utcnow() - self.SETTLE
+            settled = utcnow() - SETTLE
             query = select(Job.created_at, Job.started_at, Job.finished_at).where(Job.started_at.is_not(None))
             if self.until is not None:
                 query = query.where(or_(Job.finished_at > self.until, Job.finished_at.is_(None)))

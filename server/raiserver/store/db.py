@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from alembic import command
@@ -38,6 +38,13 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
+
+
+# A transaction that ends a job commits within this of the finished_at it writes (the log is stored
+# between: seconds, minutes for the largest). What a process keeps of ended jobs (the boards, the
+# grade sheets, /metrics' histograms: issue 52) counts a job once it ended this long ago, and reads
+# the jobs that ended since at each look, so a slow commit is never missed.
+SETTLE = timedelta(minutes=10)
 
 
 class Base(DeclarativeBase):
