@@ -5,7 +5,6 @@ logins."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import ipaddress
 import os
 import secrets
@@ -18,6 +17,7 @@ import redis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from raiserver.config import DEFAULT_SECRETS, Settings
+from raiserver.store.redis_keys import login_failures_of_address, login_failures_of_pair
 
 MIN_SECRET_BYTES = 32
 GENERATE_HINT = "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
@@ -253,7 +253,7 @@ class LoginLimiter:
 
     @staticmethod
     def _pair(ip: str, key: str) -> str:
-        return f"rai:loginfail:pair:{ip}:{hashlib.sha256(key[:128].encode()).hexdigest()[:24]}"
+        return login_failures_of_pair(ip, key)
 
     def retry_after(self, ip: str, key: str) -> int | None:
         """Seconds this pair must still wait, or None when it may try."""
@@ -271,7 +271,7 @@ class LoginLimiter:
 
     def failed(self, ip: str, key: str) -> int | None:
         """Count a failure; returns seconds to wait (answer 429) or None (answer 401)."""
-        pair, address = self._pair(ip, key), f"rai:loginfail:ip:{ip}"
+        pair, address = self._pair(ip, key), login_failures_of_address(ip)
         try:
             pipe = self.redis.pipeline()
             pipe.incr(address)

@@ -19,6 +19,7 @@ import redis
 from fastapi.concurrency import run_in_threadpool
 
 from raiserver.errors import OverQuota
+from raiserver.store.redis_keys import upload_attempts, uploads_in_flight
 
 LAPSE_SECONDS = 60.0
 RENEW_EVERY = 5.0
@@ -32,7 +33,7 @@ class UploadGate:
         """Count this attempt and take an in-flight place; raise OverQuota (429) if either limit
         is reached. Returns the place's token (None when Redis is away)."""
         minute = int(time.time() // 60)
-        attempts_key, flight_key = f"rai:uploads:attempts:{user_id}:{minute}", f"rai:uploads:flight:{user_id}"
+        attempts_key, flight_key = upload_attempts(user_id, minute), uploads_in_flight(user_id)
         token, now = secrets.token_hex(8), time.time()
         try:
             pipe = self.redis.pipeline()
@@ -62,7 +63,7 @@ class UploadGate:
         if token is None:
             return
         with contextlib.suppress(redis.RedisError):
-            self.redis.zrem(f"rai:uploads:flight:{user_id}", token)
+            self.redis.zrem(uploads_in_flight(user_id), token)
 
     async def renewing(self, body: AsyncIterator[bytes], user_id: int, token: str | None) -> AsyncIterator[bytes]:
         """The body, renewing the upload's place while its bytes arrive."""
@@ -75,4 +76,4 @@ class UploadGate:
 
     def _renew(self, user_id: int, token: str) -> None:
         with contextlib.suppress(redis.RedisError):
-            self.redis.zadd(f"rai:uploads:flight:{user_id}", {token: time.time() + LAPSE_SECONDS}, xx=True)
+            self.redis.zadd(uploads_in_flight(user_id), {token: time.time() + LAPSE_SECONDS}, xx=True)

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from raiserver.grading.similarityreport import make, next_report
 from raiserver.jobs.lifecycle import reap, release_again, release_jobs, restore_fences
 from raiserver.services import AppServices
+from raiserver.store.redis_keys import REAPER_AWAKE, REAPER_LAST, process_lock
 from raiserver.store.tables import Job
 
 log = logging.getLogger("raiserver")
@@ -26,7 +27,7 @@ log = logging.getLogger("raiserver")
 @contextmanager
 def one_process_at_a_time(svc: AppServices, name: str, timeout: int) -> Iterator[bool]:
     """A Redis lock across every server process: yields whether this one holds it."""
-    lock = svc.logs.redis.lock(f"rai:{name}-lock", timeout=timeout, blocking=False)
+    lock = svc.logs.redis.lock(process_lock(name), timeout=timeout, blocking=False)
     if not lock.acquire():
         yield False
         return
@@ -35,9 +36,6 @@ def one_process_at_a_time(svc: AppServices, name: str, timeout: int) -> Iterator
     finally:
         with contextlib.suppress(Exception):  # expired under a very slow pass: harmless
             lock.release()
-
-
-REAPER_LAST, REAPER_AWAKE = "rai:reaper:last", "rai:reaper:awake"
 
 
 def awake_since(svc: AppServices, now: float) -> datetime:
@@ -145,7 +143,7 @@ def similarity_pass(svc: AppServices) -> int | None:
             return None
 
         def beat() -> None:
-            svc.logs.redis.expire("rai:similarity-lock", SIMILARITY_LOCK_SECONDS)
+            svc.logs.redis.expire(process_lock("similarity"), SIMILARITY_LOCK_SECONDS)
 
         log.info("making similarity report %d", report)
         make(svc.db, svc.storage, report, beat)
