@@ -14,7 +14,8 @@ Containers: with ``RAI_SLURM_CONTAINER=apptainer`` each command runs in the job'
 (``apptainer exec --containall --no-home --cleanenv`` with /src read-only and /build bound; the
 pty helper stays outside, so programs inside still see terminals). With ``none`` (the default)
 commands run directly on the compute node as the worker's user, with /src and /build rewritten to
-the job's folders, as the process executor does: trust model of the cluster's own accounts (see docs/operating.md, "Running on a Slurm cluster").
+the job's folders, as the process executor does: trust model of the cluster's own accounts (see
+docs/operating.md, "Running on a Slurm cluster").
 """
 
 from __future__ import annotations
