@@ -121,6 +121,7 @@ MATRIX = {
     ("POST", "/api/v1/admin/users/{username}/keys"): instructor,
     ("POST", "/api/v1/admin/users/{username}/revoke"): instructor,
     ("POST", "/api/v1/admin/jobs/{job_id}/remeasure"): staff,
+    ("POST", "/api/v1/admin/jobs/{job_id}/rerun"): staff,  # issue 49: staff run a job again
     ("GET", "/api/v1/admin/users"): staff,
     ("POST", "/api/v1/jobs/{job_id}/regrade"): any_user,  # without a body: 422 for anyone, asks nothing, tells nothing
     ("GET", "/api/v1/regrades"): any_user,  # the caller's own
@@ -154,6 +155,7 @@ MATRIX = {
     ("GET", "/workers"): web_staff,
     ("GET", "/jobs/{job_id}"): web_owner_or_staff,
     ("POST", "/jobs/{job_id}/cancel"): web_owner_or_staff,
+    ("POST", "/jobs/{job_id}/rerun"): web_staff,  # the job page's Run again button
     ("POST", "/jobs/{job_id}/regrade"): web_team_only,  # no message: 422 for the owner, asks nothing
     ("GET", "/regrades"): web_staff,
     ("GET", "/similarity"): web_staff,
