@@ -11,8 +11,10 @@ from helpers import make_project, start_service, wait_for
 pytestmark = pytest.mark.timeout(300)
 
 
-def spares(engine) -> list:
-    return engine.containers.list(filters={"label": ["rai.worker=w1", "rai.job=spare"]})
+def spares(engine) -> list[str]:
+    """The spare containers' ids (the engine's list as it is: docker-py's containers.list() looks
+    each one up again, and one removed in between raised NotFound)."""
+    return [row["Id"] for row in engine.api.containers(filters={"label": ["rai.worker=w1", "rai.job=spare"]})]
 
 
 def submit(svc, proj) -> tuple[str, str]:
@@ -37,13 +39,13 @@ def test_the_next_job_takes_a_fresh_container_started_ahead(tmp_path, redis_url,
         assert "secret of A" not in out_b and "a.txt" not in out_b and "B's own" in out_b
         assert f"id={b}" in out_b and "1000" in out_b.splitlines()
         host_b = next(line for line in out_b.splitlines() if line.startswith("host="))
-        assert host_b != host_a and host_b == f"host={spare[0].id[:12]}"
+        assert host_b != host_a and host_b == f"host={spare[0][:12]}"
         # another one waits, and B's container is gone (removed once the next one is made, in the
         # background, within seconds): never the same container twice
-        wait_for(lambda: [c for c in spares(docker_engine) if c.id != spare[0].id], what="the next spare")
+        wait_for(lambda: [c for c in spares(docker_engine) if c != spare[0]], what="the next spare")
 
         def gone() -> bool:
-            return spare[0].id not in {c.id for c in docker_engine.containers.list(all=True, filters={"label": "rai.worker=w1"})}
+            return spare[0] not in {row["Id"] for row in docker_engine.api.containers(all=True, filters={"label": "rai.worker=w1"})}
 
         wait_for(gone, timeout=10, what="B's container removed")
         with svc.http() as h:

@@ -31,6 +31,10 @@ GROWS = {"grades m1", "grades m3", "grades final", "grades final, Canvas"}
 # the term until there are that many, then reads no more.
 BOUNDED = {"quarantine": QUARANTINE_SCAN}
 SLACK = 40  # buffers: an index one level deeper, the planner's catalog reads
+# A page of rows reads its rows' owners and teams: with ten times the students, a page of the same
+# size holds up to 2.5 times as many distinct ones (the full suite once saw the staff's job list go
+# 277 -> 662 buffers, the seed's draw); a page that scans the table reads ten times as much
+GROWTH = 4
 
 
 def costs_at(size: tuple[int, int, int], redis_url: str, tmp: Path) -> dict[str, term_pages.Cost]:
@@ -54,7 +58,7 @@ def test_no_page_reads_more_of_the_database_as_the_term_grows(redis_url, tmp_pat
         for name in small
     )
     print(table)
-    grew = [name for name in small if name not in GROWS | set(BOUNDED) and large[name].buffers > 2 * small[name].buffers + SLACK]
+    grew = [name for name in small if name not in GROWS | set(BOUNDED) and large[name].buffers > GROWTH * small[name].buffers + SLACK]
     assert not grew, f"pages whose database reads grew with the table ({SMALL[0]:,} -> {LARGE[0]:,} jobs):\n{table}"
     more = [name for name in small if name not in GROWS and large[name].statements > small[name].statements + 5]
     assert not more, f"pages whose statements grew with the table (a query per row):\n{table}"

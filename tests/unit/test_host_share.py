@@ -155,3 +155,23 @@ def test_a_ranked_run_goes_on_only_once_the_jobs_it_let_in_have_sent_their_build
     for t in (r, d):
         t.join(10)
     assert order == ["dev runs", "dev tidied", "next timed run"], order
+
+
+def test_a_ranked_run_cancelled_while_it_waits_for_the_host_ends_at_once(tmp_path):
+    """A cancelled ranked run waiting for a long job to end stayed 'running' (and counted among its
+    student's jobs) until that job ended: the wait now looks at the cancel every 50 ms."""
+    import pytest
+
+    from raiworker.gpus import Stopped
+
+    cancelled = threading.Event()
+    held, release = threading.Event(), threading.Event()
+    long_job = job(tmp_path, [], "long", entered=held, hold=release)
+    held.wait(5)
+    threading.Timer(0.3, cancelled.set).start()
+    started = time.monotonic()
+    with pytest.raises(Stopped), host_share(tmp_path, exclusive=True, ranked=True, stopped=cancelled.is_set):
+        pass
+    assert time.monotonic() - started < 1.0
+    release.set()
+    long_job.join(5)

@@ -22,6 +22,14 @@ from raiprotocol.models import GpuInfo
 from .errors import NoGpu
 
 
+class Stopped(Exception):
+    """The job was stopped (cancelled, its lease gone) while it waited for its host or its GPUs."""
+
+
+def _never() -> bool:
+    return False
+
+
 def discover(spec: str) -> list[GpuInfo]:
     """``auto``: ask nvidia-smi; ``none``: no GPUs; ``0,1``: these ids (details from nvidia-smi if any)."""
     if spec.strip().lower() == "none":
@@ -117,7 +125,15 @@ class GpuHold(list[str]):
 
 
 @contextmanager
-def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 3600.0, per_gpu: int = 1, share: int = 1) -> Iterator[GpuHold]:
+def hold_gpus(
+    lock_dir: Path,
+    gpus: list[GpuInfo],
+    count: int,
+    wait: float = 3600.0,
+    per_gpu: int = 1,
+    share: int = 1,
+    stopped: Callable[[], bool] = _never,
+) -> Iterator[GpuHold]:
     """Yield ``count`` GPU ids held by this process until the block ends.
 
     A GPU is cut in ``per_gpu`` shares (``RAI_JOBS_PER_GPU``'s largest value on this worker); a
@@ -148,6 +164,8 @@ def hold_gpus(lock_dir: Path, gpus: list[GpuInfo], count: int, wait: float = 360
                 os.close(fd)
         if time.monotonic() > deadline:
             raise NoGpu("timed out waiting for a free GPU")
+        if stopped():
+            raise Stopped()
         time.sleep(0.2)
     hold = GpuHold(lock_dir, per_gpu, need, held)
     try:
@@ -165,12 +183,17 @@ def _took(fd: int, mode: int) -> bool:
         return False
 
 
-def _lock(fd: int, mode: int, blocked: Callable[[], None]) -> bool:
-    """``flock`` at once if it can be had, else ``blocked()`` then wait for it. Whether it waited."""
+def _lock(fd: int, mode: int, blocked: Callable[[], None], stopped: Callable[[], bool] = _never) -> bool:
+    """``flock`` at once if it can be had, else ``blocked()`` then wait for it, looking every 50 ms
+    whether the job was stopped meanwhile (``Stopped``): a cancelled ranked run waiting for a long
+    job to end once stayed "running" until it ended. Whether it waited."""
     if _took(fd, mode):
         return False
     blocked()
-    fcntl.flock(fd, mode)
+    while not _took(fd, mode):
+        if stopped():
+            raise Stopped()
+        time.sleep(0.05)
     return True
 
 
@@ -195,7 +218,9 @@ def _host_unless_ranked(first: int, host: int, told: Callable[[str], None]) -> b
     return False
 
 
-def _alone_after_ranked_runs(first: int, gate: int, host: int, tell: Callable[[str | None], None]) -> bool:
+def _alone_after_ranked_runs(
+    first: int, gate: int, host: int, tell: Callable[[str | None], None], stopped: Callable[[], bool] = _never
+) -> bool:
     """A student's own exclusive run: the gate, then the host alone, as a ranked run takes them,
     but never ahead of one. While a ranked run waits, this one lets the gate go and starts over
     (flock wakes its waiters in no set order, so two exclusive runs waiting on the gate once kept a
@@ -214,6 +239,8 @@ def _alone_after_ranked_runs(first: int, gate: int, host: int, tell: Callable[[s
                 return waited
             fcntl.flock(gate, fcntl.LOCK_UN)
         told("exclusive")
+        if stopped():
+            raise Stopped()
         time.sleep(0.05)
 
 
@@ -279,7 +306,11 @@ def _taken(fd: int, mode: int, stopped: Callable[[], bool]) -> bool:
 
 @contextmanager
 def host_share(
-    lock_dir: Path, exclusive: bool, waiting: Callable[[str | None], None] | None = None, ranked: bool = False
+    lock_dir: Path,
+    exclusive: bool,
+    waiting: Callable[[str | None], None] | None = None,
+    ranked: bool = False,
+    stopped: Callable[[], bool] = _never,
 ) -> Iterator[HostHold]:
     """Every job holds the host lock shared; an exclusive job (timing runs) holds it alone, so it
     starts only when the host is idle and nothing starts beside it.
@@ -304,17 +335,17 @@ def host_share(
     hold = HostHold(first, gate, fd, marks, tail, ranked)
     try:
         if ranked:
-            waited = _lock(first, fcntl.LOCK_EX, lambda: tell("exclusive"))  # another ranked run (rare: one place a host)
-            waited = _lock(gate, fcntl.LOCK_EX, lambda: tell("exclusive")) or waited
-            waited = _lock(fd, fcntl.LOCK_EX, lambda: tell("jobs")) or waited
-            waited = _lock(tail, fcntl.LOCK_EX, lambda: tell("jobs")) or waited  # and their tails
+            waited = _lock(first, fcntl.LOCK_EX, lambda: tell("exclusive"), stopped)  # another ranked run (rare: one place a host)
+            waited = _lock(gate, fcntl.LOCK_EX, lambda: tell("exclusive"), stopped) or waited
+            waited = _lock(fd, fcntl.LOCK_EX, lambda: tell("jobs"), stopped) or waited
+            waited = _lock(tail, fcntl.LOCK_EX, lambda: tell("jobs"), stopped) or waited  # and their tails
         elif exclusive:  # stands aside for ranked runs anyway: it does not ask one to let it in
-            waited = _alone_after_ranked_runs(first, gate, fd, tell)
+            waited = _alone_after_ranked_runs(first, gate, fd, tell, stopped)
             fcntl.flock(tail, fcntl.LOCK_SH)
         else:
             fcntl.flock(marks, fcntl.LOCK_SH)
-            waited = _lock(gate, fcntl.LOCK_SH, lambda: tell("exclusive"))  # waits while an exclusive job waits or runs
-            waited = _lock(fd, fcntl.LOCK_SH, lambda: tell("exclusive")) or waited
+            waited = _lock(gate, fcntl.LOCK_SH, lambda: tell("exclusive"), stopped)  # waits while an exclusive job waits or runs
+            waited = _lock(fd, fcntl.LOCK_SH, lambda: tell("exclusive"), stopped) or waited
             fcntl.flock(tail, fcntl.LOCK_SH)  # free: a ranked run holding it holds the host too
             fcntl.flock(gate, fcntl.LOCK_UN)
             fcntl.flock(marks, fcntl.LOCK_UN)

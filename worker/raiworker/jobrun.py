@@ -31,7 +31,7 @@ from raiprotocol.models import ClaimGranted, GpuInfo, JobState, JobUpdate, Measu
 from .config import WorkerSettings
 from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
 from .executors import Executor, JobContext, Outcome, execute, make_executor
-from .gpus import GpuHold, HostHold, ShareWatch, hold_gpus, host_share, profiler_lock
+from .gpus import GpuHold, HostHold, ShareWatch, Stopped, hold_gpus, host_share, profiler_lock
 from .lease import HANDED_BACK, LOST, SUPERSEDED, Lease, boot_clock, handed_back_words, stopped_words
 from .logsink import LogSink
 from .metrics import job_done
@@ -218,8 +218,8 @@ class JobRun:
             per_gpu = self.settings.per_gpu
             share = 1 if self.grant.exclusive else self.settings.share_for(self.grant.queue)  # ranked runs: the GPU alone
             with (
-                host_share(locks, self.grant.exclusive, self.wait_for_host, ranked=self.ranked) as host,
-                hold_gpus(locks, self.gpus, self.grant.gpu_count, per_gpu=per_gpu, share=share) as gpu_ids,
+                host_share(locks, self.grant.exclusive, self.wait_for_host, ranked=self.ranked, stopped=cancel.is_set) as host,
+                hold_gpus(locks, self.gpus, self.grant.gpu_count, per_gpu=per_gpu, share=share, stopped=cancel.is_set) as gpu_ids,
                 ShareWatch(locks, self.gpus, gpu_ids, per_gpu, max(per_gpu // share, 1)) as shared,
             ):
                 if self.grant.exclusive:
@@ -250,6 +250,9 @@ class JobRun:
                             else "This run had its GPU alone after all"
                         )
                 return outcome
+        except Stopped:  # cancelled (or its lease gone: said by _conclude) while it waited for the host or its GPUs
+            self.report_waiting(None)
+            return Outcome(JobState.cancelled, message="cancelled while it waited for the host")
         finally:
             done.set()
 

@@ -26,14 +26,13 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
     with the user's row locked, when the job is created (so two racing uploads cannot both pass)."""
     if settings.staff_exempt and user.role in STAFF:
         return
-    active = db.scalars(select(Job.id).where(Job.owner_id == user.id, Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
+    theirs = (Job.owner_id == user.id, Job.remeasure_of.is_(None))  # staff's re-measures of their runs are not theirs to count
+    active = db.scalars(select(Job.id).where(*theirs, Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
     if len(active) >= settings.max_active_jobs:
         ids = ", ".join(active[:5])
         raise OverQuota(f"You already have {len(active)} jobs in the queue ({ids}); wait for one to finish or cancel it", 30)
     now = utcnow()
-    recent = db.scalars(
-        select(Job.created_at).where(Job.owner_id == user.id, Job.created_at > now - timedelta(minutes=1)).order_by(Job.created_at)
-    ).all()
+    recent = db.scalars(select(Job.created_at).where(*theirs, Job.created_at > now - timedelta(minutes=1)).order_by(Job.created_at)).all()
     if len(recent) >= settings.submissions_per_minute:
         wait = math.ceil((recent[0] + timedelta(minutes=1) - now).total_seconds())
         raise OverQuota(
@@ -41,9 +40,7 @@ def check_quotas(db: Session, user: User, settings: Settings) -> None:
             wait,
         )
     if settings.submissions_per_day > 0:
-        today = db.scalars(
-            select(Job.created_at).where(Job.owner_id == user.id, Job.created_at > now - timedelta(days=1)).order_by(Job.created_at)
-        ).all()
+        today = db.scalars(select(Job.created_at).where(*theirs, Job.created_at > now - timedelta(days=1)).order_by(Job.created_at)).all()
         if len(today) >= settings.submissions_per_day:
             wait = math.ceil((today[0] + timedelta(days=1) - now).total_seconds())
             raise OverQuota(
