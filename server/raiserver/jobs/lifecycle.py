@@ -205,24 +205,7 @@ def remeasure(db: Session, svc: Services, original: Job, by: User, repeats: int)
         raise Conflict(f"job {original.id} has not ended yet")
     if not svc.storage.archive_path(original.archive_sha256).exists():
         raise Missing("the project archive of that run is no longer kept")
-    job = Job(
-        id=str(ULID()),
-        owner_id=original.owner_id,
-        queue=original.queue,
-        kind=original.kind,
-        state=JobState.queued,
-        image=original.image,
-        spec_yaml=original.spec_yaml,
-        archive_sha256=original.archive_sha256,
-        archive_bytes=original.archive_bytes,
-        gpu_count=original.gpu_count,
-        attempt=1,
-        course_build_id=original.course_build_id,
-        remeasure_of=original.id,
-        repeats=repeats,
-        reserved=True,
-        created_at=original.created_at,
-    )
+    job = _again(original, remeasure_of=original.id, repeats=repeats, reserved=True)
     db.add(job)
     audit(db, by.username, "job.remeasure", original.id, new_job=job.id, repeats=repeats, owner=original.owner.username)
     db.commit()
@@ -235,16 +218,10 @@ def remeasure(db: Session, svc: Services, original: Job, by: User, repeats: int)
     return job
 
 
-def rerun(db: Session, svc: Services, original: Job, by: User) -> Job:
-    """Staff run an ended job again (issue 49: a run lost to a broken host, a bad image, a course
-    file fixed since): a new job of the same owner, kind, queue, build file and archive, audited
-    with who asked. It keeps the original's submission time, so its deadline is judged as that
-    run's was and no late day is drawn again; a ranked run is built and timed as the original was."""
-    if not original.state.finished:
-        raise Conflict(f"job {original.id} has not ended yet; cancel it first to run it again")
-    if not original.archive_kept or not svc.storage.archive_path(original.archive_sha256).exists():
-        raise Missing(f"the project archive of job {original.id} is no longer kept, so it cannot run again")
-    job = Job(
+def _again(original: Job, remeasure_of: str | None, repeats: int | None, reserved: bool) -> Job:
+    """A new queued job of the original's owner, kind, queue, image, build file and archive, keeping
+    its submission time (its deadline judged as the original's was): a re-measure's or a re-run's."""
+    return Job(
         id=str(ULID()),
         owner_id=original.owner_id,
         queue=original.queue,
@@ -257,11 +234,23 @@ def rerun(db: Session, svc: Services, original: Job, by: User) -> Job:
         gpu_count=original.gpu_count,
         attempt=1,
         course_build_id=original.course_build_id,
-        remeasure_of=original.remeasure_of,
-        repeats=original.repeats,
-        reserved=original.reserved,
+        remeasure_of=remeasure_of,
+        repeats=repeats,
+        reserved=reserved,
         created_at=original.created_at,
     )
+
+
+def rerun(db: Session, svc: Services, original: Job, by: User) -> Job:
+    """Staff run an ended job again (issue 49: a run lost to a broken host, a bad image, a course
+    file fixed since): a new job of the same owner, kind, queue, build file and archive, audited
+    with who asked. It keeps the original's submission time, so its deadline is judged as that
+    run's was and no late day is drawn again; a ranked run is built and timed as the original was."""
+    if not original.state.finished:
+        raise Conflict(f"job {original.id} has not ended yet; cancel it first to run it again")
+    if not original.archive_kept or not svc.storage.archive_path(original.archive_sha256).exists():
+        raise Missing(f"the project archive of job {original.id} is no longer kept, so it cannot run again")
+    job = _again(original, remeasure_of=original.remeasure_of, repeats=original.repeats, reserved=original.reserved)
     db.add(job)
     audit(db, by.username, "job.rerun", original.id, new_job=job.id, owner=original.owner.username, kind=original.kind)
     db.commit()
