@@ -83,7 +83,7 @@ def server_pids() -> list[int]:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"raiserver.asgi:app" in cmd:
+            if b"raiserver.ops.cli\0serve" in cmd or b"raiserver.asgi:app" in cmd:  # as launch.py starts it today, or before
                 found.append(int(pid))
     children = [
         int(c) for p in found for t in os.listdir(f"/proc/{p}/task") for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()
