@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import statistics
@@ -77,8 +78,15 @@ def build() -> dict[str, Path]:
     return bins
 
 
-def timed(binary: Path, keys: tuple[str, str], bound: float | None, n: list[int] = [0]) -> tuple[TimedResult, float]:  # noqa: B006
-    """One run under rai-timed, as the job's user, in a cgroup of its own."""
+def timed(
+    binary: Path,
+    keys: tuple[str, str],
+    bound: float | None,
+    n: list[int] = [0],  # noqa: B006
+    env: dict[str, str] | None = None,
+    trace: list[str] | None = None,
+) -> tuple[TimedResult, float]:
+    """One run under rai-timed, as the job's user, in a cgroup of its own (``trace``: its stderr's lines)."""
     n[0] += 1
     job, out = CG / f"r{n[0]}", WORK / f"out{n[0]}"
     job.mkdir()
@@ -87,8 +95,10 @@ def timed(binary: Path, keys: tuple[str, str], bound: float | None, n: list[int]
     argv = [str(WORK / "rai-timed"), "--uid", str(USER), "--gid", str(USER), "--cgroup", str(job), "--out", str(out)]
     argv += ["--secrets", str(out / "keys")] + (["--bound-ms", str(int(bound * 1000))] if bound else [])
     started = time.monotonic()
-    res = subprocess.run([*argv, "--", str(binary), BATCH], cwd=WORK, capture_output=True, text=True)
+    res = subprocess.run([*argv, "--", str(binary), BATCH], cwd=WORK, capture_output=True, text=True, env={**os.environ, **(env or {})})
     wall = time.monotonic() - started
+    if trace is not None:
+        trace += res.stderr.splitlines()
     if res.returncode != 0:
         say(f"    ({binary.name} exited {res.returncode}: {(res.stderr or res.stdout).strip()[-200:]})")
     result = parse((out / "result").read_text()) if (out / "result").exists() else TimedResult(problem="no result")
@@ -148,7 +158,72 @@ def submission(name: str, binary: Path, refbin: Path, gpu: str, repeats: int = 5
     return row
 
 
+def noise(runs: int) -> None:
+    """NOISE=N: the honest baseline with a clock between its phases (bench/ranked46/traced.cu) and
+    rai-timed built with -DRAI_TIMED_TRACE, N timed runs per harness, alternating: where each
+    operation's time and its spread go (CUDA's allocations, the copies, the kernel, the freeze, the
+    outputs' read; "rest": what is left, the inputs' handing over). The harnesses: this tree's, and
+    BEFORE's (a git revision, default b998a09: the inputs mapped by the job after the clock started
+    and copied to the GPU from pageable memory)."""
+    shutil.rmtree(WORK, ignore_errors=True)
+    WORK.mkdir(parents=True)
+    sh(f"cc -O2 -static -DRAI_TIMED_TRACE -o {WORK}/rai-timed {ROOT}/worker/raiworker/rai-timed.c")
+    before = os.environ.get("BEFORE", "b998a09")
+    cu = ROOT / "bench/ranked46/traced.cu"
+    binaries: dict[str, Path] = {}
+    for name in ("before", "now"):
+        proj = WORK / name
+        shutil.copytree(EXAMPLE, proj)
+        if name == "before":
+            for f in ("src/rai_op.h", "src/driver.cc", "src/gpu_warmup.cu"):
+                show = ["git", "show", f"{before}:examples/ece408-conv/{f}"]
+                (proj / f).write_text(subprocess.run(show, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
+        sh("make -s obj/driver.o 2>&1 | grep -v warning || true", cwd=proj)
+        binaries[name] = proj / "m2-traced"
+        objs = f"{proj}/obj/driver.o {proj}/src/gpu_warmup.cu {cu}"
+        sh(f"nvcc -O3 -std=c++17 -arch=native -I{proj} -o {binaries[name]} {objs} -lz -lpthread", cwd=proj)
+    sh(f"chmod -R a+rX {WORK}")
+    CG.mkdir(exist_ok=True)
+    tables: dict[str, dict[str, list[list[float]]]] = {name: {} for name in binaries}
+    try:
+        for _ in range(runs):
+            for name, binary in binaries.items():
+                trace: list[str] = []
+                got, _wall = timed(binary, (secrets.token_hex(16), secrets.token_hex(16)), None, trace=trace)
+                phases = [[float(v) for v in line.split()[2::2]] for line in trace if line.startswith("TRACE ")]
+                ends = [[float(v) for v in re.findall(r"([0-9.]+) ms", line)] for line in trace if line.startswith("TIMED ")]
+                total = [0.0]
+                for i, op in enumerate(got.ops):
+                    row = [op.seconds * 1e3, *phases[i], *ends[i]] if i < len(phases) and i < len(ends) else [op.seconds * 1e3]
+                    if len(row) == 8:
+                        row.append(row[0] - sum(row[1:8]))
+                    tables[name].setdefault(f"op{i + 1}", []).append(row)
+                    total[0] += op.seconds * 1e3
+                tables[name].setdefault("total", []).append(total)
+    finally:
+        CG.rmdir()
+    cols = ["op", "malloc", "h2d", "kernel", "d2h", "free", "freeze", "pages", "rest"]
+    figures["noise"] = tables
+    for name, table in tables.items():
+        for op, rows in table.items():
+            parts = []
+            for j, col in enumerate(cols):
+                vals = [r[j] for r in rows if len(r) > j]
+                if len(vals) > 1:
+                    parts.append(f"{col} {statistics.median(vals):.2f}±{statistics.pstdev(vals):.2f}")
+            say(f"  {name:6s} {op:5s} ({len(rows)} runs, ms, median±sd): " + "  ".join(parts))
+        totals = [r[0] for r in table["total"]]
+        # a submission ranks the median of 5 runs: the spread of that median across submissions
+        medians = [statistics.median(totals[i : i + 5]) for i in range(0, len(totals) - 4, 5)]
+        cv_run = statistics.pstdev(totals) / statistics.fmean(totals)
+        cv_sub = statistics.pstdev(medians) / statistics.fmean(medians) if len(medians) > 1 else float("nan")
+        say(f"  {name:6s} a run's total: cv {cv_run:.2%}; the median of 5 runs, {len(medians)} such: cv {cv_sub:.2%}")
+
+
 def main() -> None:
+    if os.environ.get("NOISE"):
+        noise(int(os.environ["NOISE"]))
+        return
     gpu = (
         subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
         .stdout.strip()

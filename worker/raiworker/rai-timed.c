@@ -22,8 +22,13 @@
  *   "P <in> <out>"  prepare: rai-timed makes the operation's inputs (<in> floats, from a key the
  *                   job never sees) in a memfd the job cannot reach yet, and answers "R" with a
  *                   memfd for <out> floats of outputs, which the job maps before the clock runs;
+ *   "Q <in> <out>"  prepare, as "P", and the answer "R" carries a second memfd, read-only: the
+ *                   memory the inputs will be copied into at "B" (zeros until then), which the job
+ *                   maps and page-locks for the GPU before the clock runs (the copies to the GPU
+ *                   are then DMA at the bus's speed, not staged through the CPU, whose speed wanders);
  *   "B"             begin: rai-timed reads its clock, then answers "G" with the inputs (read-only,
- *                   sealed): before this instant the inputs were unknowable to the job;
+ *                   sealed; after "Q": copied, after the clock started, into the memory the job
+ *                   already holds): before this instant the inputs were unknowable to the job;
  *   "E"             end: rai-timed freezes the whole cgroup; once every thread is frozen it reads
  *                   a word at a keyed place of every page of the outputs (up to 8 threads, an
  *                   order drawn at prepare: ~2-3 ms for 450 MB on a 16-core host) and then reads
@@ -59,6 +64,7 @@
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -141,6 +147,8 @@ static int64_t now_ns(void) {
 struct op {
     uint64_t in_n, out_n;       /* floats */
     int in_fd, out_fd;          /* memfds (in_fd until it is handed over) */
+    const unsigned char *in_src; /* "Q": the drawn inputs (in_fd, sealed), copied at begin into */
+    unsigned char *in_dst;      /*   the job's inputs' memory (mapped by it, and page-locked, at prepare) */
     int state;                  /* 0 prepared, 1 begun, 2 ended */
     int64_t t0, t1;             /* rai-timed's clock at begin, and once the cgroup froze after end */
     long long cpu0, cpu1;       /* the cgroup's CPU microseconds at those instants */
@@ -148,6 +156,7 @@ struct op {
     uint64_t *hashes;           /* the outputs' fingerprint per chunk, taken while frozen after end */
     uint32_t *words;            /* a word at a keyed place of every page, read first after the freeze */
     uint32_t *order;            /* the pages in the order they are read then, drawn at prepare */
+    uint32_t *at;               /* where in each of those pages (its word's index), drawn then too */
     const unsigned char *view;  /* rai-timed's own mapping of the outputs, every page mapped at prepare */
 };
 
@@ -199,6 +208,15 @@ static long long keyed(int fd, const char *key) {
 static long long cpu_usec(void) { return keyed(R.cpu_fd, "usage_usec"); }
 
 /* Freeze every thread of every process of the run; returns once the kernel says frozen (or 2 s). */
+/* bench/ranked_op_gpu.py's noise mode builds with -DRAI_TIMED_TRACE: where the end mark's time goes */
+#ifdef RAI_TIMED_TRACE
+#define TRACE_AT(v) int64_t v = now_ns()
+#define TRACE(...) fprintf(stderr, __VA_ARGS__)
+#else
+#define TRACE_AT(v) (void)0
+#define TRACE(...) (void)0
+#endif
+
 static int freeze(void) {
     if (write_str(R.freeze_fd, "1") != 0) return -1;
     int64_t start = now_ns();
@@ -262,11 +280,33 @@ static size_t word_at(int index, uint64_t page, size_t bytes) {
     return off + 4 <= bytes ? off : (bytes - 4) & ~(size_t)3;
 }
 
+/* Threads for work over ``pages`` pages done while the clock runs (reading the outputs, copying
+ * the inputs): one per CPU this process may use, at most MAX_THREADS, one for small work. */
+#define MAX_THREADS 16
+static int threads_for(uint64_t pages) {
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return pages < 1024 ? 1 : cores > MAX_THREADS ? MAX_THREADS : cores < 1 ? 1 : cores;
+}
+
+/* fn on each of n parts (``size`` bytes apart), on n threads at once (the caller's the first). */
+static void in_parallel(void *(*fn)(void *), void *parts, size_t size, int n) {
+    pthread_t thread[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int t = 1; t < n; t++) {
+        started[t] = pthread_create(&thread[t], NULL, fn, (char *)parts + (size_t)t * size) == 0;
+        if (!started[t]) fn((char *)parts + (size_t)t * size);
+    }
+    fn(parts);
+    for (int t = 1; t < n; t++)
+        if (started[t]) pthread_join(thread[t], NULL);
+}
+
 struct words_part {
     const struct op *o;
     int index;
     uint32_t *into;
-    const uint32_t *order;
+    const uint32_t *order, *at;
     uint64_t from, to;
 };
 
@@ -275,31 +315,25 @@ static void *read_words(void *arg) {
     size_t bytes = w->o->out_n * 4;
     for (uint64_t i = w->from; i < w->to; i++) {
         uint64_t page = w->order ? w->order[i] : i;
+        size_t off = w->at ? (size_t)w->at[i] * 4 : word_at(w->index, page, bytes);
         uint32_t v;
-        memcpy(&v, w->o->view + word_at(w->index, page, bytes), 4); /* mapped at prepare: reads only, no fault */
+        memcpy(&v, w->o->view + off, 4); /* mapped at prepare: reads only, no fault */
         w->into[page] = v;
     }
     return NULL;
 }
 
-/* A word of every page, in the order drawn at prepare (``order``, or page by page without one),
- * read by up to 8 threads at once: the first thing done after the freeze, so that a write still
- * landing in the outputs (a GPU's copy) is seen unless it lands within a few milliseconds. */
-static int page_words(struct op *o, int index, uint32_t *into, const uint32_t *order) {
+/* A word of every page, in the order drawn at prepare (``order`` with the places ``at``, or page by
+ * page without), read by up to MAX_THREADS threads at once: the first thing done after the freeze,
+ * so that a write still landing in the outputs (a GPU's copy) is seen unless it lands within a
+ * few milliseconds. */
+static int page_words(struct op *o, int index, uint32_t *into, const uint32_t *order, const uint32_t *at) {
     uint64_t pages = (o->out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = pages < 4096 ? 1 : cores > 8 ? 8 : cores < 1 ? 1 : (int)cores;
-    struct words_part part[8];
-    pthread_t thread[8];
-    int started[8] = {0};
-    for (int t = 0; t < n; t++) {
-        part[t] = (struct words_part){o, index, into, order, pages * (uint64_t)t / (uint64_t)n, pages * (uint64_t)(t + 1) / (uint64_t)n};
-        started[t] = t > 0 && pthread_create(&thread[t], NULL, read_words, &part[t]) == 0;
-        if (t > 0 && !started[t]) read_words(&part[t]);
-    }
-    read_words(&part[0]);
-    for (int t = 1; t < n; t++)
-        if (started[t]) pthread_join(thread[t], NULL);
+    int n = threads_for(pages);
+    struct words_part part[MAX_THREADS];
+    for (int t = 0; t < n; t++)
+        part[t] = (struct words_part){o, index, into, order, at, pages * (uint64_t)t / (uint64_t)n, pages * (uint64_t)(t + 1) / (uint64_t)n};
+    in_parallel(read_words, part, sizeof part[0], n);
     return 0;
 }
 
@@ -353,28 +387,38 @@ static void checks(FILE *f, struct op *o, int index) {
 }
 
 /* -- the marks protocol ---------------------------------------------------------------------------- */
-static int send_fd(int sock, const char *msg, int fd) {
+/* The answer ``msg`` with ``n`` descriptors (0-2). */
+static int send_fds(int sock, const char *msg, const int *fds, int n) {
     struct iovec iov = {(void *)msg, strlen(msg)};
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(2 * sizeof(int))];
         struct cmsghdr align;
     } u;
     struct msghdr mh = {0};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    if (fd >= 0) {
+    if (n > 0) {
         memset(&u, 0, sizeof u);
         mh.msg_control = u.buf;
-        mh.msg_controllen = sizeof u.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)n * sizeof(int));
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
     }
     /* never blocks: a job that does not read its answers is told so, it cannot hold rai-timed */
     if (sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) return problem("the run did not take rai's answer to its mark"), -1;
     return 0;
+}
+
+static int send_fd(int sock, const char *msg, int fd) { return send_fds(sock, msg, &fd, fd >= 0 ? 1 : 0); }
+
+/* A read-only descriptor of memfd ``fd`` (the job maps it, and cannot write through it). */
+static int read_only(int fd) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return open(path, O_RDONLY | O_CLOEXEC);
 }
 
 static int memfd(const char *name, size_t bytes) {
@@ -388,19 +432,22 @@ static int memfd(const char *name, size_t bytes) {
 }
 
 /* "P <in> <out>": the operation's inputs, drawn now from the input key (the job sees them only
- * after "B"), and its outputs' memfd, which the job gets at once. */
+ * after "B"), and its outputs' memfd, which the job gets at once. "Q <in> <out>": the same, and the
+ * job also gets at once, read-only, the memory its inputs will be copied into at "B" (mapped, and
+ * page-locked for the GPU's copies, before the clock runs; what it holds until then is zeros). */
 static int prepare(int sock, const char *msg) {
     unsigned long long in_n, out_n;
-    char extra;
-    if (sscanf(msg, "P %llu %llu %c", &in_n, &out_n, &extra) != 2 || in_n == 0 || out_n == 0)
+    char kind, extra;
+    if (sscanf(msg, "%c %llu %llu %c", &kind, &in_n, &out_n, &extra) != 3 || in_n == 0 || out_n == 0)
         return problem("the run broke the marks protocol (a prepare without two sizes)"), -1;
+    const unsigned long long in_copies = kind == 'Q' ? 2 : 1; /* "Q": rai-timed's and the job's */
     if (R.nops > 0 && R.ops[R.nops - 1].state != 2)
         return problem("the run broke the marks protocol (operation %d prepared before the last one ended)", R.nops + 1), -1;
     if (R.nops >= R.max_ops) return problem("the run timed more than %d operations", R.max_ops), -1;
-    if (in_n > (unsigned long long)R.max_bytes / 4 || out_n > (unsigned long long)R.max_bytes / 4 ||
-        (in_n + out_n) * 4 > (unsigned long long)(R.max_bytes - R.bytes_used))
+    if (in_n > (unsigned long long)R.max_bytes / 8 || out_n > (unsigned long long)R.max_bytes / 4 ||
+        (in_copies * in_n + out_n) * 4 > (unsigned long long)(R.max_bytes - R.bytes_used))
         return problem("the run's operations asked for more than %lld bytes of inputs and outputs in all", R.max_bytes), -1;
-    R.bytes_used += (long long)((in_n + out_n) * 4);
+    R.bytes_used += (long long)((in_copies * in_n + out_n) * 4);
     struct op *o = &R.ops[R.nops];
     memset(o, 0, sizeof *o);
     o->in_n = in_n;
@@ -429,7 +476,8 @@ static int prepare(int sock, const char *msg) {
     uint64_t pages = (out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
     o->words = calloc(pages, sizeof(uint32_t));
     o->order = malloc(pages * sizeof(uint32_t));
-    if (!o->hashes || !o->words || !o->order) return problem("operation %d: no memory", R.nops + 1), -1;
+    o->at = malloc(pages * sizeof(uint32_t));
+    if (!o->hashes || !o->words || !o->order || !o->at) return problem("operation %d: no memory", R.nops + 1), -1;
     uint64_t shuffle = draw(R.check_key, D_ORDER, (uint64_t)R.nops, (uint64_t)now_ns() | (1ULL << 62));
     for (uint64_t i = 0; i < pages; i++) o->order[i] = (uint32_t)i;
     for (uint64_t i = pages; i > 1; i--) {
@@ -438,23 +486,71 @@ static int prepare(int sock, const char *msg) {
         o->order[i - 1] = o->order[j];
         o->order[j] = t;
     }
+    for (uint64_t i = 0; i < pages; i++) o->at[i] = (uint32_t)(word_at(R.nops, o->order[i], out_n * 4) / 4);
     R.nops++;
-    return send_fd(sock, "R", o->out_fd);
+    if (kind == 'P') return send_fd(sock, "R", o->out_fd);
+    /* "Q": the job's inputs' memory, every page written once now, so that neither the job's mapping
+     * nor the copy at begin faults; sealed so that the job can neither shrink it (the copy would
+     * fault) nor grow it */
+    int job_fd = memfd("rai-inputs-job", in_n * 4);
+    if (job_fd < 0 || fcntl(job_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        if (job_fd >= 0) close(job_fd);
+        return problem("operation %d: no memory for its inputs", R.nops), -1;
+    }
+    void *src = mmap(NULL, in_n * 4, PROT_READ, MAP_SHARED | MAP_POPULATE, o->in_fd, 0);
+    void *dst = mmap(NULL, in_n * 4, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, job_fd, 0);
+    if (src == MAP_FAILED || dst == MAP_FAILED) return problem("operation %d: no memory for its inputs", R.nops), -1;
+    memset(dst, 0, in_n * 4);
+    o->in_src = src;
+    o->in_dst = dst;
+    int fds[2] = {o->out_fd, read_only(job_fd)};
+    close(job_fd);
+    if (fds[1] < 0) return problem("operation %d: its inputs could not be opened", R.nops), -1;
+    int rc = send_fds(sock, "R", fds, 2);
+    close(fds[1]);
+    return rc;
 }
 
-/* "B": the clock starts, then the inputs are handed over (read-only). */
+struct copy_part {
+    unsigned char *to;
+    const unsigned char *from;
+    size_t bytes;
+};
+
+static void *copy_part(void *arg) {
+    const struct copy_part *c = arg;
+    memcpy(c->to, c->from, c->bytes);
+    return NULL;
+}
+
+/* "Q"'s inputs into the job's memory, by up to MAX_THREADS threads (~2-3 ms for ECE 408's 92 MB
+ * layer): inside the operation's time, since anything of the job (a thread, a GPU kernel reading
+ * mapped memory) may read them from the first byte written. */
+static void copy_inputs(struct op *o) {
+    size_t bytes = o->in_n * 4, pages = (bytes + PAGE_BYTES - 1) / PAGE_BYTES;
+    int n = threads_for(pages);
+    struct copy_part part[MAX_THREADS];
+    for (int t = 0; t < n; t++) {
+        size_t from = pages * (size_t)t / (size_t)n * PAGE_BYTES, to = pages * (size_t)(t + 1) / (size_t)n * PAGE_BYTES;
+        if (to > bytes) to = bytes;
+        part[t] = (struct copy_part){o->in_dst + from, o->in_src + from, to > from ? to - from : 0};
+    }
+    in_parallel(copy_part, part, sizeof part[0], n);
+}
+
+/* "B": the clock starts, then the inputs are handed over (read-only): their memfd ("P"), or copied
+ * into the memory the job mapped at prepare ("Q"). */
 static int begin(int sock) {
     struct op *o = R.nops ? &R.ops[R.nops - 1] : NULL;
     if (!o || o->state != 0) return problem("the run broke the marks protocol (a begin without a prepare)"), -1;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", o->in_fd);
-    int ro = open(path, O_RDONLY | O_CLOEXEC);
-    if (ro < 0) return problem("operation %d: its inputs could not be opened", R.nops), -1;
+    int ro = o->in_dst ? -1 : read_only(o->in_fd);
+    if (!o->in_dst && ro < 0) return problem("operation %d: its inputs could not be opened", R.nops), -1;
     o->cpu0 = cpu_usec();
     o->t0 = now_ns();
     o->state = 1;
+    if (o->in_dst) copy_inputs(o);
     int rc = send_fd(sock, "G", ro);
-    close(ro);
+    if (ro >= 0) close(ro);
     close(o->in_fd);
     o->in_fd = -1;
     return rc;
@@ -464,14 +560,24 @@ static int begin(int sock) {
 static int end_mark(int sock) {
     struct op *o = R.nops ? &R.ops[R.nops - 1] : NULL;
     if (!o || o->state != 1) return problem("the run broke the marks protocol (an end without a begin)"), -1;
+    TRACE_AT(e0);
     if (freeze() != 0) return problem("operation %d: the job could not be frozen at its end mark", R.nops), -1;
+    TRACE_AT(e1);
     /* the clock stops once every page of the outputs has been read once: a write still landing (a
      * GPU's copy, which the freezer cannot stop) before its page is read is inside the time, one
      * after it is seen at the end; nothing done after the clock stopped can reach what is checked */
-    int rc = page_words(o, R.nops - 1, o->words, o->order);
+    int rc = page_words(o, R.nops - 1, o->words, o->order, o->at);
     o->t1 = now_ns();
+    TRACE("TIMED op %d: end mark to frozen %.3f ms, pages read %.3f ms\n", R.nops, (double)(e1 - e0) / 1e6,
+          (double)(o->t1 - e1) / 1e6);
     o->cpu1 = cpu_usec();
     o->state = 2;
+    if (o->in_dst) { /* after the clock: unmapping ~250 MB is not the operation's */
+        munmap(o->in_dst, o->in_n * 4);
+        munmap((void *)o->in_src, o->in_n * 4);
+        o->in_dst = NULL;
+        o->in_src = NULL;
+    }
     if (rc == 0) rc = fingerprint(o, R.nops - 1, o->hashes);
     thaw();
     if (rc != 0) return problem("operation %d: its outputs could not be read", R.nops), -1;
@@ -481,7 +587,7 @@ static int end_mark(int sock) {
 /* One mark, a line without its newline (any process of the job may write there: the protocol, not
  * the writer, is checked). */
 static int on_mark(int sock, const char *msg) {
-    if (msg[0] == 'P') return prepare(sock, msg);
+    if (msg[0] == 'P' || msg[0] == 'Q') return prepare(sock, msg);
     if (!strcmp(msg, "B")) return begin(sock);
     if (!strcmp(msg, "E")) return end_mark(sock);
     problem("the run broke the marks protocol (an unknown mark)");
@@ -534,7 +640,7 @@ static void write_result(int status, long long cpu) {
         uint64_t *now = calloc(o->nchunks, sizeof(uint64_t));
         uint32_t *words = calloc(pages, sizeof(uint32_t));
         int changed = !now || !words || fingerprint(o, i, now) != 0 || memcmp(now, o->hashes, sizeof(uint64_t) * o->nchunks) != 0 ||
-                      page_words(o, i, words, NULL) != 0 || memcmp(words, o->words, sizeof(uint32_t) * pages) != 0;
+                      page_words(o, i, words, NULL, NULL) != 0 || memcmp(words, o->words, sizeof(uint32_t) * pages) != 0;
         free(now);
         free(words);
         fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),

@@ -126,10 +126,12 @@ struct Layer {
 const Layer kLayers[] = {{16, 1, 28, 28, 5}, {32, 16, 12, 12, 5}};
 
 // A ranked run: each layer's convolution, timed and checked by rai (rai_op.h); the GPU builds
-// make CUDA's context first and page-lock the outputs while the clock runs (gpu_warmup.cu)
+// make CUDA's context first and page-lock the inputs' and outputs' memory while the clock runs
+// (gpu_warmup.cu)
 extern "C" void rai_gpu_warmup() __attribute__((weak));
 extern "C" void rai_gpu_pin(void *p, size_t bytes) __attribute__((weak));
-extern "C" void rai_gpu_unpin(void *p) __attribute__((weak));
+extern "C" void rai_gpu_pin_inputs(const void *p, size_t bytes) __attribute__((weak));
+extern "C" void rai_gpu_unpin(const void *p) __attribute__((weak));
 
 int ranked(int batch) {
   if (rai_gpu_warmup) rai_gpu_warmup();
@@ -140,10 +142,14 @@ int ranked(int batch) {
     const float *in;
     rai_op_prepare(nx + nk, ny, &y);
     if (rai_gpu_pin) rai_gpu_pin(y, ny * sizeof(float));
+    if (rai_gpu_pin_inputs) rai_gpu_pin_inputs(rai_op_inputs(), (nx + nk) * sizeof(float));
     rai_op_begin(&in);
     conv_forward(in, in + nx, y, batch, l.M, l.C, l.H, l.W, l.K);
     rai_op_end();
-    if (rai_gpu_unpin) rai_gpu_unpin(y);
+    if (rai_gpu_unpin) {
+      rai_gpu_unpin(y);
+      rai_gpu_unpin(in);
+    }
   }
   printf("Ranked run (%s): %zu convolution layers on a batch of %d, timed and checked by rai\n", conv_name(),
          sizeof kLayers / sizeof kLayers[0], batch);

@@ -6,8 +6,11 @@
 //
 //   float *y;  const float *in;
 //   rai_op_prepare(n_in, n_out, &y);  // y: the outputs' memory (n_out floats, mapped and zeroed;
-//                                     //    untimed). The inputs are drawn now, out of reach.
-//   rai_op_begin(&in);                // the clock starts, then `in` (n_in floats, read-only) exists
+//                                     //    untimed). The inputs are drawn now, out of reach;
+//                                     //    rai_op_inputs() is the (read-only) memory they will be
+//                                     //    copied into at begin: zeros until then (page-lock it
+//                                     //    and y for the GPU here, before the clock)
+//   rai_op_begin(&in);                // the clock starts, then `in` (n_in floats, read-only) holds them
 //   ... the operation: read in, write y ...
 //   rai_op_end();                     // the clock stops once every thread of the job is frozen;
 //                                     // y is fingerprinted then and checked against the course's
@@ -35,6 +38,7 @@ extern "C" {
 
 static int rai_op_fd_ = -2, rai_op_out_ = -1;
 static size_t rai_op_in_ = 0;
+static const float *rai_op_inputs_ = NULL; /* the operation's inputs' memory, mapped at prepare */
 
 /* Whether this is a ranked run (rai-timed gave it the marks' pipe and the answers' socket). */
 static inline int rai_op_ranked(void) {
@@ -46,15 +50,16 @@ static inline int rai_op_ranked(void) {
   return rai_op_fd_ >= 0;
 }
 
-/* Send the mark ``msg`` (a line); wait for the one-letter answer ``want`` and the descriptor it may carry. */
-static inline int rai_op_ask_(const char *msg, char want, int *fd) {
+/* Send the mark ``msg`` (a line); wait for the one-letter answer ``want`` and the descriptors it
+ * carries: ``fd`` and ``fd2`` (NULL: none expected). */
+static inline int rai_op_ask2_(const char *msg, char want, int *fd, int *fd2) {
   char line[80];
   int len = snprintf(line, sizeof line, "%s\n", msg);
   if (len <= 0 || len >= (int)sizeof line || write(rai_op_out_, line, (size_t)len) != len) return -1;
   char got = 0;
   struct iovec iov = {&got, 1};
   union {
-    char buf[CMSG_SPACE(sizeof(int))];
+    char buf[CMSG_SPACE(2 * sizeof(int))];
     struct cmsghdr align;
   } u;
   struct msghdr mh;
@@ -67,13 +72,16 @@ static inline int rai_op_ask_(const char *msg, char want, int *fd) {
   do n = recvmsg(rai_op_fd_, &mh, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
   if (n != 1 || got != want) return -1;
-  if (fd) {
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
-    memcpy(fd, CMSG_DATA(c), sizeof(int));
-  }
+  const size_t want_fds = fd2 ? 2 : fd ? 1 : 0;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+  if (want_fds == 0) return c ? -1 : 0;
+  if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(want_fds * sizeof(int))) return -1;
+  memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if (fd2) memcpy(fd2, CMSG_DATA(c) + sizeof(int), sizeof(int));
   return 0;
 }
+
+static inline int rai_op_ask_(const char *msg, char want, int *fd) { return rai_op_ask2_(msg, want, fd, NULL); }
 
 static inline void rai_op_die_(const char *what) {
   fprintf(stderr, "rai_op: %s failed (is this a ranked run of the course's harness?)\n", what);
@@ -83,19 +91,31 @@ static inline void rai_op_die_(const char *what) {
 /* An operation of n_in input floats and n_out output floats; *out: where the outputs go. */
 static inline void rai_op_prepare(size_t n_in, size_t n_out, float **out) {
   char msg[64];
-  int fd = -1;
-  snprintf(msg, sizeof msg, "P %zu %zu", n_in, n_out);
-  if (!rai_op_ranked() || rai_op_ask_(msg, 'R', &fd) != 0) rai_op_die_("prepare");
+  int fd = -1, in_fd = -1;
+  snprintf(msg, sizeof msg, "Q %zu %zu", n_in, n_out);
+  if (!rai_op_ranked() || rai_op_ask2_(msg, 'R', &fd, &in_fd) != 0) rai_op_die_("prepare");
   void *p = mmap(NULL, n_out * sizeof(float), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);
   if (p == MAP_FAILED) rai_op_die_("mapping the outputs");
   memset(p, 0, n_out * sizeof(float)); /* every page in place before the clock runs */
   *out = (float *)p;
+  void *q = mmap(NULL, n_in * sizeof(float), PROT_READ, MAP_SHARED | MAP_POPULATE, in_fd, 0);
+  close(in_fd);
+  if (q == MAP_FAILED) rai_op_die_("mapping the inputs");
+  rai_op_inputs_ = (const float *)q;
   rai_op_in_ = n_in;
 }
 
+/* The memory the prepared operation's inputs will be in (read-only; zeros until begin). */
+static inline const float *rai_op_inputs(void) { return rai_op_inputs_; }
+
 /* The clock starts; *in: the inputs, which exist from now on. */
 static inline void rai_op_begin(const float **in) {
+  if (rai_op_inputs_) { /* copied by rai-timed into the memory mapped at prepare */
+    if (rai_op_ask_("B", 'G', NULL) != 0) rai_op_die_("begin");
+    *in = rai_op_inputs_;
+    return;
+  }
   int fd = -1;
   if (rai_op_ask_("B", 'G', &fd) != 0) rai_op_die_("begin");
   void *p = mmap(NULL, rai_op_in_ * sizeof(float), PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
