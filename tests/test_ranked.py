@@ -155,7 +155,10 @@ def test_a_run_that_did_not_do_the_work_in_the_timed_span_does_not_rank_and_says
 
 @pytest.mark.parametrize("variant", ["mutate", "lease", "passfd"])
 def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_path, variant):
-    """C13: the inputs are sealed, read-only (a reference computed later sees what was drawn).
+    """C13: the inputs are sealed, read-only (a reference computed later sees what was drawn); the
+    memory they are copied into at begin, which the job maps read-only at prepare, stays read-only
+    even through its descriptor reopened for writing (a memfd is mode 0777): no writable mapping,
+    no write, no hole punched under rai-timed's copy.
     C30: a lease or a lock on the outputs makes nothing wait: rai-timed never opens them again; a
     descriptor cannot be passed to rai-timed at all (closing a lingering socket would hold it in
     the kernel past the bound: the hostile review). The runs did the work, so they rank."""
@@ -164,6 +167,7 @@ def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_pa
     assert m["problem"] is None and m["accuracy"] == 1.0, m
     if variant == "mutate":
         assert "mutating the inputs: refused" in out and "ALLOWED" not in out, out
+        assert "mapped writable: refused; written: refused; a hole punched: refused" in out, out
     elif variant == "lease":
         assert "lease on the outputs: refused" in out and "TAKEN" not in out, out
     else:

@@ -81,6 +81,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
 #ifndef MFD_CLOEXEC
 #define MFD_CLOEXEC 0x0001U
 #define MFD_ALLOW_SEALING 0x0002U
@@ -490,19 +493,25 @@ static int prepare(int sock, const char *msg) {
     R.nops++;
     if (kind == 'P') return send_fd(sock, "R", o->out_fd);
     /* "Q": the job's inputs' memory, every page written once now, so that neither the job's mapping
-     * nor the copy at begin faults; sealed so that the job can neither shrink it (the copy would
-     * fault) nor grow it */
+     * nor the copy at begin faults. Sealed: no one can shrink it (the copy would fault) or grow it,
+     * and only the mapping rai-timed holds can write it (F_SEAL_FUTURE_WRITE: a memfd is mode 0777,
+     * so the job could reopen its read-only descriptor for writing through /proc/self/fd, but could
+     * then neither map it writable, write nor punch holes in it). */
     int job_fd = memfd("rai-inputs-job", in_n * 4);
-    if (job_fd < 0 || fcntl(job_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-        if (job_fd >= 0) close(job_fd);
-        return problem("operation %d: no memory for its inputs", R.nops), -1;
-    }
+    if (job_fd < 0) return problem("operation %d: no memory for its inputs", R.nops), -1;
     void *src = mmap(NULL, in_n * 4, PROT_READ, MAP_SHARED | MAP_POPULATE, o->in_fd, 0);
     void *dst = mmap(NULL, in_n * 4, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, job_fd, 0);
-    if (src == MAP_FAILED || dst == MAP_FAILED) return problem("operation %d: no memory for its inputs", R.nops), -1;
+    if (src == MAP_FAILED || dst == MAP_FAILED) {
+        close(job_fd);
+        return problem("operation %d: no memory for its inputs", R.nops), -1;
+    }
     memset(dst, 0, in_n * 4);
     o->in_src = src;
     o->in_dst = dst;
+    if (fcntl(job_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+        close(job_fd);
+        return problem("operation %d: its inputs' memory could not be sealed", R.nops), -1;
+    }
     int fds[2] = {o->out_fd, read_only(job_fd)};
     close(job_fd);
     if (fds[1] < 0) return problem("operation %d: its inputs could not be opened", R.nops), -1;
