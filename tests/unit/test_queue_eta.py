@@ -350,3 +350,40 @@ def test_one_estimate_serves_every_request_for_a_line_up_in_its_second(db, monke
     late = add_job(db, add_user(db, "late"))
     low, high, _ = shown(db, late)
     assert len(calls) == before + 1 and high > 0
+
+
+def test_a_fleet_with_room_plays_no_queue_and_parses_no_running_build_file(db, monkeypatch):
+    """Issue 52 (bench/fleet_sim.py): every submission's answer made the queue's schedule, which
+    parsed every running job's build file for its wall limit and played the queue forward ~150
+    times (~0.1 s of CPU with 100 jobs running): 120 slots at 10 submissions a second took a
+    server process's whole core and its API answered in tens of seconds. With an idle slot for
+    every waiting job, each starts after the release-to-claim gap: nothing needs playing."""
+    import raiserver.jobs.eta as eta
+    import raiserver.jobs.views as views
+
+    parsed: list[str] = []
+    real = views.wall_limit
+    monkeypatch.setattr(views, "wall_limit", lambda job, s, spec=None: parsed.append(job.id) or real(job, s, spec))
+    monkeypatch.setattr(eta, "_left", lambda *a: (_ for _ in ()).throw(AssertionError("the queue was played")))
+    add_worker(db, slots=200)
+    owners = [add_user(db, f"f{i}") for i in range(120)]
+    for o in owners[:5]:
+        finished(db, o, 8)
+    on_slots = {running(db, o, ran=3).id for o in owners}
+    new = add_job(db, add_user(db, "newcomer"))
+    low, high, _ = shown(db, new)
+    assert (low, high) == (0, 5)  # the release-to-claim gap (1 s until history says), rounded outward
+    assert not on_slots & set(parsed), "running jobs' build files were parsed"
+
+
+def test_with_room_the_answer_is_what_the_plays_give(monkeypatch):
+    """The shortcut answers exactly what playing the queue would (``start_now`` forced off)."""
+    import raiserver.jobs.eta as eta
+
+    history = {"dev": [(8.0 + i % 3, True) for i in range(30)]}
+    running_jobs = [Slotted(f"r{i}", "dev", 600.0, ran=float(i % 7)) for i in range(50)]
+    waiting_jobs = [Slotted(f"w{i}", "dev" if i else "new", 600.0) for i in range(3)]
+    quick = estimate(60, running_jobs, waiting_jobs, history, gap=0.7)
+    monkeypatch.setattr(eta, "start_now", lambda *a: False)
+    assert estimate(60, running_jobs, waiting_jobs, history, gap=0.7) == quick
+    assert all(w.low == w.high == w.mid == 0.7 for w in quick.values()) and quick["w1"].guess is not None  # behind a kind without history

@@ -21,7 +21,7 @@ from raiserver.access.permissions import Principal, is_staff
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_workers
 from raiserver.grading.kinds import Deadlines, in_words
-from raiserver.jobs.eta import DEFAULT_GAP, Newcomers, Slotted, Wait, estimate
+from raiserver.jobs.eta import DEFAULT_GAP, Newcomers, Slotted, Wait, estimate, start_now
 from raiserver.jobs.fairshare import fair_order, runs_on
 from raiserver.jobs.lifecycle import claimed_at, phases_of, wall_limit
 from raiserver.store.db import utcnow
@@ -185,12 +185,11 @@ class QueueView:
         if slots == 0:
             return None
         now = utcnow()
-        running = []
+        on_slots: list[tuple[Job, float]] = []
         mine = (Job.queue == queue) & (Job.state == JobState.running)
         for job in self.db.scalars(select(Job).where(or_(mine, runs_on(live)), Job.waiting.is_(None))):
             claimed = claimed_at(job)
-            ran = max((now - claimed).total_seconds(), 0.0) if claimed else 0.0
-            running.append(Slotted(job.id, job.kind, wall_limit(job, self.settings), ran=ran, alone=job.reserved))
+            on_slots.append((job, max((now - claimed).total_seconds(), 0.0) if claimed else 0.0))
             self._started.add(job.id)
         released = self.db.scalars(
             select(Job).where(Job.queue == queue, Job.state == JobState.queued, Job.released_at.is_not(None)).order_by(Job.released_at)
@@ -209,12 +208,16 @@ class QueueView:
             )
             waiting.append(Slotted(j.id, j.kind, wall_limit(j, s), alone=j.reserved, yields=yields))
             busy.add(j.owner_id)
+        # a running job's wall limit (its build file parsed) matters only when the queue is played
+        # forward: with an idle slot for every waiting job, nobody waits for a running one to end
+        room = start_now(slots, len(on_slots), waiting)
+        running = [Slotted(j.id, j.kind, 0.0 if room else wall_limit(j, s), ran=ran, alone=j.reserved) for j, ran in on_slots]
         key = (queue, slots, frozenset((r.id, int(r.ran or 0)) for r in running), tuple((w.id, w.yields) for w in waiting))
         made = _SCHEDULES.get(key)
         if made is not None and time.monotonic() - made[0] < SCHEDULE_SECONDS:
             return made[1]
         history = self._recent(queue, {r.id: r.ran or 0.0 for r in running})
-        etas = estimate(slots, running, waiting, history, self._gaps[queue], self._newcomers(queue, now))
+        etas = estimate(slots, running, waiting, history, self._gaps[queue], None if room else self._newcomers(queue, now))
         if len(_SCHEDULES) > 64:  # one entry per queue and line-up lives a second: keep the dict small
             _SCHEDULES.clear()
         _SCHEDULES[key] = (time.monotonic(), etas)
