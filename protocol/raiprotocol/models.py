@@ -259,6 +259,7 @@ class TimedRun(BaseModel):
     forbid: list[str] = []  # file-name globs that read as empty in the build's and the timed runs' containers (C25)
     build_files: list[str] | None = None  # the student files the build's /src holds (None: all of them)
     max_bytes: int = 2 * 1024**3  # inputs plus outputs of all the operations of one timed run
+    profile: str = ""  # the course's profiled run after the timed runs (feedback, never ranked); "": none
     predictions: str = ""  # unused since issue 46 (a worker from before reads it)
     seeds: list[int] | None = None  # unused since issue 46
 

@@ -170,6 +170,12 @@ class Ranked(_Strict):
     # carried into the program (an .incbin of a "report" that is a library)
     build_files: list[str] | None = Field(default=None, max_length=20)
     seeded: bool = False  # unused since issue 46: every operation's inputs are drawn for it
+    # feedback and a cross-check, never the ranked number: after the timed runs, the student's
+    # program runs once more under this command (a profiler around the timed command: nsys profile
+    # ... ./m2 10000, then nsys stats --report cuda_gpu_kern_sum), on inputs drawn for it, in a
+    # fresh container, untimed and unchecked. Its kernel table is the student's; a kernel total
+    # the measured operations cannot contain is flagged for staff
+    profile: str | None = Field(default=None, min_length=1, max_length=MAX_COMMAND_CHARS)
 
     @field_validator("student_files")
     @classmethod

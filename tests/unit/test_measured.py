@@ -165,3 +165,28 @@ def test_staff_list_the_runs_below_the_floor(db):
     db.commit()
     listed = quarantined(db, Settings())
     assert [q["job_id"] for q in listed] == [jobs[0].id] and "below the physics floor" in listed[0]["why"]
+
+
+# nsys stats --report cuda_gpu_kern_sum's table, the form parse_kernels reads (tests/unit/test_results.py)
+KERNEL_TABLE = [
+    " Time (%)  Total Time (ns)  Instances  Avg (ns)  Med (ns)  Min (ns)  Max (ns)  StdDev (ns)  Name",
+    " --------  ---------------  ---------  --------  --------  --------  --------  -----------  ----",
+    "    100.0         {ns}          2   1000000   1000000   1000000   1000000            0  conv_forward_kernel(const float *)",
+    "",
+]
+
+
+@pytest.mark.parametrize("kernel_ms, flagged", [(5.0, False), (500.0, True)])
+def test_the_profiled_runs_kernels_are_feedback_and_a_cross_check_never_the_number(kernel_ms, flagged):
+    """A course's profiled run (ranked.profile): its kernel table is kept for the student; a kernel
+    total the measured operations cannot contain is flagged for staff; the ranked number is rai-timed's."""
+    from raiserver.grading.results import parse_kernels
+
+    kernels = parse_kernels(line.replace("{ns}", str(int(kernel_ms * 1e6))) for line in KERNEL_TABLE)
+    assert [k.ms for k in kernels] == [kernel_ms]
+    plain = summarize([run("honest") for _ in range(3)], SPEC, 1, None)
+    m = summarize([run("honest") for _ in range(3)], SPEC, 1, None, kernels=kernels)
+    assert m.op_time == plain.op_time and m.kernels == kernels and (m.problem is None)
+    said = [f for f in m.flags if f.startswith("the profiled run's kernels took")]
+    assert bool(said) == flagged, m.flags
+    assert not flagged or "more than the operations' measured" in said[0]

@@ -261,7 +261,10 @@ class JobRun:
         name = self.settings.worker_name
 
         def tell() -> None:
+            timed = self.grant.timed
             before = "its reference runs and timed run 1" if r == 1 else f"timed run {r}"
+            if timed is not None and r > timed.repeats:
+                before = "its profiled run"
             self.sink.system(
                 f"Before {before}: the jobs waiting for {name} run first (each within its wall limit); then this run has it alone again"
             )

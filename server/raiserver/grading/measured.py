@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from raiprotocol.models import Measured, MeasuredRun
+from raiprotocol.models import KernelTime, Measured, MeasuredRun
 from raiprotocol.spec import CourseSpec, Ranked
 from raiserver.grading.floor import floor_seconds
 from raiserver.grading.opcheck import Mismatch, compare
@@ -22,6 +22,9 @@ from raiserver.grading.opcheck import Mismatch, compare
 QUARANTINE = "quarantine: below the physics floor"  # staff's list of runs that beat physics
 CPU_BUSY = 2.0  # CPU seconds per second of operation past which staff are told (the work may be on the CPU)
 CPU_BUSY_FLAG = "the CPU was busy during the operations"
+# the profiled run's kernels past this many times the measured operations' total: the program did
+# GPU work under the profiler that its timed runs did not show (or ran kernels outside its operations)
+KERNELS_PAST = 1.2
 
 
 class _Unranked(Exception):
@@ -67,12 +70,14 @@ def summarize(
     printed_op_time: float | None,
     gpu_name: str | None = None,
     planned: int | None = None,
+    kernels: list[KernelTime] | None = None,
 ) -> Measured:
     """The ranked number of a ranked job: the median timed run's total of its operations' times, as
     rai-timed took them, when every run's outputs agree with the course's reference (issue 46).
-    ``planned``: how many timed runs there were to be (a failed one ends the others)."""
+    ``planned``: how many timed runs there were to be (a failed one ends the others); ``kernels``:
+    the course's profiled run's kernel table (feedback, and a cross-check: never the number)."""
     ranked = spec.ranked
-    m = Measured(course_version=version, measure=ranked.measure, printed_op_time=printed_op_time)
+    m = Measured(course_version=version, measure=ranked.measure, printed_op_time=printed_op_time, kernels=kernels or [])
     if ranked.measure != "op":
         m.problem = (
             f"the course's build file (version {version}) is timed with measure: {ranked.measure}, which no longer ranks: "
@@ -124,10 +129,25 @@ def summarize(
     return m
 
 
+def _kernel_flags(flags: list[str], kernels: list[KernelTime], median: float) -> list[str]:
+    """The profiler's cross-check: its kernels' total against the measured operations. More than
+    they can contain is flagged; a CPU busy during operations that the kernels do not fill is said
+    with the kernels' share."""
+    if not kernels or median <= 0:
+        return flags
+    total = sum(k.ms for k in kernels) / 1e3
+    if total > KERNELS_PAST * median:
+        flags.append(
+            f"the profiled run's kernels took {in_words(total)}, more than the operations' measured {in_words(median)}: "
+            "under the profiler the program did GPU work its timed runs did not show, or ran kernels outside its operations"
+        )
+    return [f"{f}; the profiled run's kernels: {in_words(total)}" if f.startswith(CPU_BUSY_FLAG) else f for f in flags]
+
+
 def _flags(m: Measured, ranked: Ranked, printed_op_time: float | None, median: float) -> list[str]:
     """What staff should look at: a printed time far from the measured one, a GPU that slowed
-    down, timed runs that varied, a CPU busy during the operations."""
-    flags = list(m.flags)
+    down, timed runs that varied, a CPU busy during the operations, the profiler's kernels."""
+    flags = _kernel_flags(list(m.flags), m.kernels, median)
     if printed_op_time is not None and median > 0 and abs(printed_op_time - median) > ranked.tolerance * median:
         flags.append(f"the program printed an op time of {printed_op_time:.6g} s; the service measured {median:.6g} s")
     for i, state in enumerate(m.gpu, 1):

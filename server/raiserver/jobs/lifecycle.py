@@ -176,7 +176,8 @@ def finish_job(
         course = db.get_one(CourseBuild, job.course_build_id)
         spec = spec_of(course)
         planned = job.repeats or spec.ranked.repeats
-        summary.measured = summarize(measured, spec, course.version, summary.op_time_total, job.gpu_name, planned)
+        kernels = summary.kernels if spec.ranked.profile else None  # the course's profiled run's
+        summary.measured = summarize(measured, spec, course.version, summary.op_time_total, job.gpu_name, planned, kernels)
         if state is not JobState.succeeded and summary.measured.problem is None:
             summary.measured.problem = f"the job {state.value.replace('_', ' ')}"
     job.results = summary.model_dump()
@@ -326,6 +327,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
             cpu_seconds=ranked.cpu_seconds,
             forbid=ranked.forbid or [],
             build_files=ranked.build_files,
+            profile=ranked.profile or "",
         )
         repeats = 1
     return ClaimGranted(

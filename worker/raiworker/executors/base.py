@@ -151,6 +151,10 @@ class Executor(ABC):
             exit_code=-1, wall_seconds=0.0, problem=f"the {self.name} executor cannot measure ranked runs; they need the Docker executor"
         )
 
+    def profile(self, ctx: JobContext, timed: TimedRun, sink: LogSink) -> None:  # noqa: B027 - optional
+        """After the timed runs, the course's profiled run (``timed.profile``): the student's
+        program once more under a profiler, untimed, its output the student's feedback."""
+
     def explain_kill(self, code: int, ctx: JobContext) -> str | None:
         """A reason for a command that died of a signal (e.g. out of memory), if known."""
         return None
@@ -275,6 +279,16 @@ def _failed(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watch, c
     return Outcome(JobState.failed, exit_code=code, failed_command=command, message=why)
 
 
+def _others_first(ctx: JobContext, watch: _Watch, r: int) -> bool:
+    """Before run ``r`` of a ranked job (the timed runs, then the profiled run): the jobs waiting
+    for the host run first; the time they take is not the job's. False: it was cancelled meanwhile."""
+    watch.deadline, paused = float("inf"), time.monotonic()
+    ctx.between_runs(r, lambda: watch.reason is not None)
+    spent = time.monotonic() - paused
+    watch.wall_deadline = ctx.wall_deadline = ctx.wall_deadline + spent
+    return not watch.reason
+
+
 def _timed_runs(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watch) -> Outcome | None:
     """A ranked job's timed runs, measured by the executor (``ctx.measured``); the outcome of the
     first that failed, None when none did or the watchdog stopped them."""
@@ -282,11 +296,7 @@ def _timed_runs(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watc
     if timed is None or watch.reason:
         return None
     for r in range(1, timed.repeats + 1):
-        watch.deadline, paused = float("inf"), time.monotonic()  # the time others run is not the job's
-        ctx.between_runs(r, lambda: watch.reason is not None)
-        spent = time.monotonic() - paused
-        watch.wall_deadline = ctx.wall_deadline = ctx.wall_deadline + spent
-        if watch.reason:  # cancelled while others ran
+        if not _others_first(ctx, watch, r):
             return None
         watch.arm(ctx, timed.command)
         ctx.phase("timed run started", str(r))
@@ -305,6 +315,13 @@ def _timed_runs(executor: Executor, ctx: JobContext, sink: LogSink, watch: _Watc
             return Outcome(
                 JobState.failed, exit_code=run.exit_code if run.exit_code > 0 else None, failed_command=timed.command, message=why
             )
+    if timed.profile:  # feedback and the server's cross-check; nothing of it ranks or fails the job
+        if not _others_first(ctx, watch, timed.repeats + 1):
+            return None
+        watch.arm(ctx, timed.profile)
+        ctx.phase("profiled run started")
+        executor.profile(ctx, timed, sink)
+        sink.flush()
     return None
 
 

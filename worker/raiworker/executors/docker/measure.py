@@ -50,6 +50,7 @@ BOUND_MAX = 120.0  # a timed run's bound when the course sets none: 20x the refe
 BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still leaves room for a slow start)
 BOUND_FACTOR = 20.0
 REFERENCES_AT_ONCE = 5  # the course's reference runs side by side (one GPU context each)
+PROFILE_BOUND = 300.0  # the profiled run's bound: a profiler's replay and its report take longer than a run
 
 
 @dataclass
@@ -99,6 +100,26 @@ class TimedRuns(ContainerJob):
                 return run
             sink.system(f"Timed run {r}: the GPU slowed down during it ({', '.join(slowed)}); it runs again")
         return run
+
+    def profile(self, ctx: JobContext, timed: TimedRun, sink: LogSink) -> None:
+        """The course's profiled run: the student's program once more, under the course's profiler
+        command, in a fresh container like a timed run's (the forbidden files masked), on inputs
+        drawn for it alone; its output is the student's (the kernel table), and nothing of it is
+        checked or ranked. The server compares its kernels' total with the measured operations."""
+        helper = timed_helper(ctx.settings.work_dir, ctx.settings.timed_helper)
+        if self.container is None or helper is None or self.kept is None:
+            return
+        sink.system(running_line(timed.profile))
+        keys = (secrets.token_hex(16), secrets.token_hex(16))
+        with self._fresh(ctx, "prof", helper, self.masked) as (cgroup, failed):
+            run = failed or self._run_in(ctx, timed.profile, keys, PROFILE_BOUND, sink, cgroup, timed, "prof", watch=False, budget=False)
+        why = run.problem or run.result.problem
+        if run.result.bound_ms is not None:
+            why = f"it was stopped at its bound of {PROFILE_BOUND:g} s"
+        elif why is None and run.code != 0:
+            why = f"it exited with status {run.code}"
+        if why:
+            sink.system(f"The profiled run (feedback only; it ranks nothing): {why}")
 
     def _reference_runs(self, ctx: JobContext, timed: TimedRun, sink: LogSink, helper: Path) -> list[tuple[tuple[str, str], _Ran]]:
         """Before the first timed run: keys for every timed run (the inputs' and the checks', here and
@@ -198,8 +219,10 @@ class TimedRuns(ContainerJob):
         timed: TimedRun,
         slot: str,
         watch: bool = True,
+        budget: bool = True,
     ) -> _Ran:
-        """``command`` under rai-timed in this container, in a cgroup of its own (``slot``), with ``keys``."""
+        """``command`` under rai-timed in this container, in a cgroup of its own (``slot``), with ``keys``;
+        ``budget``: the course's CPU budget holds (a timed run's; not a profiler's)."""
         try:
             job_cgroup = cgroup.job(self.container.id, slot)
         except OSError as exc:
@@ -213,7 +236,7 @@ class TimedRuns(ContainerJob):
         argv += ["--secrets", f"{out_dir}/keys", "--max-bytes", str(timed.max_bytes)]
         if bound is not None:
             argv += ["--bound-ms", str(int(bound * 1000))]
-            if timed.cpu_seconds is not None:  # the student's runs only (the reference's have no bound either)
+            if timed.cpu_seconds is not None and budget:  # the student's timed runs only (the reference's have no bound)
                 argv += ["--cpu-budget-ms", str(max(1, int(timed.cpu_seconds * 1000)))]
         argv += ["--", *self.wrap, "/bin/sh", "-c", command]
         gpu_watch = self._gpu_watch(ctx, int(uid)) if watch else None
