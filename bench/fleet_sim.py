@@ -35,7 +35,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +54,9 @@ from raiprotocol import logwire
 from raiprotocol.models import LogStream
 from raiworker.executors.base import Executor, JobContext
 from raiworker.logsink import LogSink
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from term_pages import private_redis  # noqa: E402 - the term bench's, beside this file
 
 BENCH = Path(__file__).resolve().parent
 PG_BASE = os.environ.get("RAI_TEST_PG", "postgresql://postgres@127.0.0.1:5432").replace("postgresql+psycopg://", "postgresql://")
@@ -252,32 +254,6 @@ def _named(word: bytes) -> list[int]:
 
 
 # -- the service ------------------------------------------------------------------------------
-
-
-@contextmanager
-def private_redis(tmp: Path) -> Iterator[tuple[str, int]]:
-    from raiserver.ops.launch import free_port
-
-    port = free_port()
-    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        import redis
-
-        r = redis.Redis(port=port)
-        for _ in range(100):
-            with suppress(redis.RedisError):
-                if r.ping():
-                    break
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0", proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @contextmanager
@@ -652,7 +628,7 @@ def run(o: Options) -> Figures:
     parts: list[launch.Part] = []
     try:
         with ExitStack() as stack:
-            redis_url, redis_pid = (o.redis_url, 0) if o.redis_url else stack.enter_context(private_redis(tmp))
+            redis_url, redis_pid = (o.redis_url, 0) if o.redis_url else stack.enter_context(private_redis())
             db_url = o.database_url or stack.enter_context(fresh_database())
             stack.callback(stop_all, parts)  # before Redis and the database go
             port, token = launch.free_port(), uuid.uuid4().hex

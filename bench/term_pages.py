@@ -257,8 +257,9 @@ def costs(url: str, data: Path, redis_url: str, ps: list[Page]) -> dict[str, Cos
 
 
 @contextmanager
-def private_redis() -> Iterator[str]:
-    """A redis-server of the bench's own, in a temporary folder."""
+def private_redis() -> Iterator[tuple[str, int]]:
+    """A redis-server of the bench's own, in a temporary folder: its URL and its pid (the fleet
+    simulator counts its CPU)."""
     port = launch.free_port()
     d = Path(tempfile.mkdtemp(prefix="rai-term-redis-"))
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -277,7 +278,7 @@ def private_redis() -> Iterator[str]:
                     break
             except redis.RedisError:
                 time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://127.0.0.1:{port}/0", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)
@@ -319,7 +320,7 @@ def server(url: str, data: Path, redis_url: str, processes: int) -> Iterator[str
 
 def measure(url: str, data: Path, rounds: int, processes: int) -> tuple[list[Page], dict[str, list[float]], dict[str, Cost]]:
     ps = pages(targets(url, data / "storage"))
-    with private_redis() as redis_url:
+    with private_redis() as (redis_url, _pid):
         with server(url, data, redis_url, processes) as base:
             cs = clients(lambda **kw: httpx.Client(base_url=base, timeout=120, **kw))
             times = timings(cs, [p for p in ps if not p.export], rounds)
