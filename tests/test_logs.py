@@ -12,12 +12,13 @@ from raiprotocol.keys import stream_key
 from raiprotocol.logwire import END
 from raiprotocol.models import LogStream
 from raiserver.live.logs import LogStore
+from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage
 from raiworker.logsink import LogSink
 
 
 def _store(url: str, tmp_path) -> LogStore:
-    return LogStore(url, Storage(tmp_path / "storage"), ttl=60)
+    return LogStore(RedisService(url), Storage(tmp_path / "storage"), ttl=60)
 
 
 def test_writers_share_one_exact_numbering(any_redis, tmp_path):

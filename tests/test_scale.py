@@ -115,11 +115,12 @@ def test_stream_caps_answer_429_with_retry_after_not_a_broken_stream(svc, tmp_pa
 def test_a_slow_watcher_is_cut_off_and_others_go_on(redis_url, tmp_path):
     from raiserver.live.feed import LogHub
     from raiserver.live.logs import LogStore
+    from raiserver.store.redisconn import RedisService
     from raiserver.store.storage import Storage
     from raiworker.logsink import LogSink
 
     job = f"slow-{tmp_path.name}"
-    store = LogStore(redis_url, Storage(tmp_path / "st"), ttl=60)
+    store = LogStore(RedisService(redis_url), Storage(tmp_path / "st"), ttl=60)
     hub = LogHub(store, lambda ids: {}, per_student=10, per_staff=10, per_process=10, buffer_lines=5000)
     sink = LogSink(redis.Redis.from_url(redis_url), job, 10**9, 65536)
 

@@ -40,6 +40,7 @@ from raiserver.live.queuefeed import QueueFeed, Rows, Sessions
 from raiserver.ops import loops, metrics
 from raiserver.services import AppServices
 from raiserver.store.db import AWAY_TYPES, Database, away, migrate
+from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage
 from raiserver.store.tables import Job, User
 
@@ -52,7 +53,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     db = Database(settings.db_url)
     migrate(db.engine)
     storage = Storage(settings.data_dir / "storage")
-    logs = LogStore(settings.redis_url, storage, settings.log_ttl_seconds)
+    redis_service = RedisService(settings.redis_url)
+    logs = LogStore(redis_service, storage, settings.log_ttl_seconds)
 
     def job_states(ids: list[str]) -> dict[str, Any]:
         with db.session() as session:
@@ -67,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     svc = AppServices(
         settings=settings,
         storage=storage,
+        redis=redis_service,
         logs=logs,
         dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.visibility_timeout),
         db=db,
@@ -79,8 +82,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             buffer_lines=settings.stream_buffer_lines,
         ),
         queue_feed=QueueFeed(queue_and_sessions),
-        login_limiter=LoginLimiter(logs.redis, settings.login_failures_per_ip, settings.login_failures_per_key),
-        upload_gate=UploadGate(logs.redis, settings.upload_attempts_per_minute, settings.uploads_in_flight),
+        login_limiter=LoginLimiter(redis_service.sync, settings.login_failures_per_ip, settings.login_failures_per_key),
+        upload_gate=UploadGate(redis_service.sync, settings.upload_attempts_per_minute, settings.uploads_in_flight),
     )
 
     @asynccontextmanager
@@ -107,7 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         for task in tasks:
             task.cancel()
         await svc.hub.close()
-        await svc.logs.aclose()
+        await svc.redis.aclose()
         db.engine.dispose()
 
     app = FastAPI(

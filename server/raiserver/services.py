@@ -21,6 +21,8 @@ from raiserver.live.feed import LogHub
 from raiserver.live.logs import LogStore
 from raiserver.live.queuefeed import QueueFeed
 from raiserver.store.db import Database
+from raiserver.store.redisconn import RedisService
+from raiserver.store.runmarks import CancelFlags, Fences, Leases
 from raiserver.store.storage import Storage
 
 
@@ -32,9 +34,16 @@ def _no_kick() -> None:
 class Services:
     settings: Settings
     storage: Storage
+    redis: RedisService  # the process's one Redis: every user of it is handed this
     logs: LogStore
     dispatcher: Dispatcher
     kick: Callable[[], None] = _no_kick  # run a fair-share release pass soon
+    fences: Fences = field(init=False)  # which attempt of a job may write
+    leases: Leases = field(init=False)  # runs that renewed their lease through Redis
+    cancels: CancelFlags = field(init=False)  # running jobs asked to stop
+
+    def __post_init__(self) -> None:
+        self.fences, self.leases, self.cancels = Fences(self.redis.sync), Leases(self.redis.sync), CancelFlags(self.redis.sync)
 
 
 @dataclass

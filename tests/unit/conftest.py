@@ -11,6 +11,7 @@ from raiserver.config import Settings
 from raiserver.live.logs import LogStore
 from raiserver.services import Services
 from raiserver.store.db import Database, migrate
+from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage
 
 
@@ -28,14 +29,16 @@ def services(redis_url, tmp_path) -> Iterator[Services]:
     """The server's services on this test's own storage; Redis is the session's (job ids are unique)."""
     storage = Storage(tmp_path / "storage")
     settings = Settings(max_attempts=2, worker_dead_after=45)
-    logs = LogStore(redis_url, storage, ttl=60)
+    redis_service = RedisService(redis_url)
+    logs = LogStore(redis_service, storage, ttl=60)
     kicks: list[int] = []
     svc = Services(
         settings=settings,
         storage=storage,
+        redis=redis_service,
         logs=logs,
         dispatcher=None,  # type: ignore[arg-type]
         kick=lambda: kicks.append(1),
     )
     yield svc
-    logs.redis.close()
+    redis_service.sync.close()

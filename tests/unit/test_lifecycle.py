@@ -23,7 +23,7 @@ def end_marker(services, job_id: str) -> str | None:
     from raiprotocol.keys import stream_key
     from raiprotocol.logwire import decode_entry
 
-    ends = [b.x for b in (decode_entry(i, f) for i, f in services.logs.redis.xrange(stream_key(job_id))) if b.s == END]
+    ends = [b.x for b in (decode_entry(i, f) for i, f in services.redis.sync.xrange(stream_key(job_id))) if b.s == END]
     return ends[-1] if ends else None
 
 
@@ -107,7 +107,7 @@ def test_waiting_in_slurm_is_shown_queued_and_a_node_failure_requeues(db, servic
 def _fence(services, job_id: str) -> bytes | None:
     from raiprotocol.keys import fence_key
 
-    return services.logs.redis.get(fence_key(job_id))
+    return services.redis.sync.get(fence_key(job_id))
 
 
 def test_the_lease_decides_not_the_workers_heartbeat(db, services):
@@ -124,11 +124,11 @@ def test_the_lease_decides_not_the_workers_heartbeat(db, services):
     assert reap(db, services) == 0 and job.state is JobState.running
     job.lease_at -= timedelta(seconds=600)  # and the HTTP renewals too, but Redis has one
     db.commit()
-    services.logs.redis.set(lease_key(job.id), "1", px=50_000)
+    services.redis.sync.set(lease_key(job.id), "1", px=50_000)
     assert reap(db, services) == 0 and job.state is JobState.running
     with pytest.raises(Conflict, match="running on w1"):  # nor may another worker take it
         claim_job(db, services, job.id, Claim(worker="w2", attempt=1))
-    services.logs.redis.delete(lease_key(job.id))
+    services.redis.sync.delete(lease_key(job.id))
     assert reap(db, services) == 1 and job.state is JobState.queued
     assert _fence(services, job.id) == b"2"  # the old run's next line is refused
 
@@ -218,5 +218,5 @@ def test_fences_lost_with_redis_come_back_from_the_database(db, services):
     job = add_job(db, add_user(db, "alice"))
     add_worker(db, "w1")
     claim_job(db, services, job.id, Claim(worker="w1", attempt=1))
-    services.logs.redis.delete(fence_key(job.id))  # a flush
+    services.redis.sync.delete(fence_key(job.id))  # a flush
     assert restore_fences(db, services) >= 1 and _fence(services, job.id) == b"1"

@@ -44,9 +44,9 @@ def fence(svc: Services, job: Job) -> None:
     s = svc.settings
     try:
         if job.state.finished:
-            svc.logs.fence(job.id, "end", s.log_ttl_seconds + s.visibility_timeout)
+            svc.fences.raise_to(job.id, "end", s.log_ttl_seconds + s.visibility_timeout)
         else:
-            svc.logs.fence(job.id, job.attempt, s.visibility_timeout)
+            svc.fences.raise_to(job.id, job.attempt, s.visibility_timeout)
     except redis.RedisError as exc:
         log.warning("job %s: fence not set (%s); the reaper sets it again", job.id, exc)
 
@@ -170,6 +170,7 @@ def finish_job(
     relevant = RelevantLines()
     svc.logs.archive(job.id, copy if copy.exists() else None, each=lambda b: relevant.feed(b.s, b.x))
     copy.unlink(missing_ok=True)
+    svc.cancels.clear(job.id)
     summary = parse_log(relevant.lines())
     summary.gpu_shared_with = gpu_shared_with
     if job.course_build_id is not None:
@@ -276,7 +277,7 @@ def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
     if by.id != job.owner_id:
         audit(db, by.username, "job.cancel", job.id, owner=job.owner.username)
     db.commit()
-    svc.logs.request_cancel(job.id)
+    svc.cancels.request(job.id)
     svc.logs.system(job.id, f"Cancel requested by {by.username}; stopping its commands")
 
 
@@ -495,7 +496,7 @@ def lease_lapsed(svc: Services, job: Job, now: datetime, awake_since: datetime |
     if renewed is not None and now - renewed < window:
         return False
     try:
-        return job.id not in svc.logs.leases_held([job.id])
+        return job.id not in svc.leases.held([job.id])
     except redis.RedisError:
         return False  # cannot tell: wait for the next pass
 
@@ -512,7 +513,7 @@ def reap(db: Session, svc: Services, awake_since: datetime | None = None) -> int
     quiet = [j for j in running if j.worker is None or now - (j.lease_at or claimed_at(j) or now - window) >= window]
     if not quiet:
         return 0
-    held = svc.logs.leases_held([j.id for j in quiet])  # a Redis error fails the pass: nothing requeued
+    held = svc.leases.held([j.id for j in quiet])  # a Redis error fails the pass: nothing requeued
     n = 0
     for job in quiet:
         if job.id in held:
@@ -528,7 +529,7 @@ def restore_fences(db: Session, svc: Services) -> int:
     rows = db.execute(
         select(Job.id, Job.attempt).where((Job.state == JobState.running) | ((Job.state == JobState.queued) & Job.released_at.is_not(None)))
     ).all()
-    svc.logs.restore_fences(dict(rows), svc.settings.visibility_timeout)
+    svc.fences.restore(dict(rows), svc.settings.visibility_timeout)
     return len(rows)
 
 

@@ -10,8 +10,7 @@ from collections import Counter
 
 import redis
 
-COUNTS = "rai:metrics:counts"  # hash "name|label" -> count, summed over processes
-STREAMS = "rai:metrics:streams"  # hash pid -> "open streams|unix time"
+from raiserver.store.redis_keys import COUNTS, STREAMS
 
 
 class ProcessCounts:

@@ -14,13 +14,11 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import redis
-import redis.asyncio as aioredis
-
-from raiprotocol.keys import cancel_key, fence_key, lease_key, stream_key
-from raiprotocol.logwire import APPEND_LUA, END, FENCE_LUA, Batch, append_call, decode_entry, lost_range, restored_note
+from raiprotocol.keys import stream_key
+from raiprotocol.logwire import APPEND_LUA, END, Batch, append_call, decode_entry, lost_range, restored_note
 from raiprotocol.markers import one_line
 from raiprotocol.models import LogStream
+from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage
 
 PAGE_ENTRIES = 500  # Redis entries per XRANGE page
@@ -91,17 +89,14 @@ def _covered(spans: list[tuple[int, int]], first: int, last: int) -> bool:
 
 
 class LogStore:
-    def __init__(self, redis_url: str, storage: Storage, ttl: int, pool_size: int = 16):
-        # Both clients share small pools and wait for a free connection rather than fail: the
-        # connections a server process holds never grow with the number of people watching.
-        self.redis = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(redis_url, max_connections=pool_size, timeout=20))
-        self.aredis = aioredis.Redis(
-            connection_pool=aioredis.BlockingConnectionPool.from_url(redis_url, max_connections=pool_size, timeout=20)
-        )
+    """A job's log, live and stored. Fences, leases and cancel flags are ``store.runmarks``'."""
+
+    def __init__(self, redis_service: RedisService, storage: Storage, ttl: int):
+        self.redis = redis_service.sync
+        self.aredis = redis_service.aio
         self.storage = storage
         self.ttl = ttl
         self._append = self.redis.register_script(APPEND_LUA)
-        self._fence = self.redis.register_script(FENCE_LUA)
 
     # -- writing (server side: system lines and the end marker) -------------------------------
     def system(self, job_id: str, text: str, t: float | None = None) -> None:
@@ -111,34 +106,6 @@ class LogStore:
     def end(self, job_id: str, state: str) -> None:
         keys, args = append_call(stream_key(job_id), END, time.time(), state, 1)
         self._append(keys=keys, args=args)
-
-    # -- the fence: which attempt of a job may write (raiprotocol.keys.fence_key) ----------------
-    def fence(self, job_id: str, attempt: int | str, ttl: int) -> None:
-        """Raise the job's fence to ``attempt`` (or "end"): a run of an older attempt is refused
-        from its next line on. ``ttl``: past any run of the job (an ended one's, past late writers)."""
-        self._fence(keys=[fence_key(job_id)], args=[str(attempt), max(int(ttl), 1)])
-
-    def restore_fences(self, fences: dict[str, int], ttl: int) -> None:
-        """Put back fences Redis lost (a flush, a wiped Redis), from the database: raised, never
-        lowered, so a change made meanwhile stands."""
-        if not fences:
-            return
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id, attempt in fences.items():
-            self._fence(keys=[fence_key(job_id)], args=[str(attempt), ttl], client=pipe)
-        pipe.execute()
-
-    def leases_held(self, job_ids: list[str]) -> set[str]:
-        """The jobs whose run renewed its lease through Redis lately (its key has not expired)."""
-        if not job_ids:
-            return set()
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in job_ids:
-            pipe.exists(lease_key(job_id))
-        return {j for j, held in zip(job_ids, pipe.execute(), strict=False) if held}
-
-    def request_cancel(self, job_id: str) -> None:
-        self.redis.set(cancel_key(job_id), b"1", ex=24 * 3600)
 
     def pages(self, job_id: str, after: int = 0) -> Iterator[list[Batch]]:
         """The live stream after line ``after``, a page at a time (end marker left out)."""
@@ -171,7 +138,6 @@ class LogStore:
                 if each is not None:
                     each(batch)
         self.redis.expire(key, self.ttl)
-        self.redis.delete(cancel_key(job_id))
         return lines
 
     def system_after_archive(self, job_id: str, text: str) -> None:
@@ -230,7 +196,3 @@ class LogStore:
         """One page of the live stream after line ``after`` (the end marker included)."""
         entries = await self.aredis.xrange(stream_key(job_id), min=f"0-{after + 1}", max="+", count=PAGE_ENTRIES)
         return [b.after(after) or b for b in (decode_entry(i, f) for i, f in entries)]
-
-    async def aclose(self) -> None:
-        await self.aredis.aclose()
-        self.redis.close()

@@ -27,7 +27,7 @@ log = logging.getLogger("raiserver")
 @contextmanager
 def one_process_at_a_time(svc: AppServices, name: str, timeout: int) -> Iterator[bool]:
     """A Redis lock across every server process: yields whether this one holds it."""
-    lock = svc.logs.redis.lock(process_lock(name), timeout=timeout, blocking=False)
+    lock = svc.redis.sync.lock(process_lock(name), timeout=timeout, blocking=False)
     if not lock.acquire():
         yield False
         return
@@ -43,7 +43,7 @@ def awake_since(svc: AppServices, now: float) -> datetime:
     every process busy or away, Redis away or wiped): leases are judged only a full window after
     it, so the server's own stall is never taken for the workers' silence. Kept in Redis: any
     server process may hold the reaper's lock next."""
-    r = svc.logs.redis
+    r = svc.redis.sync
     last = r.getset(REAPER_LAST, now)
     stalled = max(3 * svc.settings.reaper_interval, 10.0)
     if last is None or now - float(last) > stalled:
@@ -65,7 +65,7 @@ def reaper_pass(svc: AppServices, forget: bool = False) -> int:
             restore_fences(db, svc)
             n = reap(db, svc, since)
             if forget:
-                gone = svc.dispatcher.forget_stale(svc.logs.redis, lambda job_id, attempt: _stale(db, job_id, attempt))
+                gone = svc.dispatcher.forget_stale(svc.redis.sync, lambda job_id, attempt: _stale(db, job_id, attempt))
                 if gone:
                     log.info("dropped %d delivery(ies) held by workers that died", gone)
             return n
@@ -143,7 +143,7 @@ def similarity_pass(svc: AppServices) -> int | None:
             return None
 
         def beat() -> None:
-            svc.logs.redis.expire(process_lock("similarity"), SIMILARITY_LOCK_SECONDS)
+            svc.redis.sync.expire(process_lock("similarity"), SIMILARITY_LOCK_SECONDS)
 
         log.info("making similarity report %d", report)
         make(svc.db, svc.storage, report, beat)

@@ -37,9 +37,10 @@ from raiserver.access.hardening import came_through_proxy, is_loopback
 from raiserver.api.deps import ServicesDep
 from raiserver.errors import Forbidden
 from raiserver.fleet.workers import live_workers
-from raiserver.live.counts import COUNTS, STREAMS, ProcessCounts
+from raiserver.live.counts import ProcessCounts
 from raiserver.services import AppServices, services_of
 from raiserver.store.db import SETTLE, Database, utcnow
+from raiserver.store.redis_keys import COUNTS, STREAMS
 from raiserver.store.tables import Job
 
 log = logging.getLogger("raiserver")
@@ -56,7 +57,7 @@ async def flush_loop(app: FastAPI) -> None:
         lines, hub.lines_sent = hub.lines_sent, 0
         if lines:
             counts.add("log_lines", "sent", lines)
-        await run_in_threadpool(counts.flush, svc.logs.redis, hub.open_streams)
+        await run_in_threadpool(counts.flush, svc.redis.sync, hub.open_streams)
 
 
 class HttpCounts:
@@ -135,7 +136,7 @@ class Collector:
 
     def collect(self) -> Iterator[Any]:
         settings = self.svc.settings
-        r = self.svc.logs.redis
+        r = self.svc.redis.sync
         with self.svc.db.session() as db:
             jobs = GaugeMetricFamily("rai_jobs", "Jobs by state", labels=["state"])
             by_state = dict(db.execute(select(Job.state, func.count()).group_by(Job.state)).all())

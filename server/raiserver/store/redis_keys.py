@@ -7,6 +7,8 @@ import hashlib
 
 REAPER_LAST = "rai:reaper:last"  # when the reaper last ran (any server process)
 REAPER_AWAKE = "rai:reaper:awake"  # since when it has run without a long gap
+COUNTS = "rai:metrics:counts"  # hash "name|label" -> count, summed over processes (live/counts.py)
+STREAMS = "rai:metrics:streams"  # hash pid -> "open streams|unix time"
 
 
 def process_lock(name: str) -> str:

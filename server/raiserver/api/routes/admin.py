@@ -100,7 +100,7 @@ def audit_log(
 @router.post("/images/pull", response_model=PullRequest)
 def pull_image(body: PullBody, svc: ServicesDep, p: InstructorUser, db: SessionDep) -> PullRequest:
     """Ask every worker to pull an image from its registry (on the worker host: jobs have no network)."""
-    req = request_pull(svc.logs.redis, body.image)
+    req = request_pull(svc.redis.sync, body.image)
     audit(db, p.user.username, "image.pull", req.image)
     db.commit()
     return req
@@ -116,7 +116,7 @@ async def load_image(request: Request, p: InstructorUser, svc: ServicesDep) -> l
         dest = blob_path(svc.storage, sha)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp.replace(dest)
-        reqs = [request_pull(svc.logs.redis, name, blob=sha) for name in names]
+        reqs = [request_pull(svc.redis.sync, name, blob=sha) for name in names]
         with svc.db.session() as db:
             audit(db, p.user.username, "image.load", ", ".join(names), sha256=sha)
             db.commit()

@@ -31,7 +31,7 @@ def heartbeat(hb: Heartbeat, db: SessionDep, svc: ServicesDep) -> HeartbeatReply
     if lost:
         log.warning("worker %s does not list %d job(s) it held: requeued", hb.name, lost)
     svc.kick()  # free slots may have appeared
-    return HeartbeatReply(pull=wanted_by(svc.logs.redis, w.images))
+    return HeartbeatReply(pull=wanted_by(svc.redis.sync, w.images))
 
 
 @router.get("/workers", response_model=list[WorkerOut])

@@ -1,0 +1,26 @@
+"""The process's one connection to Redis, made once at start and handed to every user of it (the
+log store, the run marks, the loops, the metrics, the login limiter, the upload gate, image pulls):
+nobody opens a second pool, so the connections a server process holds never grow with its users."""
+
+from __future__ import annotations
+
+import redis
+import redis.asyncio as aioredis
+
+
+class RedisService:
+    """A synchronous client (handlers run in threads) and an asynchronous one (the live feeds), each
+    over a small pool that waits for a free connection rather than fail under a crowd of watchers."""
+
+    def __init__(self, url: str, pool_size: int = 16, wait_seconds: float = 20) -> None:
+        self.url = url
+        self.sync: redis.Redis = redis.Redis(
+            connection_pool=redis.BlockingConnectionPool.from_url(url, max_connections=pool_size, timeout=wait_seconds)
+        )
+        self.aio: aioredis.Redis = aioredis.Redis(
+            connection_pool=aioredis.BlockingConnectionPool.from_url(url, max_connections=pool_size, timeout=wait_seconds)
+        )
+
+    async def aclose(self) -> None:
+        await self.aio.aclose()
+        self.sync.close()
