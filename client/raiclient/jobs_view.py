@@ -11,7 +11,7 @@ from raiprotocol.states import ExitCode, JobState, exit_code_for
 
 from . import listings, table
 from .errors import ApiError
-from .output import cell, kib, local, print_results, say, waits
+from .output import cell, kib, local, print_results, results_view, say, waits
 from .session import duration, fail, last_job_id, session, when
 
 # status' rows, in order: the job's field and the name shown (times without their _at)
@@ -78,7 +78,7 @@ def history(args: argparse.Namespace) -> int:
     rows = []
     for job in jobs:
         took = duration(job)
-        op = (job.get("results") or {}).get("op_time_total")
+        op = results_view(job.get("results")).op_time_total
         rows.append(
             [
                 cell(job["id"]),

@@ -14,9 +14,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from types import MappingProxyType
+from typing import Any, NamedTuple, TextIO, TypeVar
 
 from raiprotocol.logwire import Batch
 from raiprotocol.markers import SYSTEM_MARK, disarm
@@ -310,45 +311,89 @@ def quoted(command: str) -> str:
     return f"the command {command}"
 
 
+class MeasuredView(NamedTuple):
+    """What the client shows of a ranked run's ``raiprotocol.models.Measured``: the wire model's
+    names, typed, on the standard library (the submit path imports no pydantic, nor
+    dataclasses: 15 ms of its start)."""
+
+    course_version: int | None = None
+    measure: str | None = None
+    op_time: float | None = None
+    runs: Sequence[float] = ()
+    spread: float | None = None
+    accuracy: float | None = None
+    error: float | None = None
+    flags: Sequence[str] = ()
+    problem: str | None = None
+
+
+class ResultsView(NamedTuple):
+    """What the client shows of a job's ``raiprotocol.models.JobResultSummary`` (``JobOut.results``),
+    read from the server's JSON by ``results_view``; tests/unit/test_summaries.py checks every name
+    here against the wire model."""
+
+    op_times: Sequence[float] = ()
+    op_time_total: float | None = None
+    op_time_runs: Sequence[float] = ()
+    op_time_spread: float | None = None
+    correctness: Mapping[str, float] = MappingProxyType({})
+    elapsed_seconds: float | None = None
+    max_rss_kb: int | None = None
+    measured: MeasuredView | None = None
+
+
+View = TypeVar("View", ResultsView, MeasuredView)
+
+
+def _view(cls: type[View], data: Mapping[str, Any]) -> View:
+    """``cls`` from the fields of ``data`` it names (absent or null: the field's default)."""
+    return cls(**{name: data[name] for name in cls._fields if data.get(name) is not None})
+
+
+def results_view(results: Mapping[str, Any] | None) -> ResultsView:
+    """A job's ``results`` as the server sent them (JSON), typed: the one place that reads them by key."""
+    r = results or {}
+    m = r.get("measured")
+    return _view(ResultsView, {**r, "measured": _view(MeasuredView, m) if m else None})
+
+
 def print_results(results: Mapping[str, Any] | None) -> None:
     """The parsed results (Op Time, Correctness, …) as a small two-column table."""
-    r = results or {}
+    r = results_view(results)
     rows: list[tuple[str, str]] = []
-    op_times = r.get("op_times") or []
-    if op_times:
-        total = r.get("op_time_total")
-        rows.append(
-            ("Op Time", " + ".join(f"{t:g}" for t in op_times) + (f" = {total:g} s" if len(op_times) > 1 and total is not None else " s"))
-        )
-    if r.get("op_time_runs"):
-        rows.append(("Timing runs", f"{len(r['op_time_runs'])} (median shown, spread {r.get('op_time_spread') or 0:g} s)"))
-    for model, value in (r.get("correctness") or {}).items():
+    if r.op_times:
+        total = r.op_time_total
+        end = f" = {total:g} s" if len(r.op_times) > 1 and total is not None else " s"
+        rows.append(("Op Time", " + ".join(f"{t:g}" for t in r.op_times) + end))
+    if r.op_time_runs:
+        rows.append(("Timing runs", f"{len(r.op_time_runs)} (median shown, spread {r.op_time_spread or 0:g} s)"))
+    for model, value in r.correctness.items():
         rows.append(("Correctness", f"{value:g} (model {model})"))
-    if r.get("elapsed_seconds") is not None:
-        rows.append(("Elapsed", f"{r['elapsed_seconds']:g} s"))
-    if r.get("max_rss_kb") is not None:
-        rows.append(("Peak memory", f"{r['max_rss_kb'] / 1024:,.0f} MiB"))
-    m = r.get("measured")
-    if m:  # a ranked run: the service's own figures rank; the printed ones above are shown only
+    if r.elapsed_seconds is not None:
+        rows.append(("Elapsed", f"{r.elapsed_seconds:g} s"))
+    if r.max_rss_kb is not None:
+        rows.append(("Peak memory", f"{r.max_rss_kb / 1024:,.0f} MiB"))
+    m = r.measured
+    if m is not None:  # a ranked run: the service's own figures rank; the printed ones above are shown only
         measured: list[tuple[str, str]] = []
-        if m.get("problem"):
-            measured.append(("Not ranked", m["problem"]))
-        if m.get("op_time") is not None:
-            how = {"op": "the operations' time, rai's clock", "kernels": "GPU time of every kernel, ncu"}.get(m.get("measure"), "wall time")
+        if m.problem:
+            measured.append(("Not ranked", m.problem))
+        if m.op_time is not None:
+            how = {"op": "the operations' time, rai's clock", "kernels": "GPU time of every kernel, ncu"}.get(m.measure or "", "wall time")
             measured.append(
                 (
                     "Op Time",
-                    f"{m['op_time']:g} s (median of {len(m.get('runs') or [])} timed runs, {how}; spread {m.get('spread') or 0:g} s)",
+                    f"{m.op_time:g} s (median of {len(m.runs)} timed runs, {how}; spread {m.spread or 0:g} s)",
                 )
             )
-        if m.get("measure") == "op" and m.get("error") is not None:
-            measured.append(("Checked", f"the outputs agree with the course's reference (largest difference {m['error']:.2g})"))
-        elif m.get("accuracy") is not None:
-            measured.append(("Accuracy", f"{m['accuracy']:g} (checked by the server)"))
-        measured += [("Flagged", flag) for flag in m.get("flags") or []]
+        if m.measure == "op" and m.error is not None:
+            measured.append(("Checked", f"the outputs agree with the course's reference (largest difference {m.error:.2g})"))
+        elif m.accuracy is not None:
+            measured.append(("Accuracy", f"{m.accuracy:g} (checked by the server)"))
+        measured += [("Flagged", flag) for flag in m.flags]
         rows = [(f"Printed {name}", value) for name, value in rows]
         rows = [(f"Measured {name}" if name in ("Op Time", "Accuracy", "Checked") else name, value) for name, value in measured] + rows
-        rows.append(("Build file", f"the course's, version {m.get('course_version')} (yours was not used)"))
+        rows.append(("Build file", f"the course's, version {m.course_version} (yours was not used)"))
     if not rows:
         return
     width = max(len(name) for name, _ in rows) + 2
