@@ -115,13 +115,14 @@ def _thread_stamp(work_dir: Path) -> Path:
 def host_main() -> None:
     """One simulated GPU host: the real worker (settings from RAI_*), its slots threads, its executor ``SimExecutor``."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from raiworker import executor_names, jobrun
+    from raiworker import executor_names
+    from raiworker.run import job as jobrun
 
     executor_names.EXECUTORS["sim"] = f"{__name__}:SimExecutor"
     jobrun.lease_stamp = _thread_stamp  # type: ignore[assignment]
     from raiworker.celery_app import configure
     from raiworker.config import WorkerSettings
-    from raiworker.runner import recover
+    from raiworker.run.entry import recover
     from raiworker.runtime import WorkerRuntime
 
     settings = WorkerSettings.load()

@@ -165,8 +165,8 @@ def setup() -> None:
 
 def access() -> None:
     paths()
-    from raiworker.gpu_access import detect
-    from raiworker.gpus import discover
+    from raiworker.gpu.access import detect
+    from raiworker.gpu.holds import discover
 
     client = engine()
     gpus = discover("auto")
@@ -278,8 +278,8 @@ def job() -> None:
         cenv = {**env, "RAI_PROFILE": f"{w}/alice.profile"}
         from docker.types import Mount
 
-        from raiworker.gpu_access import detect
-        from raiworker.gpus import discover
+        from raiworker.gpu.access import detect
+        from raiworker.gpu.holds import discover
 
         client = engine()
         acc = detect("auto", [], client.info().get("Runtimes"), [g.index for g in discover("auto")])
@@ -399,8 +399,8 @@ def nsys() -> None:
     paths()
     from docker.types import Mount
 
-    from raiworker.gpu_access import detect
-    from raiworker.gpus import discover
+    from raiworker.gpu.access import detect
+    from raiworker.gpu.holds import discover
 
     client = engine()
     acc = detect("auto", [], client.info().get("Runtimes"), [g.index for g in discover("auto")])
@@ -443,7 +443,7 @@ def twojobs() -> None:
     import fcntl
     import threading
 
-    from raiworker.gpus import discover
+    from raiworker.gpu.holds import discover
     from raiworker.workdir import locks_dir
 
     gpus = discover("auto")
@@ -523,8 +523,8 @@ def twogpu() -> None:
     worker's GPU access gives them: each lists only its own GPU, and each one's op time is within
     3% of the same program alone on that GPU."""
     paths()
-    from raiworker.gpu_access import detect
-    from raiworker.gpus import discover
+    from raiworker.gpu.access import detect
+    from raiworker.gpu.holds import discover
 
     client = engine()
     gpus = discover("auto")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "worker"))
-from raiworker.nvml import Nvml, parse_processes  # noqa: E402
+from raiworker.gpu.nvml import Nvml, parse_processes  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp"))
 HOLD = r"""

@@ -36,7 +36,7 @@ for part in ("protocol", "server", "worker"):
 from raiprotocol.models import MeasuredRun  # noqa: E402
 from raiprotocol.spec import parse_course_spec  # noqa: E402
 from raiserver.grading.measured import summarize  # noqa: E402
-from raiworker.timed_result import TimedResult, parse  # noqa: E402
+from raiworker.executors.docker.timed_result import TimedResult, parse  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "/tmp/rai-device-out"))
 WORK = Path("/tmp/rb46")

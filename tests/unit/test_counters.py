@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raiworker import counters
+from raiworker.gpu import counters
 
 PARAMS = "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nRmProfilingAdminOnly: {}\nOpenRmEnableUnsupportedGpus: 1\n"
 

@@ -3,8 +3,8 @@ layout: exactly the job's device nodes, the driver's files read-only where CUDA 
 
 from __future__ import annotations
 
-from raiworker import gpu_access
-from raiworker.gpu_access import BIN_DIR, LIB_DIR, GpuAccess, detect, driver_files
+from raiworker.gpu import access as gpu_access
+from raiworker.gpu.access import BIN_DIR, LIB_DIR, GpuAccess, detect, driver_files
 
 
 def fake_driver(tmp_path):

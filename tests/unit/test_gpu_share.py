@@ -12,7 +12,7 @@ import pytest
 from raiprotocol.models import GpuInfo
 from raiworker.config import WorkerSettings
 from raiworker.errors import NoGpu
-from raiworker.gpus import ShareWatch, hold_gpus, occupancy, profiler_lock, profiler_turn
+from raiworker.gpu.holds import ShareWatch, hold_gpus, occupancy, profiler_lock, profiler_turn
 
 GPUS = [GpuInfo(index=0), GpuInfo(index=1)]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from raiworker.gpus import host_share
+from raiworker.gpu.holds import host_share
 
 
 def job(
@@ -80,7 +80,7 @@ def test_between_its_timed_runs_a_ranked_run_lets_the_jobs_waiting_then_run_firs
     jobs waiting when the ranked run is between two timed runs go first, on its GPU too; the ranked
     run then has the host and the same GPU alone again; a job that came later waits for its end."""
     from raiprotocol.models import GpuInfo
-    from raiworker.gpus import hold_gpus
+    from raiworker.gpu.holds import hold_gpus
 
     order: list[str] = []
     gpus = [GpuInfo(index=0, name="g", memory_mb=1)]
@@ -162,7 +162,7 @@ def test_a_ranked_run_cancelled_while_it_waits_for_the_host_ends_at_once(tmp_pat
     student's jobs) until that job ended: the wait now looks at the cancel every 50 ms."""
     import pytest
 
-    from raiworker.gpus import Stopped
+    from raiworker.gpu.holds import Stopped
 
     cancelled = threading.Event()
     held, release = threading.Event(), threading.Event()

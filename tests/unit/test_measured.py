@@ -18,7 +18,7 @@ from raiprotocol.spec import SpecError, parse_course_spec
 from raiserver.grading.floor import floor_seconds
 from raiserver.grading.measured import QUARANTINE, half_width, summarize
 from raiserver.grading.opcheck import Mismatch, compare, relative_error
-from raiworker.timed_result import parse
+from raiworker.executors.docker.timed_result import parse
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rai-timed"
 SPEC = parse_course_spec("""

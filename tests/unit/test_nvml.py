@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raiworker.nvml import profiled_pids, slowdowns, unprofiled
+from raiworker.gpu.nvml import profiled_pids, slowdowns, unprofiled
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "ncu-h100-m2-baseline.csv"
 
@@ -36,7 +36,7 @@ NVML_H100 = Path(__file__).resolve().parent.parent / "fixtures" / "nvml-h100.jso
 def test_the_drivers_process_records_recorded_on_the_h100_name_the_cuda_process():
     import json
 
-    from raiworker.nvml import parse_processes
+    from raiworker.gpu.nvml import parse_processes
 
     rec = json.loads(NVML_H100.read_text())
     busy, idle = rec["busy"], rec["idle"]
@@ -53,7 +53,7 @@ def test_a_shared_run_over_its_gpu_memory_share_is_told_once(tmp_path):
     a shared run's processes are summed against its share, and only its own count."""
     import json
 
-    from raiworker.nvml import MemoryShare, parse_memory
+    from raiworker.gpu.nvml import MemoryShare, parse_memory
 
     busy = json.loads(NVML_H100.read_text())["busy"]
     assert parse_memory(bytes.fromhex(busy["raw_processes"])) == {busy["pid"]: 774 * 1024**2}

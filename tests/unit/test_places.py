@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 
-from raiworker.places import RESERVED, place
+from raiworker.run.places import RESERVED, place
 
 
 def test_shared_jobs_fill_the_slots_and_leave_the_reserved_place_to_exclusive_runs(tmp_path):

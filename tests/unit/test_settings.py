@@ -46,7 +46,7 @@ def test_importing_the_worker_does_no_work(tmp_path):
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho ran > " + str(tmp_path / "ran") + "\n")
     fake.chmod(0o755)
-    code = "import raiworker.celery_app, raiworker.runner; print('ok')"
+    code = "import raiworker.celery_app, raiworker.run.entry; print('ok')"
     res = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

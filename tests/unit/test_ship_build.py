@@ -13,7 +13,7 @@ import pytest
 from raiprotocol.models import ClaimGranted
 from raiworker.config import WorkerSettings
 from raiworker.errors import BuildTooLarge, UploadTooSlow
-from raiworker.jobrun import _ship_build
+from raiworker.run.job import _ship_build
 from raiworker.server import ServerClient
 
 

@@ -23,11 +23,11 @@ from raiprotocol.models import GpuInfo, Heartbeat
 from . import __version__
 from .errors import NoPlace, ServerUnreachable
 from .executors import executor_class
-from .gpus import occupancy
+from .gpu.holds import occupancy
 from .images import Puller, offer_line, offered_images
 from .lease import start_draining
 from .metrics import serve
-from .runner import run_job, running_dir
+from .run.entry import run_job, running_dir
 from .runtime import WorkerRuntime
 from .server import ServerClient
 from .workdir import locks_dir, pulls_dir

@@ -15,7 +15,7 @@ from .config import WorkerSettings
 from .errors import ExecutorUnavailable
 from .executors import executor_class
 from .metrics import prepare
-from .runner import recover
+from .run.entry import recover
 from .runtime import WorkerRuntime
 from .terminal import pty_helper
 from .workdir import drain_file, slots_dir, tmp_dir

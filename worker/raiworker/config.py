@@ -84,7 +84,7 @@ class WorkerSettings(SharedSettings):
         """The most jobs any queue lets share one GPU: the number of shares each GPU is cut in."""
         return max([self.share_for(q) for q in self.queues] + [1])
 
-    # a profiling command on a shared GPU holds its turn (gpus.profiler_turn) at most this long while
+    # a profiling command on a shared GPU holds its turn (gpu.holds.profiler_turn) at most this long while
     # another job's waits: past it, it is stopped, so one student cannot keep the profiler from the rest
     profiler_turn_seconds: int = Field(default=120, gt=0)
     gpus: str = "auto"  # "auto" (nvidia-smi), "none", or device ids "0,1"

@@ -18,7 +18,7 @@ class ServerUnreachable(Exception):
 
 
 class NoPlace(Exception):
-    """Every place on this host that the delivery may take is held (``places``): claim nothing, try later."""
+    """Every place on this host that the delivery may take is held (``run.places``): claim nothing, try later."""
 
 
 class WorkerError(Exception):

@@ -38,7 +38,7 @@ from raiprotocol.logwire import APPEND_LUA, FENCE_MISSING, SUPERSEDED, append_ca
 from raiprotocol.markers import one_line
 from raiprotocol.models import LogStream
 
-from .counters import REFUSED
+from .gpu.counters import REFUSED
 from .metrics import lines_shipped
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from raiprotocol.models import GpuInfo
 
 from .config import WorkerSettings
-from .gpus import discover
+from .gpu.holds import discover
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class WorkerRuntime:
     @property
     def processes(self) -> int:
         """The pool: a process per slot, and one in which a ranked run waits for the host without
-        taking a slot (``places``; issue 32)."""
+        taking a slot (``run.places``; issue 32)."""
         return self.slots + 1
 
     @classmethod

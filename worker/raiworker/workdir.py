@@ -3,7 +3,7 @@ is on a file system its nodes share, so these paths are the nodes' too.
 
     jobs/JOB.ATTEMPT/{src,build}   one delivery of a job (emptied at start: an earlier run's)
     running/JOB                    the marker of a job this worker holds; holds its attempt
-    locks/                         GPU and host locks (gpus.py)
+    locks/                         GPU and host locks (gpu/holds.py)
     slots/PID/src                  a pool process's spare container's /src (Docker)
     slots/PID/lease/until          until when its job may run (lease.write_stamp), for the watchers
     bin/                           the pty helper, built or copied here (mountable into containers)

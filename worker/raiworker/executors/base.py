@@ -17,9 +17,9 @@ from pathlib import Path
 from raiprotocol.markers import command_of, is_profiled, repeat_line, running_line
 from raiprotocol.models import JobState, MeasuredRun, Phase, TimedRun
 
-from .. import counters
 from ..config import WorkerSettings
-from ..gpus import ProfilerTurn, profiler_turn
+from ..gpu import counters
+from ..gpu.holds import ProfilerTurn, profiler_turn
 from ..lease import stopped_words
 from ..logsink import LogSink
 
@@ -46,9 +46,9 @@ class JobContext:
     report_waiting: Callable[[str | None], None] = lambda words: None
     timed: TimedRun | None = None  # a ranked run: the course's timed command, measured by the executor
     measured: list[MeasuredRun] = field(default_factory=list)  # what each timed run gave
-    profiler_lock: Path | None = None  # its GPU is shared: profiling commands take turns on this lock (gpus.profiler_turn)
+    profiler_lock: Path | None = None  # its GPU is shared: profiling commands take turns on this lock (gpu.holds.profiler_turn)
     profiler_turn_seconds: int = 120  # the most a turn is held while another job's profiler waits
-    gpu_memory_share_mb: int | None = None  # its GPU is shared: the device memory its processes may hold (nvml.MemoryShare)
+    gpu_memory_share_mb: int | None = None  # its GPU is shared: the device memory its processes may hold (gpu.nvml.MemoryShare)
     gpu_jobs_per_gpu: int = 1  # how many jobs its queue lets share the GPU (for what the job is told)
     # a ranked run, before timed run N (its reference runs with the first): the jobs waiting for the host run first
     between_runs: Callable[[int, Callable[[], bool]], None] = lambda r, stopped: None

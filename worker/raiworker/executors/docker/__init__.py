@@ -7,6 +7,7 @@ into it one after another.
     spares      the container a slot starts ahead of time for its next job
     collect     copying /build out of a container, bounded
     measure     a ranked job's timed runs, each in a fresh container under rai-timed
+    timed_result what rai-timed wrote of a timed run, read defensively
     cgroup      the cgroup v2 folder a timed run's processes live in
     executor    DockerExecutor, the executor itself
 """

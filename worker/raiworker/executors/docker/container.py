@@ -18,10 +18,10 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import Mount, Ulimit
 
-from ... import gpu_access
+from ...gpu import access as gpu_access
+from ...gpu.nvml import MemoryShare
 from ...lease import LEASE_EXIT
 from ...logsink import LogSink
-from ...nvml import MemoryShare
 from ...terminal import IN_CONTAINER, TIMED_IN_CONTAINER, Frames, gathered, terminal_env
 from ...workdir import lease_stamp
 from ..base import Executor, JobContext
@@ -116,7 +116,7 @@ class ContainerJob(Executor):
         }
         if cgroup is not None:
             kwargs["cgroup_parent"] = cgroup.parent
-        if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu_access)
+        if ctx.gpu_ids:  # exactly its GPUs, the way this worker found at start (gpu.access)
             gpu = gpu_access.current(s, [int(i) for i in ctx.gpu_ids], lambda: _runtimes(self.client)).container_options(
                 ctx.gpu_ids, self.client.images.get(ctx.image).attrs.get("Config", {}).get("Env") or []
             )

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from docker.errors import DockerException, ImageNotFound, NotFound
 
-from ... import gpu_access
 from ...config import WorkerSettings
 from ...errors import ExecutorUnavailable
+from ...gpu import access as gpu_access
+from ...gpu.nvml import MemoryShare, Nvml, in_cgroup
 from ...images import is_offered
 from ...logsink import LogSink
-from ...nvml import MemoryShare, Nvml, in_cgroup
 from ...terminal import IN_CONTAINER, ends_job, hands_over, no_terminal_note, pty_helper
 from ...workdir import slot_dir
 from ..base import JobContext, Outcome
@@ -134,7 +134,7 @@ class DockerExecutor(TimedRuns):
         return only
 
     def _watch_gpu_memory(self, ctx: JobContext, sink: LogSink) -> None:
-        """A shared run's GPU memory share (``nvml.MemoryShare``): over it, the job is killed and told why."""
+        """A shared run's GPU memory share (``gpu.nvml.MemoryShare``): over it, the job is killed and told why."""
         if not ctx.gpu_memory_share_mb or not ctx.gpu_ids or self.container is None:
             return
         lib = Nvml.open()

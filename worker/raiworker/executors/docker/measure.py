@@ -26,10 +26,9 @@ from raiprotocol.archive import OverLimit
 from raiprotocol.markers import repeat_line, running_line
 from raiprotocol.models import MeasuredRun, TimedRun
 
+from ...gpu.nvml import GpuWatch, Nvml
 from ...logsink import LogSink
-from ...nvml import GpuWatch, Nvml
 from ...terminal import TIMED_IN_CONTAINER, timed_helper
-from ...timed_result import TimedResult, parse
 from ..base import JobContext
 from .cgroup import NoCgroup, TimedCgroup
 from .collect import copy_out
@@ -45,6 +44,7 @@ from .scripts import (
     WRITE_KEYS,
     ending_job,
 )
+from .timed_result import TimedResult, parse
 
 BOUND_MAX = 120.0  # a timed run's bound when the course sets none: 20x the reference's, at most this
 BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still leaves room for a slow start)

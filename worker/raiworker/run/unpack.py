@@ -15,7 +15,7 @@ from pathlib import Path
 
 from raiprotocol.archive import ArchiveError, extract_archive
 
-from .errors import UnpackFailed
+from ..errors import UnpackFailed
 
 
 def unpack(archive: Path, dest: Path, user: str) -> None:

@@ -28,16 +28,16 @@ from raiprotocol.archive import ArchiveError, OverLimit, TooSlow, pack_directory
 from raiprotocol.keys import cancel_key
 from raiprotocol.models import ClaimGranted, GpuInfo, JobState, JobUpdate, MeasuredRun, Phase
 
-from .config import WorkerSettings
-from .errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
-from .executors import Executor, JobContext, Outcome, execute, make_executor
-from .gpus import GpuHold, HostHold, ShareWatch, Stopped, hold_gpus, host_share, profiler_lock
-from .lease import HANDED_BACK, LOST, SUPERSEDED, Lease, boot_clock, handed_back_words, stopped_words
-from .logsink import LogSink
-from .metrics import job_done
-from .server import ServerClient
+from ..config import WorkerSettings
+from ..errors import BuildTooLarge, Refused, ServerTrouble, ServerUnreachable, UploadTooSlow, WorkerError
+from ..executors import Executor, JobContext, Outcome, execute, make_executor
+from ..gpu.holds import GpuHold, HostHold, ShareWatch, Stopped, hold_gpus, host_share, profiler_lock
+from ..lease import HANDED_BACK, LOST, SUPERSEDED, Lease, boot_clock, handed_back_words, stopped_words
+from ..logsink import LogSink
+from ..metrics import job_done
+from ..server import ServerClient
+from ..workdir import job_dir, jobs_dir, lease_stamp, locks_dir, running_dir
 from .unpack import unpack
-from .workdir import job_dir, jobs_dir, lease_stamp, locks_dir, running_dir
 
 log = logging.getLogger("raiworker")
 
@@ -88,7 +88,7 @@ class JobRun:
         self.build_uploaded = False
         self.ranked = ranked  # delivered on the ranked runs' lane: the host goes to it before a student's exclusive run
         self.let_in_for = 0.0  # a ranked run: how long it let the jobs waiting for its host go first
-        self.tail: int | None = None  # the host's tail lock (gpus.HostHold.keep_tail), until tidied
+        self.tail: int | None = None  # the host's tail lock (gpu.holds.HostHold.keep_tail), until tidied
 
     @classmethod
     def claim(

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from raiprotocol.models import GpuInfo
 
-from .errors import NoGpu
+from ..errors import NoGpu
 
 
 class Stopped(Exception):

@@ -13,13 +13,13 @@ import redis
 
 from raiprotocol.models import GpuInfo, JobState, JobUpdate
 
-from .config import WorkerSettings
-from .errors import NoPlace, Refused, ServerUnreachable
-from .jobrun import JobRun
+from ..config import WorkerSettings
+from ..errors import NoPlace, Refused, ServerUnreachable
+from ..server import ServerClient
+from ..workdir import jobs_dir, locks_dir
+from ..workdir import running_dir as running_dir_of
+from .job import JobRun
 from .places import place
-from .server import ServerClient
-from .workdir import jobs_dir, locks_dir
-from .workdir import running_dir as running_dir_of
 
 log = logging.getLogger("raiworker")
 

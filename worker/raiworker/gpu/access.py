@@ -27,7 +27,7 @@ from typing import Any
 
 from docker.types import DeviceRequest, Mount
 
-from .errors import ExecutorUnavailable
+from ..errors import ExecutorUnavailable
 
 LIB_DIR, BIN_DIR = "/usr/local/nvidia/lib64", "/usr/local/nvidia/bin"
 # the driver's user-space parts a CUDA program, nvidia-smi and the profilers use (as the NVIDIA
