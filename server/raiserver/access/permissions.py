@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 from raiserver.errors import Forbidden
 
 if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement
+
+    from raiserver.config import Settings
     from raiserver.store.tables import Job, User
 
 
@@ -45,6 +48,53 @@ def is_instructor(role: str) -> bool:
     return role in INSTRUCTORS
 
 
+def is_student(role: str) -> bool:
+    """Students are the ones graded: the gradebook's rows, the roster's (deactivated when left off
+    it), the teams compared for similarity; staff trying a kind out are none of these."""
+    return role == Role.student.value
+
+
+def students_only() -> ColumnElement[bool]:
+    """is_student in SQL: a query's condition on User."""
+    from raiserver.store.tables import User
+
+    return User.role == Role.student.value
+
+
+# -- what staff are spared, and where they go first --------------------------------------------
+
+
+def exempt_from_limits(user: User, settings: Settings) -> bool:
+    """Staff are exempt (RAI_STAFF_EXEMPT, on by default) from every per-student limit: active jobs,
+    submissions a minute and a day, GPU minutes, ranked runs a day, storage, the upload gate."""
+    return settings.staff_exempt and is_staff(user.role)
+
+
+def goes_first(owner: User, staff_priority: bool) -> bool:
+    """Staff's jobs go to the front of fair share (RAI_STAFF_PRIORITY, on by default)."""
+    return staff_priority and is_staff(owner.role)
+
+
+def submits_any_time(user: User) -> bool:
+    """Staff may submit any kind at any time: before it opens, past its deadline and late window,
+    drawing no late days (their runs are marked all the same)."""
+    return is_staff(user.role)
+
+
+def more_log_streams(p: Principal) -> bool:
+    """Staff follow many jobs at once: the larger cap on the log streams one user holds open."""
+    return p.is_staff
+
+
+# -- seeing ------------------------------------------------------------------------------------
+
+
+def can_see_staff_pages(p: Principal) -> bool:
+    """The staff's API and pages (regrades to answer, similarity, the course's build files, re-measures):
+    TAs, instructors, admins."""
+    return p.is_staff
+
+
 def can_see(p: Principal, job: Job) -> bool:
     """Staff, the owner, and the owner's teammates."""
     if p.is_staff or job.owner_id == p.user.id:
@@ -52,9 +102,71 @@ def can_see(p: Principal, job: Job) -> bool:
     return bool(p.user.team) and job.owner.team == p.user.team
 
 
+def can_see_all_jobs(p: Principal) -> bool:
+    """Staff list everyone's jobs and see whose each queued job is; a student sees their own (and,
+    through can_see, their team's) and others' places in the queue without names."""
+    return p.is_staff
+
+
+def can_see_user(p: Principal, user: User) -> bool:
+    """A user's page: staff, and the user themself."""
+    return p.is_staff or user.id == p.user.id
+
+
+def can_see_people(p: Principal) -> bool:
+    """The users list (and finding a student in it): staff."""
+    return p.is_staff
+
+
+def can_see_workers(p: Principal) -> bool:
+    """The workers (hosts, GPUs, what each runs): staff."""
+    return p.is_staff
+
+
+def can_see_course(p: Principal) -> bool:
+    """The course as staff see it: every kind's extensions, who may still submit past a deadline."""
+    return p.is_staff
+
+
+def can_see_grades(p: Principal) -> bool:
+    """Grades (the gradebook, its CSV) are for staff."""
+    return p.is_staff
+
+
+def sees_names_on_board(p: Principal) -> bool:
+    """Staff see the leaderboard whole: real names, teams' members, job ids, the measurement's
+    flags, and the board before the deadline when it is hidden; students see pseudonyms but their own."""
+    return p.is_staff
+
+
+def run_by_staff(owner: User) -> bool:
+    """A run of staff's (not of a team): marked on the board, left out of similarity reports."""
+    return is_staff(owner.role)
+
+
+# -- acting ------------------------------------------------------------------------------------
+
+
 def can_cancel(p: Principal, job: Job) -> bool:
     """Teammates see each other's jobs but may not stop them: the owner or staff only (API and web)."""
     return p.is_staff or job.owner_id == p.user.id
+
+
+def can_delete_run(p: Principal, job: Job, verified_kind: str) -> bool:
+    """Deleting a job's files: whoever may cancel it; a run of the verified kind is kept for
+    grading, so only staff may delete one."""
+    return can_cancel(p, job) and (job.kind != verified_kind or p.is_staff)
+
+
+def can_rerun(p: Principal) -> bool:
+    """Running a job again from its archive (or re-measuring it): staff."""
+    return p.is_staff
+
+
+def can_manage_course(p: Principal) -> bool:
+    """Changing the course (kinds, deadlines, extensions, roster, keys, images, build files):
+    instructors and admins."""
+    return is_instructor(p.user.role)
 
 
 def can_request_regrade(p: Principal, job: Job) -> bool:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from raiprotocol.models import IssuedKeys, RosterResult
 from raiserver.access.auth import create_user
-from raiserver.access.permissions import ROLES, may_change, may_grant
+from raiserver.access.permissions import ROLES, may_change, may_grant, students_only
 from raiserver.errors import Invalid
 from raiserver.store.tables import User
 
@@ -79,7 +79,7 @@ def import_csv(db: Session, actor: User, csv_text: str) -> RosterResult:
             result.updated.append(username)
         else:
             result.unchanged.append(username)
-    for user in db.scalars(select(User).where(User.role == "student", User.active.is_(True))):
+    for user in db.scalars(select(User).where(students_only(), User.active.is_(True))):
         if user.username not in listed:
             user.active = False
             result.deactivated.append(user.username)

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from raiprotocol.models import ExtensionIn, ExtensionOut, GradeRule, KindIn, KindOut
-from raiserver.access.permissions import STAFF
+from raiserver.access.permissions import submits_any_time
 from raiserver.config import Settings
 from raiserver.errors import Closed, Invalid, NotFound
 from raiserver.store.db import utcnow
@@ -288,7 +288,7 @@ class Deadlines:
         if row is None:
             names = ", ".join(sorted(self.kinds)) or "none"
             raise Invalid(f"this course has no submission kind '{kind}'; it has: {names}")
-        staff = user.role in STAFF
+        staff = submits_any_time(user)
         if row.opens_at and now < aware(row.opens_at) and not staff:
             raise Closed(f"'{kind}' opens at {when(row.opens_at)} (in {in_words(aware(row.opens_at) - now)})")
         due = self.due_for(kind, user)

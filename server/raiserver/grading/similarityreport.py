@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from raiprotocol.models import SimilarityOut, SimilarityPair
 from raiserver.access.audit import audit
-from raiserver.access.permissions import Principal, can_run_similarity, is_staff
+from raiserver.access.permissions import Principal, can_run_similarity, run_by_staff, students_only
 from raiserver.errors import Conflict, Forbidden, Invalid, NotFound, TooLarge
 from raiserver.grading import course
 from raiserver.grading.similarity import Doc, compare
@@ -93,7 +93,7 @@ def latest_per_team(db: Session, kind: str) -> list[tuple[str, Job]]:
     ).all()
     latest: dict[str, Job] = {}
     for job, user in rows:
-        if is_staff(user.role):
+        if run_by_staff(user):
             continue
         latest.setdefault(user.team or user.username, job)
     return sorted(latest.items())
@@ -196,7 +196,7 @@ def team_members(db: Session, names: set[str]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     if names:
         for team, username in db.execute(
-            select(User.team, User.username).where(User.team.in_(names), User.role == "student").order_by(User.username)
+            select(User.team, User.username).where(User.team.in_(names), students_only()).order_by(User.username)
         ):
             found.setdefault(team or "", []).append(username)
     return {name: found.get(name) or [name] for name in names}

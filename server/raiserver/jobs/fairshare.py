@@ -11,23 +11,26 @@ order gives queue positions, so what a student is told is what will happen.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Collection
 from datetime import datetime
 
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session, joinedload
 
 from raiprotocol.models import JobState
-from raiserver.access.permissions import is_staff
+from raiserver.access.permissions import goes_first
 from raiserver.fleet.workers import live_workers
 from raiserver.store.tables import Job, User, Worker
 
 
+def jumps_line(job: Job, staff_priority: bool, priority_kinds: Collection[str]) -> bool:
+    """Released before fair share's turns: a job of a kind that goes first (RAI_PRIORITY_KINDS), or
+    staff's (permissions.goes_first)."""
+    return job.kind in priority_kinds or goes_first(job.owner, staff_priority)
+
+
 def _priority(job: Job, staff_priority: bool, priority_kinds: set[str]) -> int:
-    if job.kind in priority_kinds:
-        return 0
-    if staff_priority and is_staff(job.owner.role):
-        return 0
-    return 1
+    return 0 if jumps_line(job, staff_priority, priority_kinds) else 1
 
 
 def fair_order(db: Session, queue: str, staff_priority: bool = True, priority_kinds: set[str] | None = None) -> list[Job]:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from raiprotocol.models import Limits
 from raiprotocol.spec import CourseSpec
 from raiprotocol.states import UNFINISHED
-from raiserver.access.permissions import STAFF
+from raiserver.access.permissions import exempt_from_limits
 from raiserver.config import Settings
 from raiserver.errors import OverQuota
 from raiserver.grading.kinds import Deadlines
@@ -24,7 +24,7 @@ from raiserver.store.tables import Job, User
 def check_quotas(db: Session, user: User, settings: Settings) -> None:
     """Raise OverQuota (429) if this user may not submit now. Called before the upload is read, and again,
     with the user's row locked, when the job is created (so two racing uploads cannot both pass)."""
-    if settings.staff_exempt and user.role in STAFF:
+    if exempt_from_limits(user, settings):
         return
     theirs = (Job.owner_id == user.id, Job.remeasure_of.is_(None))  # staff's re-measures of their runs are not theirs to count
     active = db.scalars(select(Job.id).where(*theirs, Job.state.in_(UNFINISHED)).order_by(Job.created_at)).all()
@@ -70,7 +70,7 @@ def limits_of(db: Session, user: User, settings: Settings, deadlines: Deadlines)
     recent = db.scalars(select(Job.created_at).where(Job.owner_id == user.id, Job.created_at > now - timedelta(days=1))).all()
     active = db.scalar(select(func.count()).select_from(Job).where(Job.owner_id == user.id, Job.state.in_(UNFINISHED)))
     return Limits(
-        exempt=settings.staff_exempt and user.role in STAFF,
+        exempt=exempt_from_limits(user, settings),
         jobs_active=active or 0,
         max_active_jobs=settings.max_active_jobs,
         submissions_last_minute=sum(1 for t in recent if t > now - timedelta(minutes=1)),
@@ -88,7 +88,7 @@ def check_ranked_rate(db: Session, user: User, settings: Settings, kind: str, co
     """Raise OverQuota (429) past the course's ranked submissions per student per day (issue 46:
     resubmitting until the noise hands out a lucky time is a lottery, not a faster kernel)."""
     per_day = course.ranked.per_day if course is not None else None
-    if per_day is None or (settings.staff_exempt and user.role in STAFF):
+    if per_day is None or exempt_from_limits(user, settings):
         return
     now = utcnow()
     today = db.scalars(

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from raiprotocol.models import JobState
-from raiserver.access.permissions import STAFF
+from raiserver.access.permissions import exempt_from_limits
 from raiserver.config import Settings
 from raiserver.errors import Conflict, OverQuota
 from raiserver.store.db import utcnow
@@ -65,7 +65,7 @@ def usage(db: Session, user_id: int) -> Usage:
 def check_storage(db: Session, user: User, settings: Settings, incoming: int = 0) -> None:
     """Raise OverQuota (429) if this upload would take the student past their storage quota."""
     limit = settings.storage_mb_per_student * 1024**2
-    if limit <= 0 or (settings.staff_exempt and user.role in STAFF):
+    if limit <= 0 or exempt_from_limits(user, settings):
         return
     u = usage(db, user.id)
     if u.total + incoming <= limit:

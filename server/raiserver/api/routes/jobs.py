@@ -12,7 +12,7 @@ from sqlalchemy.orm import joinedload
 from sse_starlette.sse import EventSourceResponse
 
 from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
-from raiserver.access.permissions import Principal
+from raiserver.access.permissions import Principal, can_delete_run, can_see_all_jobs, exempt_from_limits, more_log_streams
 from raiserver.api.deps import CurrentUser, ServicesDep, SessionDep
 from raiserver.api.logstream import log_events, plain_text
 from raiserver.errors import Conflict, DomainError, NotFound
@@ -63,7 +63,7 @@ async def submit(
     """Body: the project as a .tar.gz holding rai_build.yml at its top. ``Idempotency-Key``: one per
     submission; an upload sent again with it answers with the job the first one made, if it did."""
     try:
-        gate = None if svc.settings.staff_exempt and p.is_staff else svc.upload_gate
+        gate = None if exempt_from_limits(p.user, svc.settings) else svc.upload_gate
         return await accept_submission(svc, svc.db, request.stream(), p.user.id, queue, kind, content_length, gate, idempotency_key)
     except DomainError as exc:
         svc.counts.add("uploads_refused", exc.refusal)
@@ -80,7 +80,7 @@ def history(
     svc: ServicesDep,
 ) -> JobList:
     q = select(Job).options(joinedload(Job.owner)).order_by(Job.created_at.desc()).limit(limit)  # owners with the jobs: not one query each
-    if not (everyone and p.is_staff):
+    if not (everyone and can_see_all_jobs(p)):
         q = q.where(Job.owner_id == p.user.id)
     view = QueueView(db, svc.settings)
     return JobList(jobs=[job_out(db, j, view) for j in db.scalars(q)])
@@ -113,9 +113,9 @@ def cancel(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesDep) -> Job
 def delete_job_files(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesDep) -> FilesFreed:
     """Free storage: the finished job's archive and build folder go; its log and results stay.
     A run of the verified kind is kept for grading unless staff delete it."""
-    job = cancellable_job(db, p, job_id)
+    job = cancellable_job(db, p, job_id)  # 404 or 403 (the same words as cancelling) first
     settings = svc.settings
-    if job.kind == settings.verified_kind and not p.is_staff:
+    if not can_delete_run(p, job, settings.verified_kind):
         raise Conflict(f"job {job.id} is a '{job.kind}' run: it is kept for grading")
     freed = delete_files(db, svc.storage, job)
     left = usage(db, p.user.id)
@@ -150,7 +150,7 @@ async def log(
     snapshot = job_snapshot(svc, p, job.id)  # the whole id from now on, whatever start of it was given
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
     hub = svc.hub
-    hub.admit(p.user.id, p.is_staff)
+    hub.admit(p.user.id, more_log_streams(p))
     return EventSourceResponse(log_events(svc, hub, job, start, snapshot, p.user.id, follow), ping=15, send_timeout=30)
 
 

@@ -8,6 +8,7 @@ from sqlalchemy import delete, select
 
 from raiprotocol.models import ExtensionIn, ExtensionOut, KindIn, KindOut, KindsView, Limits
 from raiserver.access.audit import audit
+from raiserver.access.permissions import can_see_course
 from raiserver.api.deps import CurrentUser, InstructorUser, ServicesDep, SessionDep, StaffUser
 from raiserver.errors import Invalid
 from raiserver.grading.kinds import Deadlines, end_extension, extension_out, grant, kind_row, update_kind
@@ -24,7 +25,8 @@ def kinds(p: CurrentUser, db: SessionDep, svc: ServicesDep) -> KindsView:
     deadlines = Deadlines(db, svc.settings)
     now = utcnow()
     rows = sorted(deadlines.kinds.values(), key=lambda k: (k.due_at is None, k.due_at or now, k.name))
-    return KindsView(kinds=[deadlines.out(k, p.user, p.is_staff, now) for k in rows], limits=limits_of(db, p.user, svc.settings, deadlines))
+    course = can_see_course(p)
+    return KindsView(kinds=[deadlines.out(k, p.user, course, now) for k in rows], limits=limits_of(db, p.user, svc.settings, deadlines))
 
 
 @router.get("/limits", response_model=Limits)
