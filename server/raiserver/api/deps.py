@@ -6,7 +6,7 @@ themselves are permissions.py's and the credentials' auth.py's."""
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -15,7 +15,16 @@ from sqlalchemy.orm import Session
 
 from raiserver.access.auth import authenticate, client_ip, session_user
 from raiserver.access.csrf import check_csrf
-from raiserver.access.permissions import Principal, is_instructor
+from raiserver.access.permissions import (
+    Principal,
+    can_answer_regrades,
+    can_manage_course,
+    can_rerun,
+    can_see_grades,
+    can_see_people,
+    can_see_staff_pages,
+    can_see_workers,
+)
 from raiserver.errors import Forbidden, TooManyAttempts, Unauthorized
 from raiserver.services import AppServices, services_of
 from raiserver.store.tables import RevokedKey, User
@@ -74,13 +83,14 @@ def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(
 
 
 def require_staff(p: Principal = Depends(current_user)) -> Principal:
-    if not p.is_staff:
+    if not can_see_staff_pages(p):
         raise Forbidden("staff only")
     return p
 
 
 def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
-    if not is_instructor(p.user.role):
+    """Staff first (a student is told "staff only"), then instructors and admins."""
+    if not can_manage_course(p):
         raise Forbidden("instructors and admins only")
     return p
 
@@ -100,11 +110,16 @@ def web_user(request: Request, db: Session = Depends(get_db)) -> Principal:
     return Principal(user)
 
 
-def web_staff(p: Principal = Depends(web_user)) -> Principal:
-    """A staff page: a student's browser is told so (403), before anything in the request is read."""
-    if not p.is_staff:
-        raise Forbidden("this page is for staff")
-    return p
+def web_only(rule: Callable[[Principal], bool], refusal: str) -> Callable[[Principal], Principal]:
+    """A page or form for those permissions.py's ``rule`` admits: anyone else's browser is told
+    ``refusal`` (403), before anything in the request (its form, its CSRF token) is read."""
+
+    def admitted(p: Principal = Depends(web_user)) -> Principal:
+        if not rule(p):
+            raise Forbidden(refusal)
+        return p
+
+    return admitted
 
 
 SessionDep = Annotated[Session, Depends(get_db)]
@@ -113,5 +128,12 @@ CurrentUser = Annotated[Principal, Depends(current_user)]
 StaffUser = Annotated[Principal, Depends(require_staff)]
 InstructorUser = Annotated[Principal, Depends(require_instructor)]
 WebUser = Annotated[Principal, Depends(web_user)]
-WebStaff = Annotated[Principal, Depends(web_staff)]
+WebStaff = Annotated[Principal, Depends(web_only(can_see_staff_pages, "this page is for staff"))]
+WebWorkersViewer = Annotated[Principal, Depends(web_only(can_see_workers, "the workers page is for staff"))]
+WebPeopleViewer = Annotated[Principal, Depends(web_only(can_see_people, "the users list is for staff"))]
+WebGradesViewer = Annotated[Principal, Depends(web_only(can_see_grades, "grades are for staff"))]
+WebRegradesViewer = Annotated[Principal, Depends(web_only(can_answer_regrades, "only staff see the regrade requests"))]
+WebRegradeAnswerer = Annotated[Principal, Depends(web_only(can_answer_regrades, "only staff answer regrade requests"))]
+WebRerunner = Annotated[Principal, Depends(web_only(can_rerun, "only staff run a job again"))]
+WebInstructor = Annotated[Principal, Depends(web_only(can_manage_course, "only instructors change kinds"))]
 WORKER_ONLY = [Depends(require_worker)]  # a route's ``dependencies=``: the worker's token, nothing to pass on

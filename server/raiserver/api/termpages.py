@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Form, Query, Request, status
+from fastapi import APIRouter, Form, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -15,11 +15,11 @@ from sqlalchemy.orm import Session
 from raiprotocol.models import ExtensionIn, GradeRule, KindIn
 from raiserver.access.audit import audit
 from raiserver.access.csrf import check_csrf
-from raiserver.access.permissions import Principal, is_instructor
-from raiserver.api.deps import ServicesDep, SessionDep, WebUser
+from raiserver.access.permissions import Principal, can_manage_course, can_see_course
+from raiserver.api.deps import ServicesDep, SessionDep, WebGradesViewer, WebInstructor, WebUser
 from raiserver.api.pages import FORM_EXPIRED, render
 from raiserver.api.routes.grades import grade_sheet
-from raiserver.errors import DomainError, Forbidden
+from raiserver.errors import DomainError
 from raiserver.grading.kinds import Deadlines, end_extension, grant, update_kind
 from raiserver.jobs.quotas import limits_of
 from raiserver.store.db import utcnow
@@ -33,15 +33,15 @@ def kinds_page(request: Request, p: Principal, db: Session, svc: ServicesDep, er
     deadlines = Deadlines(db, svc.settings)
     now = utcnow()
     rows = sorted(deadlines.kinds.values(), key=lambda k: (k.due_at is None, k.due_at or now, k.name))
-    exts = list(db.scalars(select(Extension).order_by(Extension.kind, Extension.username, Extension.team))) if p.is_staff else []
+    exts = list(db.scalars(select(Extension).order_by(Extension.kind, Extension.username, Extension.team))) if can_see_course(p) else []
     response = render(
         request,
         "kinds.html",
         p,
-        kinds=[deadlines.out(k, p.user, p.is_staff, now) for k in rows],
+        kinds=[deadlines.out(k, p.user, can_see_course(p), now) for k in rows],
         limits=limits_of(db, p.user, svc.settings, deadlines),
         extensions=exts,
-        manage=is_instructor(p.user.role),
+        manage=can_manage_course(p),
         error=error,
     )
     response.status_code = code
@@ -51,16 +51,6 @@ def kinds_page(request: Request, p: Principal, db: Session, svc: ServicesDep, er
 @router.get("/kinds")
 def kinds(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     return kinds_page(request, p, db, svc)
-
-
-def web_instructor(p: WebUser) -> Principal:
-    """The browser's user, an instructor (before the form is read: others get 403, not its errors)."""
-    if not is_instructor(p.user.role):
-        raise Forbidden("only instructors change kinds")
-    return p
-
-
-WebInstructor = Annotated[Principal, Depends(web_instructor)]
 
 
 @router.post("/kinds")
@@ -182,13 +172,11 @@ def grades_download(
     kind: str,
     request: Request,
     fmt: Literal["csv", "canvas"] = Query("csv", alias="format"),
-    p: WebUser,
+    p: WebGradesViewer,
     db: SessionDep,
     svc: ServicesDep,
 ) -> Response:
     """The grade sheet from the Deadlines page (staff)."""
-    if not p.is_staff:
-        raise Forbidden("grades are for staff")
     return grade_sheet(request, db, svc, kind, fmt, None, p.user.username, "web")
 
 
