@@ -5,7 +5,10 @@ The table below must name every route the app has: a new endpoint without a row 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+from typing import Any
 
 import httpx
 import pytest
@@ -169,8 +172,18 @@ MATRIX = {
 }
 
 
-def app_routes() -> set[tuple[str, str]]:
-    """Every (method, path) the application serves, walking included routers too."""
+# who each logged-in role is, as the dependencies see them
+ROLE_OF = {"owner": "student", "other": "student", "ta": "ta", "instructor": "instructor", "admin": "admin"}
+# routes whose refusal for some role is the handler's, not a dependency's, and why that is right
+DECIDED_IN_THE_HANDLER = {
+    ("POST", "/jobs/{job_id}/regrade"): "staff are refused (403) by can_request_regrade, a rule about the job's team",
+    ("GET", "/web/queue/events"): "a stream checks its session itself: 401, not a redirect to the login page",
+}
+
+
+@functools.cache
+def app_route_objects() -> dict[tuple[str, str], Any]:
+    """Every (method, path) the application serves, with its route, walking included routers too."""
     import tempfile
     from pathlib import Path
 
@@ -178,7 +191,7 @@ def app_routes() -> set[tuple[str, str]]:
     from raiserver.config import Settings
 
     app = create_app(Settings(data_dir=Path(tempfile.mkdtemp())))
-    found: set[tuple[str, str]] = set()
+    found: dict[tuple[str, str], Any] = {}
 
     def walk(routes):
         for r in routes:
@@ -187,14 +200,68 @@ def app_routes() -> set[tuple[str, str]]:
                 walk(inner.routes)
             elif getattr(r, "methods", None) and hasattr(r, "path"):
                 for m in r.methods - {"HEAD"}:
-                    found.add((m, r.path))
+                    found[(m, r.path)] = r
 
     walk(app.routes)
     return found
 
 
+def app_routes() -> set[tuple[str, str]]:
+    return set(app_route_objects())
+
+
 def test_the_matrix_names_every_route():
     assert app_routes() == set(MATRIX), "add the new route(s) to MATRIX with who may call them"
+
+
+def gate(route, role: str) -> int | None:
+    """What a route's dependencies alone answer ``role`` (401, 303 to the login page, 403), or None
+    where they let it through to the handler: the role rules are deps.py's, asked of a user of that role."""
+    from raiserver.access.permissions import Principal
+    from raiserver.api import deps
+    from raiserver.errors import Forbidden
+    from raiserver.store.tables import User
+
+    def calls(dependant):
+        for d in dependant.dependencies:
+            yield d.call
+            yield from calls(d)
+
+    dependant = getattr(route, "dependant", None)  # a plain Starlette route (the docs) has none: public
+    found = list(calls(dependant)) if dependant is not None else []
+    if deps.require_worker in found:
+        return None if role == "worker" else 401
+    web, api = deps.web_user in found, deps.current_user in found
+    if not (web or api):
+        return None
+    if role not in ROLE_OF:
+        return 303 if web else 401
+    p = Principal(User(id=1, username=f"mx_{role}", role=ROLE_OF[role], team=None, active=True))
+    for call in found:
+        if call in (deps.web_user, deps.current_user) or inspect.signature(call, eval_str=True).return_annotation is not Principal:
+            continue
+        try:
+            call(p)  # a role dependency: takes who is calling, answers them or refuses (403)
+        except Forbidden:
+            return 403
+    return None
+
+
+def test_every_route_for_every_role_is_decided_by_its_dependencies():
+    """Fast (no server): every route × every role, the refusals MATRIX promises come from the route's
+    dependencies (StaffUser, InstructorUser, WebStaff, ...; rules from permissions.py), not from role
+    checks in a handler's body, and no dependency refuses what MATRIX allows."""
+    failures = []
+    for (method, path), route in sorted(app_route_objects().items()):
+        rule = MATRIX.get((method, path))
+        assert rule is not None, f"{method} {path} is not in MATRIX"
+        for role in ROLES:
+            expected, got = rule(role), gate(route, role)
+            if got is not None and got != expected:
+                failures.append(f"{method} {path} as {role}: its dependencies answer {got}, MATRIX says {expected}")
+            elif got is None and expected in (401, 303, 403) and (method, path) not in DECIDED_IN_THE_HANDLER:
+                failures.append(f"{method} {path} as {role}: MATRIX says {expected} but no dependency refuses it (a check in the body?)")
+    assert failures == []
 
 
 def web_login(url: str, profile) -> httpx.Client:
