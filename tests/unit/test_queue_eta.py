@@ -359,11 +359,10 @@ def test_a_fleet_with_room_plays_no_queue_and_parses_no_running_build_file(db, m
     server process's whole core and its API answered in tens of seconds. With an idle slot for
     every waiting job, each starts after the release-to-claim gap: nothing needs playing."""
     import raiserver.jobs.eta as eta
-    import raiserver.jobs.views as views
 
     parsed: list[str] = []
-    real = views.wall_limit
-    monkeypatch.setattr(views, "wall_limit", lambda job, s, spec=None: parsed.append(job.id) or real(job, s, spec))
+    real = Job.wall_limit
+    monkeypatch.setattr(Job, "wall_limit", lambda job, server_max: parsed.append(job.id) or real(job, server_max))
     monkeypatch.setattr(eta, "_left", lambda *a: (_ for _ in ()).throw(AssertionError("the queue was played")))
     add_worker(db, slots=200)
     owners = [add_user(db, f"f{i}") for i in range(120)]

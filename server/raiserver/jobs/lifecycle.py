@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from ulid import ULID
 
-from raiprotocol.models import Claim, ClaimGranted, JobState, JobUpdate, MeasuredRun, Phase, TimedRun
-from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
+from raiprotocol.models import Claim, ClaimGranted, JobState, JobUpdate, TimedRun
+from raiprotocol.spec import BuildSpec, CourseSpec
 from raiserver.access.audit import audit
 from raiserver.config import Settings
 from raiserver.errors import Conflict, Invalid, Missing, NotFound
 from raiserver.grading.course import spec_of
 from raiserver.grading.kinds import Admission, in_words, when
-from raiserver.grading.leaderboard import verdict
-from raiserver.grading.measured import summarize
-from raiserver.grading.results import RelevantLines, parse_log
 from raiserver.jobs.fairshare import fair_order, free_slots, queues_with_work
+from raiserver.jobs.finish import Outcome, finish_job
+from raiserver.jobs.transitions import CLAIM, REQUEUE, fence, move
 from raiserver.services import Services
 from raiserver.store.db import Database, utcnow
 from raiserver.store.tables import CourseBuild, Job, User, Worker
@@ -38,34 +37,9 @@ from raiserver.store.tables import CourseBuild, Job, User, Worker
 log = logging.getLogger("raiserver")
 
 
-def fence(svc: Services, job: Job) -> None:
-    """Tell Redis which attempt of the job may write, once the database holds it: the job's
-    attempt, or "end". Should Redis be away, the reaper puts the fence back from the database."""
-    s = svc.settings
-    try:
-        if job.state.finished:
-            svc.fences.raise_to(job.id, "end", s.log_ttl_seconds + s.visibility_timeout)
-        else:
-            svc.fences.raise_to(job.id, job.attempt, s.visibility_timeout)
-    except redis.RedisError as exc:
-        log.warning("job %s: fence not set (%s); the reaper sets it again", job.id, exc)
-
-
 def add_phase(job: Job, name: str, detail: str | None = None) -> None:
     """Note when a step of the job happened (a new list: the JSON column sees the change)."""
     job.phases = [*(job.phases or []), {"name": name, "at": utcnow().isoformat(), "detail": detail}]
-
-
-def phases_of(job: Job) -> list[Phase]:
-    """The job's timeline: the steps the server and the worker noted, with the ones its columns
-    already hold (submitted, released, finished), in the order they happened."""
-    phases = [Phase(name="submitted", at=job.created_at)]
-    if job.released_at:
-        phases.append(Phase(name="released", at=job.released_at, detail=job.queue))
-    phases += [Phase.model_validate(p) for p in job.phases or []]
-    if job.finished_at:
-        phases.append(Phase(name="finished", at=job.finished_at, detail=job.state.value))
-    return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
 
 
 def runs_alone(settings: Settings, kind: str, spec: BuildSpec, ranked: bool) -> bool:
@@ -109,6 +83,7 @@ def create_job(
         reserved=course is not None,
         submit_key=submit_key,
     )
+    job.wall_seconds = job.build_spec().resources.limits.wall_seconds or 0  # the course's file for a ranked run
     db.add(job)
     db.commit()
     s = svc.settings
@@ -137,64 +112,6 @@ def create_job(
             )
     svc.kick()
     return job
-
-
-def finish_job(
-    db: Session,
-    svc: Services,
-    job: Job,
-    state: JobState,
-    exit_code: int | None = None,
-    failed_command: str | None = None,
-    message: str | None = None,
-    announce: bool = True,
-    measured: list[MeasuredRun] | None = None,
-    run_attempt: int | None = None,
-    gpu_shared_with: int | None = None,
-) -> None:
-    """Terminal transition: store the log and results, commit, then tell live readers.
-    ``measured``: a ranked run's timed runs, as its worker reported them; ``run_attempt``: the
-    attempt whose run ended (its worker's copy of the log, if it sent one, makes the log whole)."""
-    if job.state.finished:
-        return
-    if announce and message and state is not JobState.succeeded:
-        svc.logs.system(job.id, message)
-    job.state = state
-    job.waiting = None
-    job.finished_at = utcnow()
-    job.exit_code = exit_code
-    job.failed_command = failed_command
-    job.message = message
-    fence(svc, job)  # no line of any run lands after this: what is archived is the whole log
-    copy = svc.storage.worker_copy_path(job.id, run_attempt or job.attempt)
-    relevant = RelevantLines()
-    svc.logs.archive(job.id, copy if copy.exists() else None, each=lambda b: relevant.feed(b.s, b.x))
-    copy.unlink(missing_ok=True)
-    svc.cancels.clear(job.id)
-    summary = parse_log(relevant.lines())
-    summary.gpu_shared_with = gpu_shared_with
-    if job.course_build_id is not None:
-        course = db.get_one(CourseBuild, job.course_build_id)
-        spec = spec_of(course)
-        planned = job.repeats or spec.ranked.repeats
-        kernels = summary.kernels if spec.ranked.profile else None  # the course's profiled run's
-        summary.measured = summarize(measured, spec, course.version, summary.op_time_total, job.gpu_name, planned, kernels)
-        if state is not JobState.succeeded and summary.measured.problem is None:
-            summary.measured.problem = f"the job {state.value.replace('_', ' ')}"
-    job.results = summary.model_dump()
-    if summary.measured is not None:  # the student learns the outcome: one line, and the page's banner
-        summary.measured.verdict = verdict(db, svc.settings, job)
-        job.results = summary.model_dump()
-        if summary.measured.verdict:
-            svc.logs.system_after_archive(job.id, summary.measured.verdict)
-    job.has_build = svc.storage.build_path(job.id).exists()
-    if job.worker:
-        w = db.get(Worker, job.worker)
-        if w is not None:
-            w.jobs_done += 1
-    db.commit()
-    svc.logs.end(job.id, state.value)
-    svc.kick()  # a slot is free
 
 
 def remeasure(db: Session, svc: Services, original: Job, by: User, repeats: int) -> Job:
@@ -240,6 +157,7 @@ def _again(original: Job, remeasure_of: str | None, repeats: int | None, reserve
         repeats=repeats,
         reserved=reserved,
         created_at=original.created_at,
+        wall_seconds=original.wall_seconds,
     )
 
 
@@ -271,7 +189,7 @@ def cancel_job(db: Session, svc: Services, job: Job, by: User) -> None:
     if job.state == JobState.queued:
         if by.id != job.owner_id:
             audit(db, by.username, "job.cancel", job.id, owner=job.owner.username)
-        finish_job(db, svc, job, JobState.cancelled, message=f"Cancelled by {by.username} before it started")
+        finish_job(db, svc, job, Outcome(JobState.cancelled, message=f"Cancelled by {by.username} before it started"))
         return
     job.cancel_requested = True
     if by.id != job.owner_id:
@@ -296,11 +214,11 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
             raise Conflict(f"job is running on {job.worker}")
         job.attempt += 1  # a new run: the lost one, should it write again, is refused
         svc.logs.system(job.id, f"Restarting on {claim.worker} as attempt {job.attempt} (the previous run on {job.worker} was lost)")
-    job.state = JobState.running
+    move(job, CLAIM, JobState.running)
     job.waiting = None
     job.worker = claim.worker
     job.started_at = job.started_at or utcnow()
-    job.lease_at = utcnow()
+    job.claimed_at = job.lease_at = utcnow()
     add_phase(job, "claimed", claim.worker)
     w = db.get(Worker, claim.worker)
     if w is not None:
@@ -310,8 +228,8 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
     db.commit()
     fence(svc, job)
     s = svc.settings
-    course_spec = parse_course_spec(job.spec_yaml) if job.course_build_id is not None else None
-    spec = course_spec if course_spec is not None else parse_spec(job.spec_yaml)
+    spec = job.build_spec()
+    course_spec = spec if isinstance(spec, CourseSpec) else None
     limits = spec.resources.limits
     repeats = max(1, s.timing_repeats) if job.kind in s.repeat_kinds else 1
     timed = None
@@ -340,7 +258,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         exclusive=job.reserved or runs_alone(s, job.kind, spec, ranked=timed is not None),
         timed=timed,
         repeat_timing=repeats,
-        wall_seconds=wall_limit(job, s, spec),
+        wall_seconds=job.wall_limit(s.wall_seconds),
         command_seconds=limits.command_seconds,
         memory_mb=min(limits.memory_mb or s.memory_mb, s.memory_mb),
         archive_sha256=job.archive_sha256,
@@ -374,19 +292,16 @@ def update_job(db: Session, svc: Services, job_id: str, update: JobUpdate, worke
         state = update.state
         if job.cancel_requested and state in (JobState.failed, JobState.error):
             state = JobState.cancelled  # killed because of the cancel, not of its own accord
-        finish_job(
-            db,
-            svc,
-            job,
+        outcome = Outcome(
             state,
             update.exit_code,
             update.failed_command,
             update.message,
-            announce=False,
             measured=update.measured,
             run_attempt=update.attempt,
             gpu_shared_with=update.gpu_shared_with,
         )
+        finish_job(db, svc, job, outcome, announce=False)
     return job
 
 
@@ -427,13 +342,13 @@ def renew_lease(db: Session, svc: Services, job_id: str, worker: str, attempt: i
 def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
     """The worker holding this job is gone: run it again elsewhere, up to max_attempts."""
     if job.cancel_requested:
-        finish_job(db, svc, job, JobState.cancelled, message=f"{reason}; the job had been cancelled")
+        finish_job(db, svc, job, Outcome(JobState.cancelled, message=f"{reason}; the job had been cancelled"))
         return
     if job.attempt >= svc.settings.max_attempts:
-        finish_job(db, svc, job, JobState.error, message=f"{reason}; gave up after {job.attempt} attempts")
+        finish_job(db, svc, job, Outcome(JobState.error, message=f"{reason}; gave up after {job.attempt} attempts"))
         return
     job.attempt += 1
-    job.state = JobState.queued
+    move(job, REQUEUE, JobState.queued)
     job.waiting = None
     job.worker = None
     job.released_at = None
@@ -445,25 +360,6 @@ def requeue_lost(db: Session, svc: Services, job: Job, reason: str) -> None:
 CLAIM_GRACE = timedelta(seconds=10)  # a heartbeat listed before a claim arrives after it: no false alarm
 
 
-def spec_of_job(job: Job) -> BuildSpec:
-    """The build file the job runs: the course's for a ranked run, else the student's."""
-    return parse_course_spec(job.spec_yaml) if job.course_build_id is not None else parse_spec(job.spec_yaml)
-
-
-def wall_limit(job: Job, settings: Settings, spec: BuildSpec | None = None) -> int:
-    """The job's wall-time limit: what its build file asks for, never more than the server's."""
-    try:
-        asked = (spec or spec_of_job(job)).resources.limits.wall_seconds
-    except ValueError:  # stored before a rule tightened: the server's limit holds
-        asked = None
-    return min(asked or settings.wall_seconds, settings.wall_seconds)
-
-
-def claimed_at(job: Job) -> datetime | None:
-    times = [p.get("at") for p in job.phases or [] if p.get("name") == "claimed"]
-    return datetime.fromisoformat(times[-1]) if times and times[-1] else job.started_at
-
-
 def reconcile(db: Session, svc: Services, worker: str, running: list[str]) -> int:
     """Jobs the database has running on this worker that its heartbeat does not list (it
     restarted under the same name, or lost the run): back in the queue at once, not when the
@@ -472,7 +368,7 @@ def reconcile(db: Session, svc: Services, worker: str, running: list[str]) -> in
     held = db.scalars(select(Job).where(Job.state == JobState.running, Job.worker == worker)).all()
     now, n = utcnow(), 0
     for job in held:
-        claimed = claimed_at(job)
+        claimed = job.last_claimed()
         if job.id in listed or (claimed is not None and now - claimed < CLAIM_GRACE):
             continue
         requeue_lost(db, svc, job, f"Worker {worker} is no longer running the job (it restarted or lost the run)")
@@ -492,7 +388,7 @@ def lease_lapsed(svc: Services, job: Job, now: datetime, awake_since: datetime |
     window = lease_window(svc)
     if awake_since is not None and now - awake_since < window:
         return False
-    renewed = job.lease_at or claimed_at(job) or job.started_at
+    renewed = job.lease_at or job.last_claimed() or job.started_at
     if renewed is not None and now - renewed < window:
         return False
     try:
@@ -510,7 +406,7 @@ def reap(db: Session, svc: Services, awake_since: datetime | None = None) -> int
     if awake_since is not None and now - awake_since < window:
         return 0
     running = db.scalars(select(Job).where(Job.state == JobState.running)).all()
-    quiet = [j for j in running if j.worker is None or now - (j.lease_at or claimed_at(j) or now - window) >= window]
+    quiet = [j for j in running if j.worker is None or now - (j.lease_at or j.last_claimed() or now - window) >= window]
     if not quiet:
         return 0
     held = svc.leases.held([j.id for j in quiet])  # a Redis error fails the pass: nothing requeued

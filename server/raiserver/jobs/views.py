@@ -14,17 +14,17 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, joinedload
 
-from raiprotocol.models import JobOut, JobResultSummary, JobState, QueueSummary
+from raiprotocol.models import JobOut, JobState, QueueSummary
 from raiprotocol.states import UNFINISHED
 from raiprotocol.waits import wait_words
-from raiserver.access.permissions import Principal, is_staff
+from raiserver.access.permissions import Principal, can_see_all_jobs
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_workers
 from raiserver.grading.kinds import Deadlines, in_words
 from raiserver.jobs.eta import DEFAULT_GAP, Newcomers, Slotted, Wait, estimate, start_now
-from raiserver.jobs.fairshare import fair_order, runs_on
-from raiserver.jobs.lifecycle import claimed_at, phases_of, wall_limit
+from raiserver.jobs.fairshare import fair_order, jumps_line, runs_on
 from raiserver.store.db import utcnow
+from raiserver.store.summaries import summary_of
 from raiserver.store.tables import Job, User
 
 RECENT_RUNS = 30  # latest runs of a kind (by start) that its estimates go by
@@ -110,7 +110,7 @@ class QueueView:
         if not later:
             return None
         s = self.settings
-        first = [j for j in later if j.kind in s.priority_kinds or (s.staff_priority and is_staff(j.owner.role))]
+        first = [j for j in later if jumps_line(j, s.staff_priority, s.priority_kinds)]
         n = len(later)
         text = f"{n} job{'s' if n > 1 else ''} submitted after yours {'go' if n > 1 else 'goes'} first: "
         reasons = []
@@ -188,7 +188,7 @@ class QueueView:
         on_slots: list[tuple[Job, float]] = []
         mine = (Job.queue == queue) & (Job.state == JobState.running)
         for job in self.db.scalars(select(Job).where(or_(mine, runs_on(live)), Job.waiting.is_(None))):
-            claimed = claimed_at(job)
+            claimed = job.last_claimed()
             on_slots.append((job, max((now - claimed).total_seconds(), 0.0) if claimed else 0.0))
             self._started.add(job.id)
         released = self.db.scalars(
@@ -201,17 +201,13 @@ class QueueView:
         for j in [*released, *self._order(queue)]:
             if j.id in self._started:
                 continue
-            yields = (
-                j.released_at is None
-                and j.owner_id in busy
-                and not (j.kind in s.priority_kinds or (s.staff_priority and is_staff(j.owner.role)))
-            )
-            waiting.append(Slotted(j.id, j.kind, wall_limit(j, s), alone=j.reserved, yields=yields))
+            yields = j.released_at is None and j.owner_id in busy and not jumps_line(j, s.staff_priority, s.priority_kinds)
+            waiting.append(Slotted(j.id, j.kind, j.wall_limit(s.wall_seconds), alone=j.reserved, yields=yields))
             busy.add(j.owner_id)
         # a running job's wall limit (its build file parsed) matters only when the queue is played
         # forward: with an idle slot for every waiting job, nobody waits for a running one to end
         room = start_now(slots, len(on_slots), waiting)
-        running = [Slotted(j.id, j.kind, 0.0 if room else wall_limit(j, s), ran=ran, alone=j.reserved) for j, ran in on_slots]
+        running = [Slotted(j.id, j.kind, 0.0 if room else j.wall_limit(s.wall_seconds), ran=ran, alone=j.reserved) for j, ran in on_slots]
         key = (queue, slots, frozenset((r.id, int(r.ran or 0)) for r in running), tuple((w.id, w.yields) for w in waiting))
         made = _SCHEDULES.get(key)
         if made is not None and time.monotonic() - made[0] < SCHEDULE_SECONDS:
@@ -267,8 +263,8 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         gpu_name=job.gpu_name,
         has_build=job.has_build,
         archive_bytes=job.archive_bytes,
-        results=JobResultSummary.model_validate(job.results) if job.results else None,
-        phases=phases_of(job),
+        results=summary_of(job),
+        phases=job.timeline(),
         late=view.late(job),
     )
 
@@ -367,4 +363,4 @@ def shown_to(rows: dict[str, list[dict[str, Any]]], user_id: int, staff: bool) -
 
 
 def queue_snapshot(db: Session, settings: Settings, p: Principal) -> dict[str, Any]:
-    return shown_to(queue_rows(db, settings), p.user.id, p.is_staff)
+    return shown_to(queue_rows(db, settings), p.user.id, can_see_all_jobs(p))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from raiprotocol.models import JobState
+from raiprotocol.models import JobState, Phase
+from raiprotocol.spec import BuildSpec, parse_course_spec, parse_spec
 from raiserver.store.db import Base, UTCDateTime, utcnow
 
 
@@ -92,8 +93,47 @@ class Job(Base):
     # a ranked run (the course's build file, a re-measure): released on the hosts' reserved places (fairshare.free_slots)
     reserved: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     submit_key: Mapped[str | None] = mapped_column(String(64))  # the client's Idempotency-Key for this submission, if it sent one
+    # the job's facts, resolved once (migration 0018): the wall limit its build file asks for (0: none;
+    # NULL: a job from before, whose file is parsed when asked) and when its current run was claimed
+    wall_seconds: Mapped[int | None] = mapped_column(Integer)
+    claimed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     owner: Mapped[User] = relationship(back_populates="jobs")
+
+    def build_spec(self) -> BuildSpec:
+        """The build file the job runs: the course's for a ranked run, else the student's."""
+        return parse_course_spec(self.spec_yaml) if self.course_build_id is not None else parse_spec(self.spec_yaml)
+
+    def asked_wall_seconds(self) -> int:
+        """The wall limit the job's build file asks for (0: none), as resolved at submission."""
+        if self.wall_seconds is not None:
+            return self.wall_seconds
+        try:  # a job from before migration 0018: its file, parsed (not written back: a read stays a read)
+            return self.build_spec().resources.limits.wall_seconds or 0
+        except ValueError:  # stored before a rule tightened: the server's limit holds
+            return 0
+
+    def wall_limit(self, server_max: int) -> int:
+        """The job's wall-time limit: what its build file asks for, never more than the server's."""
+        return min(self.asked_wall_seconds() or server_max, server_max)
+
+    def last_claimed(self) -> datetime | None:
+        """When the job's current run was claimed (a job from before 0018: its phases say)."""
+        if self.claimed_at is not None:
+            return self.claimed_at
+        times = [p.get("at") for p in self.phases or [] if p.get("name") == "claimed"]
+        return datetime.fromisoformat(times[-1]) if times and times[-1] else self.started_at
+
+    def timeline(self) -> list[Phase]:
+        """The job's steps as the server and the worker noted them, with the ones its columns
+        already hold (submitted, released, finished), in the order they happened."""
+        phases = [Phase(name="submitted", at=self.created_at)]
+        if self.released_at:
+            phases.append(Phase(name="released", at=self.released_at, detail=self.queue))
+        phases += [Phase.model_validate(p) for p in self.phases or []]
+        if self.finished_at:
+            phases.append(Phase(name="finished", at=self.finished_at, detail=self.state.value))
+        return sorted(phases, key=lambda p: p.at if p.at.tzinfo else p.at.replace(tzinfo=timezone.utc))
 
 
 class CourseBuild(Base):
