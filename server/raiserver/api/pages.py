@@ -30,10 +30,10 @@ from raiprotocol.waits import wait_words
 from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
 from raiserver.access.csrf import check_csrf, csrf_token
 from raiserver.access.people import MAX_QUERY, find_people
-from raiserver.access.permissions import ROLES, Principal, can_cancel
-from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebUser, services
+from raiserver.access.permissions import ROLES, Principal, can_cancel, can_rerun, can_see_all_jobs, can_see_user, more_log_streams
+from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebPeopleViewer, WebRerunner, WebUser, WebWorkersViewer, services
 from raiserver.config import Settings
-from raiserver.errors import Forbidden, NotFound, Unauthorized
+from raiserver.errors import NotFound, Unauthorized
 from raiserver.fleet.workers import is_alive
 from raiserver.grading.kinds import Deadlines
 from raiserver.grading.leaderboard import hidden, leaderboard, verdict
@@ -43,6 +43,7 @@ from raiserver.jobs.lookup import cancellable_job, visible_job
 from raiserver.jobs.quotas import limits_of
 from raiserver.jobs.views import QueueView, job_out, queue_snapshot, short_id, shown_to
 from raiserver.store.db import utcnow
+from raiserver.store.summaries import summary_of
 from raiserver.store.tables import Job, User, Worker
 
 HERE = Path(__file__).parent.parent  # raiserver/, where the templates and static files live
@@ -131,9 +132,9 @@ async def queue_events(request: Request, svc: ServicesDep) -> EventSourceRespons
             return Principal(user)
 
     p = await run_in_threadpool(who)
-    uid, staff, tag = p.user.id, p.is_staff, request.session.get("key")
+    uid, everyone, tag = p.user.id, can_see_all_jobs(p), request.session.get("key")
     hub, feed = svc.hub, svc.queue_feed
-    hub.admit(uid, staff)
+    hub.admit(uid, more_log_streams(p))
     feed.watching[uid] += 1
 
     async def events() -> AsyncIterator[dict[str, str]]:
@@ -145,7 +146,7 @@ async def queue_events(request: Request, svc: ServicesDep) -> EventSourceRespons
                 if not active or current != tag:  # deactivated, or the key was rotated or revoked
                     yield {"event": "logout", "data": "{}"}
                     return
-                text = json.dumps(shown_to(rows, uid, staff), sort_keys=True)
+                text = json.dumps(shown_to(rows, uid, everyone), sort_keys=True)
                 if text != last:
                     last = text
                     yield {"event": "queue", "data": text}
@@ -160,9 +161,7 @@ async def queue_events(request: Request, svc: ServicesDep) -> EventSourceRespons
 
 
 @router.get("/workers")
-def workers_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
-    if not p.is_staff:
-        raise Forbidden("the workers page is for staff")
+def workers_page(request: Request, p: WebWorkersViewer, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     dead_after = svc.settings.worker_dead_after
     now = utcnow()
     rows = [
@@ -175,7 +174,8 @@ def workers_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep)
 def board_now(db: Session, settings: Settings, job: Job) -> dict[str, Any] | None:
     """A ranked run's place as the board stands now, with what it was told at its end (issue 49:
     "Ranked #1 of 1" stayed on the page after others ranked), and its re-measures, newest first."""
-    said = ((job.results or {}).get("measured") or {}).get("verdict")
+    summary = summary_of(job)
+    said = summary.measured.verdict if summary and summary.measured else None
     if job.course_build_id is None or not said or not job.state.finished:
         return None
     again = list(db.scalars(select(Job).where(Job.remeasure_of == job.id).order_by(Job.created_at.desc())))
@@ -193,7 +193,7 @@ def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: Ser
         job=job_out(db, job, QueueView(db, svc.settings)),
         spec=job.spec_yaml,
         can_cancel=can_cancel(p, job),
-        can_rerun=p.is_staff and job.state.finished and job.archive_kept,
+        can_rerun=can_rerun(p) and job.state.finished and job.archive_kept,
         board=board_now(db, svc.settings, job),
         regrades=[regrades.out(r) for r in asked],
         may_ask=regrades.may_ask(db, svc.settings, p, job, asked),
@@ -203,11 +203,11 @@ def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: Ser
 
 
 @router.post("/jobs/{job_id}/rerun")
-def rerun_from_web(job_id: str, request: Request, csrf: Annotated[str, Form()], p: WebUser, db: SessionDep, svc: ServicesDep) -> Response:
+def rerun_from_web(
+    job_id: str, request: Request, csrf: Annotated[str, Form()], p: WebRerunner, db: SessionDep, svc: ServicesDep
+) -> Response:
     """Staff's Run again button (issue 49): a new job from the same archive, audited; its page next."""
     check_csrf(request, csrf, FORM_EXPIRED)
-    if not p.is_staff:
-        raise Forbidden("only staff run a job again")
     job = rerun(db, svc, visible_job(db, p, job_id), p.user)
     return RedirectResponse(f"/jobs/{job.id}", status.HTTP_303_SEE_OTHER)
 
@@ -240,10 +240,8 @@ def leaderboard_page(request: Request, p: WebUser, db: SessionDep, svc: Services
 
 
 @router.get("/users")
-def users_page(request: Request, p: WebUser, db: SessionDep, q: str = "", role: str = "", active: str = "") -> HTMLResponse:
+def users_page(request: Request, p: WebPeopleViewer, db: SessionDep, q: str = "", role: str = "", active: str = "") -> HTMLResponse:
     """Staff find a student (issue 37): by any part of a name, email or team, a role, active or not."""
-    if not p.is_staff:
-        raise Forbidden("the users list is for staff")
     people, total = find_people(db, q, role, active)
     return render(request, "users.html", p, people=people, total=total, q=q[:MAX_QUERY], role=role, active=active, roles=ROLES)
 
@@ -251,14 +249,14 @@ def users_page(request: Request, p: WebUser, db: SessionDep, q: str = "", role: 
 @router.get("/users/{username}")
 def user_page(username: str, request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     user = db.scalar(select(User).where(User.username == username))
-    if user is None or not (p.is_staff or user.id == p.user.id):
+    if user is None or not can_see_user(p, user):
         raise NotFound(f"no user {username}")
     jobs = db.scalars(select(Job).where(Job.owner_id == user.id).order_by(Job.created_at.desc()).limit(200)).all()
     view = QueueView(db, svc.settings)
     history = [
-        {"t": j.finished_at.isoformat(), "ms": j.results["op_time_total"] * 1000, "id": j.id}
+        {"t": j.finished_at.isoformat(), "ms": r.op_time_total * 1000, "id": j.id}
         for j in reversed(jobs)
-        if j.results and j.results.get("op_time_total") is not None and j.finished_at
+        if (r := summary_of(j)) and r.op_time_total is not None and j.finished_at
     ]
     return render(
         request,

@@ -11,15 +11,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiprotocol.models import REGRADE_GRADE_CHARS, REGRADE_MESSAGE_CHARS, RegradeAction
+from raiprotocol.models import REGRADE_GRADE_CHARS, REGRADE_MESSAGE_CHARS, JobResultSummary, RegradeAction
 from raiserver.access.csrf import check_csrf
-from raiserver.api.deps import ServicesDep, SessionDep, WebUser
+from raiserver.api.deps import ServicesDep, SessionDep, WebRegradeAnswerer, WebRegradesViewer, WebUser
 from raiserver.api.pages import FORM_EXPIRED, render
 from raiserver.config import Settings
 from raiserver.errors import Invalid
 from raiserver.grading.grades import GradeRow, grades
 from raiserver.jobs import regrades
 from raiserver.jobs.lookup import visible_job
+from raiserver.store.summaries import summary_of
 from raiserver.store.tables import Job, RegradeRequest
 
 router = APIRouter(include_in_schema=False)
@@ -43,12 +44,12 @@ def ask_from_web(
 
 def op_time(job: Job) -> str:
     """The run's op time as it counts: what rai measured (ranked runs), else what the program printed."""
-    r = job.results or {}
-    m = r.get("measured") or {}
-    if m.get("op_time") is not None:
-        return f"{m['op_time']:.6f} s (measured by rai)"
-    if r.get("op_time_total") is not None:
-        return f"{r['op_time_total']:.6f} s (printed by the program)"
+    summary = summary_of(job)
+    m = summary.measured if summary else None
+    if m is not None and m.op_time is not None:
+        return f"{m.op_time:.6f} s (measured by rai)"
+    if summary is not None and summary.op_time_total is not None:
+        return f"{summary.op_time_total:.6f} s (printed by the program)"
     return "none" if job.state.finished else f"none yet ({job.state.value})"
 
 
@@ -57,11 +58,11 @@ def run_facts(db: Session, settings: Settings, asked: list[RegradeRequest]) -> d
     kind as it stands now and the run it comes from, and the run's re-measures so far (one is
     enough, most often). Each kind's grades are computed once for the page."""
     sheets: dict[str, dict[str, GradeRow] | str] = {}
-    again: dict[str, list[Job]] = {}
+    again: dict[str, list[tuple[Job, JobResultSummary | None]]] = {}
     ids = {r.job_id for r in asked}
     if ids:
         for j in db.scalars(select(Job).where(Job.remeasure_of.in_(ids)).order_by(Job.created_at)):
-            again.setdefault(j.remeasure_of or "", []).append(j)
+            again.setdefault(j.remeasure_of or "", []).append((j, summary_of(j)))
     facts = {}
     for r in asked:
         kind = r.job.kind
@@ -83,7 +84,7 @@ def run_facts(db: Session, settings: Settings, asked: list[RegradeRequest]) -> d
 
 
 @router.get("/regrades")
-def regrades_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep, everything: bool = False) -> HTMLResponse:
+def regrades_page(request: Request, p: WebRegradesViewer, db: SessionDep, svc: ServicesDep, everything: bool = False) -> HTMLResponse:
     asked = regrades.for_staff(db, p, everything)
     return render(
         request,
@@ -102,7 +103,7 @@ def answer_from_web(
     request_id: int,
     request: Request,
     csrf: Annotated[str, Form()],
-    p: WebUser,
+    p: WebRegradeAnswerer,
     db: SessionDep,
     svc: ServicesDep,
     action: Annotated[str, Form(max_length=16)] = "",

@@ -23,10 +23,12 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, joinedload, load_only
 
 from raiprotocol.models import GradeRule, JobState
+from raiserver.access.permissions import is_student
 from raiserver.config import Settings
 from raiserver.errors import Invalid
 from raiserver.grading.kinds import Deadlines, Person, Personal, aware, in_words, kind_row, late_days_for, rule_of
 from raiserver.store.db import SETTLE, utcnow
+from raiserver.store.summaries import figures_of
 from raiserver.store.tables import Job, User
 
 
@@ -75,26 +77,16 @@ class GradeRow:
         return " ".join(p for p in (self.first, self.last) if p)
 
 
-def _figures(job: Job) -> tuple[float | None, float | None, bool]:
-    """Op time (s), accuracy, and whether the service measured them."""
-    r = job.results or {}
-    m = r.get("measured")
-    if m:
-        return m.get("op_time"), m.get("accuracy"), True
-    printed = r.get("correctness") or {}
-    return r.get("op_time_total"), (min(printed.values()) if printed else None), False
-
-
 def _judge(job: Job, rule: GradeRule, threshold: float, ranked: bool, deadlines: Deadlines) -> Graded:
-    op, acc, measured = _figures(job)
+    op, acc, measured, problem = figures_of(job.results)  # not the whole summary: every run of the kind is judged
     g = Graded(RunRef(job.id, job.created_at), op, acc, measured, deadlines.late_by(job))
     g.paid = g.late is not None and deadlines.counts(job)
     if job.state is not JobState.succeeded:
         g.reason = f"the run {job.state.value.replace('_', ' ')}"
     elif ranked and not measured:
         g.reason = "not measured by the service (the course's build file was not installed)"
-    elif ranked and ((job.results or {}).get("measured") or {}).get("problem"):
-        g.reason = f"not measured: {(job.results or {})['measured']['problem']}"
+    elif ranked and problem:
+        g.reason = f"not measured: {problem}"
     elif acc is None:
         g.reason = "no correctness reported"
     elif acc < threshold:
@@ -187,7 +179,7 @@ class Sheet:
     def fold(self, jobs: Sequence[Job], judge: Callable[[Job], Graded]) -> None:
         added: dict[str, list[Graded]] = {}
         for job in jobs:
-            if job.id in self.remeasured or job.owner.role != "student":
+            if job.id in self.remeasured or not is_student(job.owner.role):
                 continue  # measured again (that run's result stands, issue 32), or staff trying the kind out
             added.setdefault(team_of(job.owner), []).append(judge(job))
         for team, runs in added.items():
@@ -298,7 +290,7 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
     if kept is not None:
         kept.best = best_of
     out = []
-    students = [p for p in people if p.role == "student" and p.active]  # by username, as the database orders them
+    students = [p for p in people if is_student(p.role) and p.active]  # by username, as the database orders them
     for user in students:
         team = by_team.get(team_of(user))
         best = best_of.get(team_of(user))

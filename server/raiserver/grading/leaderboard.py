@@ -25,12 +25,13 @@ from typing import Any
 from sqlalchemy import Text, cast, select
 from sqlalchemy.orm import Session, joinedload, load_only
 
-from raiprotocol.models import Entry, JobState
-from raiserver.access.permissions import Principal, is_staff
+from raiprotocol.models import Entry, JobResultSummary, JobState, Measured
+from raiserver.access.permissions import Principal, run_by_staff, sees_names_on_board
 from raiserver.config import Settings
 from raiserver.grading.kinds import Deadlines, Person, Personal, Submission, when
 from raiserver.grading.measured import QUARANTINE, in_words
 from raiserver.store.db import SETTLE, utcnow
+from raiserver.store.summaries import path, summary_of
 from raiserver.store.tables import Job, Kind, User
 
 
@@ -54,25 +55,33 @@ def pseudonym(key: str, secret: str) -> str:
 
 @dataclass(frozen=True)
 class Run:
-    """A job that makes a board: its results and end, which ``job`` only holds as optional columns."""
+    """A job that makes a board: its results (read whole once: the board keeps it) and end, which
+    ``job`` only holds as optional columns."""
 
     job: Job
-    results: dict[str, Any]
+    summary: JobResultSummary
     finished: datetime
 
     @property
-    def measured(self) -> dict[str, Any] | None:
-        return self.results.get("measured")
+    def measured(self) -> Measured | None:
+        return self.summary.measured
 
     @property
     def op_time(self) -> float:
         m = self.measured
-        return float(m["op_time"]) if m else float(self.results["op_time_total"])
+        return _made(m.op_time if m else self.summary.op_time_total)
 
     @property
     def correctness(self) -> float:
         m = self.measured
-        return float(m["accuracy"]) if m else min(self.results["correctness"].values())
+        return _made(m.accuracy) if m else min(self.summary.correctness.values())
+
+
+def _made(figure: float | None) -> float:
+    """A figure of a run that made the board: present, or ``candidates`` had left the run out."""
+    if figure is None:
+        raise TypeError("a run on the board has no figure")
+    return float(figure)
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,11 @@ class Candidate:
     @property
     def owner_id(self) -> int:
         return self.owner.id
+
+
+# the figures the database reads out of each run's stored JobResultSummary (checked against the model)
+MEASURED_OP_TIME, MEASURED_ACCURACY, MEASURED_PROBLEM = (path("measured", name) for name in ("op_time", "accuracy", "problem"))
+PRINTED_OP_TIME, PRINTED_CORRECTNESS = path("op_time_total"), path("correctness")
 
 
 def _figures(board: str, row: Any) -> tuple[float | None, float | None]:
@@ -122,12 +136,12 @@ def candidates(
     # the figures read out by the database, as numbers where it can (no run's whole results decoded here)
     figures = (
         (
-            Job.results[("measured", "op_time")].as_float().label("op_time"),
-            Job.results[("measured", "accuracy")].as_float().label("accuracy"),
-            Job.results[("measured", "problem")].as_string().label("problem"),
+            Job.results[MEASURED_OP_TIME].as_float().label("op_time"),
+            Job.results[MEASURED_ACCURACY].as_float().label("accuracy"),
+            Job.results[MEASURED_PROBLEM].as_string().label("problem"),
         )
         if board == "ranked"
-        else (Job.results["op_time_total"].as_float().label("op_time"), Job.results["correctness"].label("correctness"))
+        else (Job.results[PRINTED_OP_TIME].as_float().label("op_time"), Job.results[PRINTED_CORRECTNESS].label("correctness"))
     )
     query = select(Job.id, Job.owner_id, Job.kind, Job.created_at, Job.finished_at, Job.remeasure_of, *figures).where(
         Job.state == JobState.succeeded,
@@ -247,7 +261,7 @@ def best_runs(
     ranked = sorted(result.best.items(), key=lambda kv: (kv[1].op_time or 0.0, kv[1].finished_at))
     missing = [c.id for _, c in ranked if c.id not in result.whole]  # a team's best that is new since the last look
     for job in db.scalars(select(Job).options(joinedload(Job.owner)).where(Job.id.in_(missing))) if missing else ():
-        result.whole[job.id] = Run(job, job.results or {}, job.finished_at or utcnow())
+        result.whole[job.id] = Run(job, summary_of(job) or JobResultSummary(), job.finished_at or utcnow())
     return [(key, result.whole[c.id], result.members[key]) for key, c in ranked if c.id in result.whole]
 
 
@@ -279,7 +293,7 @@ def _cached_board(db: Session, settings: Settings, deadlines: Deadlines, users: 
 
 def hidden(db: Session, settings: Settings, viewer: Principal) -> bool:
     """Whether this viewer sees only their own row (hidden board, before the verified kind's deadline)."""
-    if not settings.leaderboard_hidden_until_deadline or viewer.is_staff:
+    if not settings.leaderboard_hidden_until_deadline or sees_names_on_board(viewer):
         return False
     row = db.get(Kind, settings.verified_kind)
     return row is None or row.due_at is None or datetime.now(timezone.utc) < _aware(row.due_at)
@@ -288,9 +302,10 @@ def hidden(db: Session, settings: Settings, viewer: Principal) -> bool:
 def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int | None = None, board: str = "ranked") -> list[Entry]:
     mine_key = f"team:{viewer.user.team}" if viewer.user.team else f"user:{viewer.user.username}"
     only_mine = hidden(db, settings, viewer)
+    whole = sees_names_on_board(viewer)
     out = []
     for i, (key, run, names) in enumerate(best_runs(db, settings, board)[:limit], start=1):
-        job, results, m = run.job, run.results, run.measured
+        job, results, m = run.job, run.summary, run.measured
         mine = key == mine_key
         if only_mine and not mine:
             continue
@@ -298,24 +313,24 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
         out.append(
             Entry(
                 rank=i,
-                name=real if (viewer.is_staff or mine) else pseudonym(key, settings.pseudonym_secret),
+                name=real if (whole or mine) else pseudonym(key, settings.pseudonym_secret),
                 op_time=run.op_time,
                 # a course file from before issue 46 ranked the kernels; since then they are the profiled run's feedback
-                op_times=[k["ms"] / 1e3 for k in m["kernels"]] if m and m.get("measure") == "kernels" else results["op_times"],
-                spread=m["spread"] if m else results.get("op_time_spread"),
-                runs=len(m["runs"]) if m else (len(results.get("op_time_runs") or []) or 1),
+                op_times=[k.ms / 1e3 for k in m.kernels] if m and m.measure == "kernels" else results.op_times,
+                spread=m.spread if m else results.op_time_spread,
+                runs=len(m.runs) if m else (len(results.op_time_runs) or 1),
                 correctness=run.correctness,
                 when=run.finished,
                 gpu=job.gpu_name,
                 kind=job.kind,
                 verified=m is not None,
-                flags=(m.get("flags") or []) if m is not None and viewer.is_staff else [],
-                ci=m.get("ci") if m else None,
+                flags=m.flags if m is not None and whole else [],
+                ci=m.ci if m else None,
                 mine=mine,
-                job_id=job.id if (viewer.is_staff or mine) else None,
-                members=sorted(names) if viewer.is_staff else None,
-                shared_gpu=m is None and bool(results.get("gpu_shared_with")),
-                staff=is_staff(job.owner.role) and not job.owner.team,
+                job_id=job.id if (whole or mine) else None,
+                members=sorted(names) if whole else None,
+                shared_gpu=m is None and bool(results.gpu_shared_with),
+                staff=run_by_staff(job.owner) and not job.owner.team,
             )
         )
     for above, below in zip(out, out[1:], strict=False):  # intervals that overlap: a tie, not a lead (issue 32)
@@ -328,18 +343,19 @@ def verdict(db: Session, settings: Settings, job: Job) -> str | None:
     """What the student of a ranked run (one the course's build file built and timed) is told at
     its end, in the client and on its page: its rank, or why it does not rank (issue 32). The job's
     state and results are set in ``db``'s session (not yet committed): the board includes it."""
-    m = (job.results or {}).get("measured")
-    if job.course_build_id is None or not m:
+    summary = summary_of(job)
+    m = summary.measured if summary else None
+    if job.course_build_id is None or m is None:
         return None
-    if m.get("problem"):
-        return f"Not ranked: {m['problem']}"
+    if m.problem:
+        return f"Not ranked: {m.problem}"
     if job.state is not JobState.succeeded:
         return f"Not ranked: the job {job.state.value.replace('_', ' ')}"
     deadlines = Deadlines(db, settings)
     if not deadlines.counts(job):
         due = deadlines.due_for(job.kind, job.owner)
         return f"Not ranked: submitted after the deadline ({when(due) if due else 'none'})"
-    accuracy = m.get("accuracy")
+    accuracy = m.accuracy
     if accuracy is None or accuracy < settings.correctness_threshold:
         return f"Not ranked: accuracy {accuracy if accuracy is not None else 0:.4g} is below {settings.correctness_threshold:g}"
     runs = best_runs(db, settings, cached=False)  # this job's end is not committed yet
@@ -347,10 +363,11 @@ def verdict(db: Session, settings: Settings, job: Job) -> str | None:
     for i, (k, run, _) in enumerate(runs, start=1):
         if k != key:
             continue
-        ci = f" ± {in_words(m['ci'])}" if m.get("ci") else ""
+        ci = f" ± {in_words(m.ci)}" if m.ci else ""
+        op_time = in_words(_made(m.op_time))
         if run.job.id == job.id:
-            return f"Ranked #{i} of {len(runs)}: {in_words(m['op_time'])}{ci}"
-        return f"This run: {in_words(m['op_time'])}{ci}; your best run ({in_words(run.op_time)}) stays ranked #{i} of {len(runs)}"
+            return f"Ranked #{i} of {len(runs)}: {op_time}{ci}"
+        return f"This run: {op_time}{ci}; your best run ({in_words(run.op_time)}) stays ranked #{i} of {len(runs)}"
     return "Not ranked"
 
 
@@ -378,11 +395,10 @@ def quarantined(db: Session, settings: Settings, limit: int = 200) -> list[dict[
     ).all()
     out = []
     for job in jobs:
-        m = (job.results or {}).get("measured") or {}
-        if QUARANTINE in (m.get("flags") or []):
-            out.append(
-                {"job_id": job.id, "owner": job.owner.username, "kind": job.kind, "finished_at": job.finished_at, "why": m.get("problem")}
-            )
+        summary = summary_of(job)
+        m = summary.measured if summary else None
+        if m is not None and QUARANTINE in m.flags:
+            out.append({"job_id": job.id, "owner": job.owner.username, "kind": job.kind, "finished_at": job.finished_at, "why": m.problem})
             if len(out) >= limit:
                 break
     return out
