@@ -1,0 +1,54 @@
+"""What a refused, failed or cut-off request answers: a domain refusal its status (a browser the
+page with a way back), a client gone nothing, the database away 503 with Retry-After, anything
+else 500 without a traceback to the caller (the operator finds it in the server log)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
+
+from raiserver.api import pages
+from raiserver.errors import DatabaseUnavailable, DomainError
+from raiserver.store.db import AWAY_TYPES, away
+
+log = logging.getLogger("raiserver")
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DomainError)
+    if pages.wants_page(request):  # a browser gets the page with a way back, as for HTTP errors
+        return await run_in_threadpool(pages.error_page, request, exc.status, str(exc))
+    return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
+
+
+async def _gone(request: Request, exc: Exception) -> Response:
+    """The client went away mid-request (a killed client, a cut upload): nothing to answer, no traceback."""
+    log.info("client gone during %s %s", request.method, request.url.path)
+    return Response(status_code=400)
+
+
+async def _unhandled(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"detail": "internal error; the operator can find it in the server log"}, status_code=500)
+
+
+async def _database_away(request: Request, exc: Exception) -> Response:
+    """The database out of reach (killed, restarting, its pool exhausted) is passing: 503 with
+    Retry-After, as JSON even for a browser (the error page itself reads the database)."""
+    if not away(exc):
+        return await _unhandled(request, exc)
+    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, str(exc).split("\n", 1)[0])
+    refused = DatabaseUnavailable()
+    return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=refused.headers)
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(DomainError, _refused)
+    app.add_exception_handler(ClientDisconnect, _gone)
+    app.add_exception_handler(Exception, _unhandled)
+    for kind in AWAY_TYPES:
+        app.add_exception_handler(kind, _database_away)
