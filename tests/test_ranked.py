@@ -153,7 +153,7 @@ def test_a_run_that_did_not_do_the_work_in_the_timed_span_does_not_rank_and_says
         assert m["cpu_seconds"] and m["cpu_seconds"][0] < 2.5, m
 
 
-@pytest.mark.parametrize("variant", ["mutate", "lease", "passfd"])
+@pytest.mark.parametrize("variant", ["mutate", "lease", "passfd", "predict"])
 def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_path, variant):
     """C13: the inputs are sealed, read-only (a reference computed later sees what was drawn); the
     memory they are copied into at begin, which the job maps read-only at prepare, stays read-only
@@ -161,7 +161,9 @@ def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_pa
     no write, no hole punched under rai-timed's copy.
     C30: a lease or a lock on the outputs makes nothing wait: rai-timed never opens them again; a
     descriptor cannot be passed to rai-timed at all (closing a lingering socket would hold it in
-    the kernel past the bound: the hostile review). The runs did the work, so they rank."""
+    the kernel past the bound: the hostile review).
+    C14: the inputs seen after the begin mark tell nothing of the others (each pair a keyed PRF's
+    draw): a run cannot make its inputs instead of reading them. The runs did the work, so they rank."""
     job, out = submit(course, tmp_path, variant)
     m = job["results"]["measured"]
     assert m["problem"] is None and m["accuracy"] == 1.0, m
@@ -170,6 +172,8 @@ def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_pa
         assert "mapped writable: refused; written: refused; a hole punched: refused" in out, out
     elif variant == "lease":
         assert "lease on the outputs: refused" in out and "TAKEN" not in out, out
+    elif variant == "predict":  # C14: no input tells another (a keyed PRF per pair, not one stream)
+        assert out.count("the inputs predicted from four of them: no") >= 2 and "YES" not in out, out
     else:
         assert "passing a descriptor to rai: refused" in out and "ACCEPTED" not in out, out
     assert job["phases"] and all(t < 2.0 for t in m["runs"])
