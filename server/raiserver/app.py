@@ -25,8 +25,11 @@ from raiserver.jobs.views import QueueView, job_out, queue_rows
 from raiserver.live.feed import LogHub
 from raiserver.live.logs import LogStore
 from raiserver.live.queuefeed import QueueFeed, Rows, Sessions
-from raiserver.ops import loops, metrics
-from raiserver.services import AppServices, services_of
+from raiserver.ops import metrics
+from raiserver.parts import AppServices, services_of
+from raiserver.services.reaper import Reaper
+from raiserver.services.release import Release
+from raiserver.services.similarity import Similarity
 from raiserver.store.db import Database, migrate
 from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage
@@ -88,10 +91,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
     svc.kick = kick
     tasks = [
-        asyncio.create_task(loops.reaper(svc)),
-        asyncio.create_task(loops.dispatcher(svc, wake)),
+        asyncio.create_task(Reaper(svc).start()),
+        asyncio.create_task(Release(svc, wake).start()),
         asyncio.create_task(metrics.flush_loop(app)),
-        asyncio.create_task(loops.similarity(svc)),
+        asyncio.create_task(Similarity(svc).start()),
     ]
     # what the process made to start (modules, the app, its routes: ~200,000 objects) is kept
     # for good: out of the collector's full passes, which otherwise took ~150 ms every few
@@ -114,7 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         description="Submit GPU jobs, follow their logs live, get their build folders back.",
     )
-    app.state.services = make_services(settings)  # the one place; read through raiserver.services.services_of
+    app.state.services = make_services(settings)  # the one place; read through raiserver.parts.services_of
     app.include_router(api_router)
     app.include_router(metrics.router)
     pages.install(app, settings)

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from raiserver.config import Settings
 from raiserver.live.logs import LogStore
-from raiserver.services import Services
+from raiserver.parts import Services
 from raiserver.store.db import Database, migrate
 from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage

@@ -26,7 +26,7 @@ from raiserver.access.permissions import (
     can_see_workers,
 )
 from raiserver.errors import Forbidden, TooManyAttempts, Unauthorized
-from raiserver.services import AppServices, services_of
+from raiserver.parts import AppServices, services_of
 from raiserver.store.tables import RevokedKey, User
 
 basic = HTTPBasic(auto_error=False)

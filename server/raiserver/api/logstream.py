@@ -17,7 +17,7 @@ from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.models import JobOut, JobState
 from raiserver.live.feed import LogHub, Shared, Watcher
 from raiserver.live.logs import PAGE_ENTRIES
-from raiserver.services import Services
+from raiserver.parts import Services
 
 STATUS_FIELDS = {"state", "position", "eta_seconds", "eta_low", "eta_high", "eta_guess", "position_why", "worker"}
 

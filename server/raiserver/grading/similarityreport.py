@@ -1,5 +1,5 @@
 """A similarity report's life (issue 36): staff start one for a kind (``start``: checked, queued,
-audited); the server's background loop (ops/loops.py, one process at a time through a Redis lock)
+audited); the server's background loop (services/, one process at a time through a Redis lock)
 makes it (``make``) off every request's path, noting its progress in the database; its pages and the
 client read it (``report_out``). One report is made at a time.
 

@@ -17,7 +17,7 @@ from raiserver.grading.leaderboard import verdict
 from raiserver.grading.measured import summarize
 from raiserver.grading.results import RelevantLines, parse_log
 from raiserver.jobs.transitions import FINISH, fence, move
-from raiserver.services import Services
+from raiserver.parts import Services
 from raiserver.store.db import utcnow
 from raiserver.store.tables import CourseBuild, Job, Worker
 

@@ -30,7 +30,7 @@ from raiserver.grading.kinds import Admission, in_words, when
 from raiserver.jobs.fairshare import fair_order, free_slots, queues_with_work
 from raiserver.jobs.finish import Outcome, finish_job
 from raiserver.jobs.transitions import CLAIM, REQUEUE, fence, move
-from raiserver.services import Services
+from raiserver.parts import Services
 from raiserver.store.db import Database, utcnow
 from raiserver.store.tables import CourseBuild, Job, User, Worker
 

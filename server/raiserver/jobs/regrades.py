@@ -25,7 +25,7 @@ from raiserver.config import Settings
 from raiserver.errors import Conflict, Forbidden, Invalid, NotFound, TooManyAttempts
 from raiserver.grading.kinds import rule_of
 from raiserver.jobs.lifecycle import remeasure
-from raiserver.services import Services
+from raiserver.parts import Services
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Job, Kind, RegradeRequest, User
 

@@ -34,7 +34,7 @@ from raiserver.jobs.lifecycle import create_job
 from raiserver.jobs.quotas import check_quotas, check_ranked_rate
 from raiserver.jobs.retention import check_storage
 from raiserver.jobs.views import QueueView, job_out
-from raiserver.services import Services
+from raiserver.parts import Services
 from raiserver.store.db import Database, utcnow
 from raiserver.store.storage import human_size, sha256_of
 from raiserver.store.tables import Job, User

@@ -18,7 +18,7 @@ from sqlalchemy import event
 
 from raiprotocol.models import JobState
 from raiserver.errors import Conflict
-from raiserver.services import Services
+from raiserver.parts import Services
 from raiserver.store.tables import Job
 
 log = logging.getLogger("raiserver")

@@ -1,1 +1,1 @@
-"""The operator's side: the command line, the one-machine launcher, metrics, and the loops every server process runs in the background."""
+"""The operator's side: the command line, the one-machine launcher and metrics (the background loops are ``raiserver.services``)."""

@@ -38,7 +38,7 @@ from raiserver.api.deps import ServicesDep
 from raiserver.errors import Forbidden
 from raiserver.fleet.workers import live_workers
 from raiserver.live.counts import ProcessCounts
-from raiserver.services import AppServices, services_of
+from raiserver.parts import AppServices, services_of
 from raiserver.store.db import SETTLE, Database, utcnow
 from raiserver.store.redis_keys import COUNTS, STREAMS
 from raiserver.store.tables import Job

@@ -21,7 +21,7 @@ from raiserver.jobs.lookup import cancellable_job, visible_job
 from raiserver.jobs.retention import delete_files, usage
 from raiserver.jobs.submissions import accept_submission
 from raiserver.jobs.views import QueueView, job_out, summaries
-from raiserver.services import AppServices
+from raiserver.parts import AppServices
 from raiserver.store.tables import Job, User
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])

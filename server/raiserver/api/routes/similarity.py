@@ -1,5 +1,5 @@
 """Similarity reports over the API (issue 36, staff): start one for a kind, follow its progress,
-read the most similar pairs. Made in the background (ops/loops.py); the rules are grading/similarityreport.py's."""
+read the most similar pairs. Made in the background (services/); the rules are grading/similarityreport.py's."""
 
 from __future__ import annotations
 

@@ -1,0 +1,61 @@
+"""What every background loop shares: a pass made in a thread (never on the event loop), by one
+server process at a time (a Redis lock), again every ``interval`` or sooner when woken, a failed
+pass logged and tried again (the database or Redis may be restarting)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from fastapi.concurrency import run_in_threadpool
+
+from raiserver.parts import AppServices
+from raiserver.store.redis_keys import process_lock
+
+log = logging.getLogger("raiserver")
+
+
+@contextmanager
+def one_process_at_a_time(svc: AppServices, name: str, timeout: int) -> Iterator[bool]:
+    """A Redis lock across every server process: yields whether this one holds it."""
+    lock = svc.redis.sync.lock(process_lock(name), timeout=timeout, blocking=False)
+    if not lock.acquire():
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(Exception):  # expired under a very slow pass: harmless
+            lock.release()
+
+
+class LoopService:
+    """A loop of passes. ``run_once`` is one pass, in a thread; ``interval`` the longest wait
+    between passes; ``wake`` (optional) starts the next pass at once."""
+
+    name = "loop"
+
+    def __init__(self, svc: AppServices, interval: float, wake: asyncio.Event | None = None) -> None:
+        self.svc, self.interval, self.wake = svc, interval, wake
+
+    def run_once(self) -> object:
+        raise NotImplementedError
+
+    async def _wait(self) -> None:
+        if self.wake is None:
+            await asyncio.sleep(self.interval)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), timeout=self.interval)
+        self.wake.clear()
+
+    async def start(self) -> None:
+        while True:
+            await self._wait()
+            try:
+                await run_in_threadpool(self.run_once)
+            except Exception:  # keep going whatever one pass hit
+                log.exception("%s pass failed", self.name)
