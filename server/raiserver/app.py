@@ -17,8 +17,9 @@ from raiserver import __version__
 from raiserver.access.auth import key_tag
 from raiserver.access.hardening import LoginLimiter, SecurityHeaders
 from raiserver.access.uploadgate import UploadGate
-from raiserver.api import errors, pages
+from raiserver.api import errors
 from raiserver.api.main import api_router
+from raiserver.api.pages import site
 from raiserver.config import Settings, load_settings
 from raiserver.fleet.dispatch import Dispatcher
 from raiserver.jobs.views import QueueView, job_out, queue_rows
@@ -120,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.services = make_services(settings)  # the one place; read through raiserver.parts.services_of
     app.include_router(api_router)
     app.include_router(metrics.router)
-    pages.install(app, settings)
+    site.install(app, settings)
     app.add_middleware(SecurityHeaders, hsts_seconds=settings.hsts_seconds)
     app.add_middleware(metrics.HttpCounts, counts=app.state.services.counts)
     errors.install(app)

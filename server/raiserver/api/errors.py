@@ -11,7 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
-from raiserver.api import pages
+from raiserver.api.pages import site
 from raiserver.errors import DatabaseUnavailable, DomainError
 from raiserver.store.db import AWAY_TYPES, away
 
@@ -20,8 +20,8 @@ log = logging.getLogger("raiserver")
 
 async def _refused(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DomainError)
-    if pages.wants_page(request):  # a browser gets the page with a way back, as for HTTP errors
-        return await run_in_threadpool(pages.error_page, request, exc.status, str(exc))
+    if site.wants_page(request):  # a browser gets the page with a way back, as for HTTP errors
+        return await run_in_threadpool(site.error_page, request, exc.status, str(exc))
     return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=exc.headers)
 
 

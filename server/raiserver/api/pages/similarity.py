@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from raiserver.access.csrf import check_csrf
 from raiserver.api.deps import ServicesDep, SessionDep, WebStaff
-from raiserver.api.pages import FORM_EXPIRED, render
+from raiserver.api.pages.site import FORM_EXPIRED, render
 from raiserver.errors import NotFound, TooLarge
 from raiserver.grading import course
 from raiserver.grading import similarityreport as reports

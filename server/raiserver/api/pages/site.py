@@ -46,7 +46,7 @@ from raiserver.store.db import utcnow
 from raiserver.store.summaries import summary_of
 from raiserver.store.tables import Job, User, Worker
 
-HERE = Path(__file__).parent.parent  # raiserver/, where the templates and static files live
+HERE = Path(__file__).parents[2]  # raiserver/, where the templates and static files live
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 
 

@@ -17,7 +17,7 @@ from raiserver.access.audit import audit
 from raiserver.access.csrf import check_csrf
 from raiserver.access.permissions import Principal, can_manage_course, can_see_course
 from raiserver.api.deps import ServicesDep, SessionDep, WebGradesViewer, WebInstructor, WebUser
-from raiserver.api.pages import FORM_EXPIRED, render
+from raiserver.api.pages.site import FORM_EXPIRED, render
 from raiserver.api.routes.grades import grade_sheet
 from raiserver.errors import DomainError
 from raiserver.grading.kinds import Deadlines, end_extension, grant, update_kind

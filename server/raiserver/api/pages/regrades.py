@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from raiprotocol.models import REGRADE_GRADE_CHARS, REGRADE_MESSAGE_CHARS, JobResultSummary, RegradeAction
 from raiserver.access.csrf import check_csrf
 from raiserver.api.deps import ServicesDep, SessionDep, WebRegradeAnswerer, WebRegradesViewer, WebUser
-from raiserver.api.pages import FORM_EXPIRED, render
+from raiserver.api.pages.site import FORM_EXPIRED, render
 from raiserver.config import Settings
 from raiserver.errors import Invalid
 from raiserver.grading.grades import GradeRow, grades
