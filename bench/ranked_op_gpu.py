@@ -85,6 +85,7 @@ def timed(
     n: list[int] = [0],  # noqa: B006
     env: dict[str, str] | None = None,
     trace: list[str] | None = None,
+    helper: Path | None = None,
 ) -> tuple[TimedResult, float]:
     """One run under rai-timed, as the job's user, in a cgroup of its own (``trace``: its stderr's lines)."""
     n[0] += 1
@@ -92,7 +93,7 @@ def timed(
     job.mkdir()
     out.mkdir(mode=0o700)
     (out / "keys").write_text(f"{keys[0]} {keys[1]}\n")
-    argv = [str(WORK / "rai-timed"), "--uid", str(USER), "--gid", str(USER), "--cgroup", str(job), "--out", str(out)]
+    argv = [str(helper or WORK / "rai-timed"), "--uid", str(USER), "--gid", str(USER), "--cgroup", str(job), "--out", str(out)]
     argv += ["--secrets", str(out / "keys")] + (["--bound-ms", str(int(bound * 1000))] if bound else [])
     started = time.monotonic()
     res = subprocess.run([*argv, "--", str(binary), BATCH], cwd=WORK, capture_output=True, text=True, env={**os.environ, **(env or {})})
@@ -169,12 +170,18 @@ def noise(runs: int) -> None:
     WORK.mkdir(parents=True)
     sh(f"cc -O2 -static -DRAI_TIMED_TRACE -o {WORK}/rai-timed {ROOT}/worker/raiworker/rai-timed.c")
     before = os.environ.get("BEFORE", "b998a09")
+    # TIMED_BEFORE=FILE: this tree's harness under two rai-timed, FILE's (an older rai-timed.c) and this tree's
+    timed_before = os.environ.get("TIMED_BEFORE")
+    helpers = {"now": WORK / "rai-timed"}
+    if timed_before:
+        sh(f"cc -O2 -static -DRAI_TIMED_TRACE -o {WORK}/rai-timed-before {timed_before}")
+        helpers["before"] = WORK / "rai-timed-before"
     cu = ROOT / "bench/ranked46/traced.cu"
     binaries: dict[str, Path] = {}
     for name in ("before", "now"):
         proj = WORK / name
         shutil.copytree(EXAMPLE, proj)
-        if name == "before":
+        if name == "before" and not timed_before:
             for f in ("src/rai_op.h", "src/driver.cc", "src/gpu_warmup.cu"):
                 show = ["git", "show", f"{before}:examples/ece408-conv/{f}"]
                 (proj / f).write_text(subprocess.run(show, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
@@ -189,7 +196,8 @@ def noise(runs: int) -> None:
         for _ in range(runs):
             for name, binary in binaries.items():
                 trace: list[str] = []
-                got, _wall = timed(binary, (secrets.token_hex(16), secrets.token_hex(16)), None, trace=trace)
+                helper = helpers.get(name, helpers["now"])
+                got, _wall = timed(binary, (secrets.token_hex(16), secrets.token_hex(16)), None, trace=trace, helper=helper)
                 phases = [[float(v) for v in line.split()[2::2]] for line in trace if line.startswith("TRACE ")]
                 ends = [[float(v) for v in re.findall(r"([0-9.]+) ms", line)] for line in trace if line.startswith("TIMED ")]
                 total = [0.0]
