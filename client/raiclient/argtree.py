@@ -53,7 +53,23 @@ def existing_file(text: str) -> Path:
     return path
 
 
-class Strict(argparse.ArgumentParser):
+class Suggesting(argparse.ArgumentParser):
+    """A parser whose "invalid choice" names the closest one, as the build file's errors do:
+    ``raiclient log`` -> "invalid choice: 'log' (choose from …); did you mean 'logs'?"."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            import difflib  # only on the way to an error: the client's start stays small
+
+            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices or ()], n=1, cutoff=0.75)
+            if not close or "meant" in exc.message:  # Python 3.14's own suggestion, where it is on
+                raise
+            raise argparse.ArgumentError(action, f"{exc.message}; did you mean '{close[0]}'?") from None
+
+
+class Strict(Suggesting):
     """A command's parser: what it does not take is said with its own usage, not the top one's."""
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
@@ -67,7 +83,7 @@ class Tree:
     """Builds the parsers; ``command`` adds one that runs, ``group`` one that holds others."""
 
     def __init__(self) -> None:
-        self.top = argparse.ArgumentParser(
+        self.top = Suggesting(
             prog="raiclient",
             description=SUMMARY,
             epilog="raiclient COMMAND --help tells more about one command.",
@@ -112,7 +128,7 @@ def as_json(p: argparse.ArgumentParser) -> None:
     arg(p, "--json", dest="as_json", action="store_true", help="print the data as JSON (raiprotocol's models) and nothing else")
 
 
-def job(p: argparse.ArgumentParser, text: str = "the job (its id, or any unique start of it)", optional: bool = False) -> None:
+def job(p: argparse.ArgumentParser, text: str = "the job (its id, or any unique start or end of it)", optional: bool = False) -> None:
     if optional:
         arg(p, "job_id", nargs="?", metavar="JOB", complete="jobs", help=f"{text}; default: your last one")
     else:

@@ -102,7 +102,7 @@ def run(path: Path, queue: str | None, kind: str, detach: bool, server: str | No
     """The whole submit; returns the exit status (ApiErrors become one line on stderr)."""
     from .pack import TooBig, pack_project, survey
 
-    problem = f"{path} is not a folder" if not path.is_dir() else project_problem(path, kind)
+    problem = project_problem(path, kind) if path.is_dir() else f"{path} is not a folder" if path.exists() else f"{path} does not exist"
     if problem:
         error(problem)
         return ExitCode.CLIENT_ERROR

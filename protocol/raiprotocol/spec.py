@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .project import SPEC_FILENAME
+from .project import SPEC_FILENAME, no_spec
 
 FILE_GLOB = re.compile(r"[A-Za-z0-9._+*?-]{1,100}")  # ranked.forbid: a file name's glob, never a path
 
@@ -553,5 +553,5 @@ def load_spec(project_dir: Path) -> BuildSpec:
     """Read ``rai_build.yml`` from a project folder."""
     path = project_dir / SPEC_FILENAME
     if not path.is_file():
-        raise SpecError([f"{path}: not found; every project needs a {SPEC_FILENAME} (see examples/hello)"])
+        raise SpecError([no_spec(path)])
     return parse_spec(path.read_bytes(), filename=SPEC_FILENAME)
