@@ -44,6 +44,8 @@ def test_login_rejects_wrong_keys_and_forms_need_csrf(browser, docker_service):
     page.fill("input[name=secret_key]", "wrong")
     page.click("button[type=submit]")
     assert "Unknown access key or wrong secret key." in page.inner_text("main")
+    # the access key stays filled in, to correct the secret alone; the secret never comes back
+    assert page.input_value("input[name=access_key]") == "nobody" and page.input_value("input[name=secret_key]") == ""
     import httpx
 
     r = httpx.post(f"{docker_service.url}/login", data={"access_key": "x", "secret_key": "y", "csrf": "forged"})
@@ -132,11 +134,16 @@ def test_student_sees_pseudonyms_and_no_workers_page(browser, docker_service, tm
     assert res.returncode == 0
     page = login(browser, docker_service, bob)
     page.goto(f"{docker_service.url}/leaderboard")
-    rows = page.inner_text("table.board.unverified")
-    assert "bobs -->" in rows  # own row (a dev run: shown apart, unranked): real name and the arrow
+    mine = page.inner_text("table.board.unverified tr.mine")
+    assert "bobs" in mine and "-->" not in mine  # own row (a dev run: shown apart, unranked): real name, the row marked (no terminal arrow)
     ranked = page.inner_text("table.board.ranked")
     assert "admin" not in ranked and "team-" in ranked  # others: stable pseudonyms
     page.screenshot(path=str(ARTIFACTS / "leaderboard-student.png"), full_page=True)
+    # a finished job's page: its whole log, nothing left to follow
+    job_id = next(line.split()[2] for line in res.stdout.splitlines() if " queued on " in line)
+    page.goto(f"{docker_service.url}/jobs/{job_id}")
+    page.locator("#log .l-out").first.wait_for(timeout=20000)
+    assert page.locator("#follow").count() == 0 and "follow" not in page.inner_text(".log-tools")
     resp = page.goto(f"{docker_service.url}/workers")
     assert resp.status == 403
     page.close()

@@ -79,7 +79,8 @@ const rai = (() => {
   // if asked for, a browser notification says when the job ends.
   function jobPage(jobId, opts) {
     const $ = (id) => document.getElementById(id);
-    const log = $("log"), follow = $("follow"), state = $("state");
+    const log = $("log"), state = $("state");
+    const follow = $("follow") || { checked: false };  // a finished job's page has nothing to follow: read from the top
     const label = (s) => s.replace("_", " ");
     const setTitle = (s) => { document.title = `${label(s)} · Job ${opts.short} · rai`; };
     const clock = (t) => new Date(t * 1000).toISOString().slice(11, 19);
@@ -332,8 +333,8 @@ const rai = (() => {
   function lineChart(id, history) {
     chart(document.getElementById(id), {
       type: "line",
-      data: { labels: history.map((h) => h.t.slice(5, 16).replace("T", " ")), datasets: [{ label: "total op time (ms)", data: history.map((h) => h.ms), borderColor: BLUE, tension: 0.2 }] },
-      options: { scales: { y: { title: { display: true, text: "ms" } } } },
+      data: { labels: history.map((h) => h.t.slice(5, 16).replace("T", " ")), datasets: [{ label: "total op time (s)", data: history.map((h) => h.s), borderColor: BLUE, tension: 0.2 }] },
+      options: { scales: { y: { title: { display: true, text: "total op time (s)" } } } },
     });
   }
 

@@ -89,9 +89,10 @@ def login(
     user = authenticate(db, key, secret_key.strip())  # first: right keys are never refused by the limits
     if user is None or not user.active:
         wait = svc.login_limiter.refuse(client_ip(request), key)
+        # the access key stays filled in (a wrong secret is the usual mistake), the secret never does
         if wait is not None:
-            return render(request, "login.html", None, error=f"Too many failed logins; try again in {wait} s.")
-        return render(request, "login.html", None, error="Unknown access key or wrong secret key.")
+            return render(request, "login.html", None, error=f"Too many failed logins; try again in {wait} s.", access_key=key)
+        return render(request, "login.html", None, error="Unknown access key or wrong secret key.", access_key=key)
     request.session.clear()
     request.session["user_id"] = user.id
     request.session["key"] = key_tag(user.access_key)
@@ -254,7 +255,7 @@ def user_page(username: str, request: Request, p: WebUser, db: SessionDep, svc: 
     jobs = db.scalars(select(Job).where(Job.owner_id == user.id).order_by(Job.created_at.desc()).limit(200)).all()
     view = QueueView(db, svc.settings)
     history = [
-        {"t": j.finished_at.isoformat(), "ms": r.op_time_total * 1000, "id": j.id}
+        {"t": j.finished_at.isoformat(), "s": r.op_time_total, "id": j.id}  # seconds, as the jobs' table below
         for j in reversed(jobs)
         if (r := summary_of(j)) and r.op_time_total is not None and j.finished_at
     ]
