@@ -338,6 +338,9 @@ def test_raid_dev_stops_gracefully_and_cleans_up_after_a_kill(tmp_path):
         raid.wait(60)
         assert any("running jobs get up to 60 s to finish" in line for line in out), out
         assert not any("abandoned" in line for line in out), out
+        wait_for(lambda: out and out[-1].strip() == "✱ stopped", timeout=5, what="its last line read")  # the reader thread's
+        # the worker's own log gives the same grace (it was 600 s, RAI_DRAIN_SECONDS's default)
+        assert "may go on for 60 s (RAI_DRAIN_SECONDS)" in (tmp_path / "d" / "logs" / "worker.log").read_text()
         # a second raid on the same folder while it runs is refused; a taken port is named
         raid, out = _raid(tmp_path, port)
         wait_for(lambda: any("web view:" in line for line in out), timeout=90, what="raid dev up again")
@@ -458,6 +461,8 @@ def test_raid_dev_started_with_ampersand_stops_on_sigint(tmp_path):
         shell.wait(60)
         out = (tmp_path / "raid.out").read_text()
         assert "stopping" in out, out
+        assert "get up to" not in out, out  # no job ran: no grace to speak of
+        assert out.rstrip().endswith("✱ stopped"), out
         assert not _live_parts(tmp_path / "d"), "its parts stopped with it"
     finally:
         if shell.poll() is None:

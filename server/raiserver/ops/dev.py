@@ -25,7 +25,7 @@ from rich.text import Text
 
 from raiprotocol.profile import read_profile_file
 from raiserver.access.hardening import write_secrets_file
-from raiserver.ops.launch import Instance, Part, add_user, free_port, port_taken, start_server, start_worker
+from raiserver.ops.launch import Instance, Part, add_user, free_port, jobs_running, port_taken, start_server, start_worker
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Run rai on this machine for trying and developing.", rich_markup_mode=None
@@ -148,6 +148,9 @@ def dev(
             "RAI_WORK_DIR": str(data / "worker"),
             "RAI_WORKER_NAME": f"dev-{socket.gethostname()}-{instance}",
             "RAI_QUEUES": "gpu",
+            # the worker, asked to stop, lets its runs go on for as long as this launcher waits for
+            # it: its log and the line below give one number, --stop-grace's
+            "RAI_DRAIN_SECONDS": f"{stop_grace:g}",
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -163,13 +166,15 @@ def dev(
                 part.stop()
                 continue
             # Celery's warm shutdown: the worker takes no new job and finishes those it runs
-            console.print(
-                f"[bold cyan]✱[/] stopping: running jobs get up to {stop_grace:.0f} s to finish "
-                "(Ctrl-C again to abandon them: they run again at the next start)"
-            )
+            if part.running() and jobs_running(data / "worker"):  # said only when there are some
+                console.print(
+                    f"[bold cyan]✱[/] stopping: running jobs get up to {stop_grace:g} s to finish "
+                    "(Ctrl-C again to abandon them: they run again at the next start)"
+                )
             if not part.stop(wait=stop_grace, group=False, give_up=lambda: len(signals) > 1):
                 console.print(Text("✱ the worker's running jobs were abandoned; they go back in the queue at the next start", "yellow"))
         instance_lock.release()
+        console.print("[bold cyan]✱[/] stopped")
 
     def on_signal(signum: int, _frame: object) -> None:
         signals.append(signum)

@@ -283,6 +283,15 @@ def start_worker(env: dict[str, str], name: str, work_dir: Path, log: Path, tied
     ).start()
 
 
+def jobs_running(work_dir: Path) -> int:
+    """How many jobs the worker of this folder runs now: its markers, ``running/JOB`` (the worker's
+    folder's layout, raiworker.workdir; the server and the worker share no code, only the folder)."""
+    try:
+        return sum(1 for _ in (work_dir / "running").iterdir())
+    except OSError:  # no such folder yet: it never took a job
+        return 0
+
+
 def add_user(env: dict[str, str], name: str, role: str, server_url: str, profile: Path, team: str | None = None) -> Path:
     """A user with fresh keys, written to ``profile`` (``raiserver add-user``)."""
     args = [
