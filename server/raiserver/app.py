@@ -127,7 +127,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
 
     @app.get("/healthz", tags=["meta"])
-    def healthz() -> dict[str, Any]:
+    async def healthz() -> dict[str, Any]:
+        """On the event loop, not in the thread pool: it answers while every worker thread is busy
+        (a process at its limit: bench/fleet_sim.py saw /healthz wait 20-47 s behind the pool)."""
         return {"ok": True, "version": __version__}
 
     return app

@@ -40,19 +40,37 @@ class Schedule:
     class polling its queued jobs at a deadline, a submission's answer, each stream's first look.
     Made per request (issue 52, bench/fleet_sim.py), it cost an overloaded server more with every
     submission, and it fell further behind. A job the schedule has not seen (submitted, or moved up,
-    since) gets the wait of the place it holds in the line; one past the line's end, a new schedule.
-    One request makes it while the others wait for it (``_making``), never one each."""
+    since) gets the wait of the place it holds in the line; one past the line's end, the last place's
+    wait and a step per place beyond (the line's own spacing). One request makes a new schedule
+    while the others wait for it (``_making``) and take it, never one each: with a schedule per
+    request that a growing line kept out of date, requests queued behind one another and /healthz
+    waited 20 s."""
 
     at: float  # time.monotonic() when made
     slots: int
     etas: dict[str, Wait]
     places: list[Wait]  # the waits in the line's order: the first place's, the second's, ...
 
-    def fresh(self, slots: int, waiting: int) -> bool:
-        return time.monotonic() - self.at < SCHEDULE_SECONDS and slots == self.slots and waiting <= len(self.places)
+    def fresh(self, slots: int, since: float | None = None) -> bool:
+        """Made within its second (or, ``since``, after that moment) for as many slots, with a place to go by."""
+        made_lately = time.monotonic() - self.at < SCHEDULE_SECONDS or (since is not None and self.at >= since)
+        return made_lately and slots == self.slots and bool(self.places)
 
     def answer(self, waiting: list[Slotted]) -> dict[str, Wait]:
-        return {w.id: self.etas.get(w.id) or self.places[i] for i, w in enumerate(waiting)}
+        return {w.id: self.etas.get(w.id) or self.place(i) for i, w in enumerate(waiting)}
+
+    def place(self, i: int) -> Wait:
+        """The wait of place ``i`` (0: the first); past the line's end, the last place's, a step a place on."""
+        if i < len(self.places):
+            return self.places[i]
+        first, last, n = self.places[0], self.places[-1], len(self.places)
+        beyond = i - n + 1
+
+        def on(at_last: float, at_first: float) -> float:
+            step = (at_last - at_first) / (n - 1) if n > 1 else at_last  # one place's share of the line
+            return at_last + beyond * max(step, 0.0)
+
+        return Wait(low=on(last.low, first.low), high=on(last.high, first.high), mid=on(last.mid, first.mid), guess=last.guess)
 
 
 _SCHEDULES: dict[str, Schedule] = {}
@@ -233,13 +251,14 @@ class QueueView:
         room = start_now(slots, len(on_slots), waiting)
         running = [Slotted(j.id, j.kind, 0.0 if room else j.wall_limit(s.wall_seconds), ran=ran, alone=j.reserved) for j, ran in on_slots]
         made = _SCHEDULES.get(queue)
-        if made is not None and made.fresh(slots, len(waiting)):
+        if made is not None and made.fresh(slots):
             return made.answer(waiting)
+        asked = time.monotonic()
         with _making_lock:
             making = _making.setdefault(queue, threading.Lock())
         with making:
             made = _SCHEDULES.get(queue)  # made meanwhile, by the request this one waited for
-            if made is not None and made.fresh(slots, len(waiting)):
+            if made is not None and made.fresh(slots, since=asked):
                 return made.answer(waiting)
             history = self._recent(queue, {r.id: r.ran or 0.0 for r in running})
             etas = estimate(slots, running, waiting, history, self._gaps[queue], None if room else self._newcomers(queue, now))
