@@ -6,10 +6,8 @@ API shows it, the web queue's rows and ``raiclient queue``'s summaries. Nothing 
 from __future__ import annotations
 
 import math
-import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -30,52 +28,12 @@ from raiserver.store.summaries import summary_of
 from raiserver.store.tables import Job, User
 
 RECENT_RUNS = 30  # latest runs of a kind (by start) that its estimates go by
+# A queue's schedule (``eta.estimate``, ~0.1 s of CPU) serves every request for this long while its
+# line-up is the same (the same jobs running, for as many whole seconds, and waiting, in the same
+# order): a class polling its queued jobs at a deadline, or one student's requests, cost one
+# estimate a second per process, not one each. A new job, a start or an end is estimated at once.
 SCHEDULE_SECONDS = 1.0
-
-
-@dataclass
-class Schedule:
-    """A queue's schedule (``eta.estimate``, ~0.1 s of CPU with 100 jobs running), made at most once
-    a ``SCHEDULE_SECONDS`` per queue and process, and every request meanwhile answered from it: a
-    class polling its queued jobs at a deadline, a submission's answer, each stream's first look.
-    Made per request (issue 52, bench/fleet_sim.py), it cost an overloaded server more with every
-    submission, and it fell further behind. A job the schedule has not seen (submitted, or moved up,
-    since) gets the wait of the place it holds in the line; one past the line's end, the last place's
-    wait and a step per place beyond (the line's own spacing). One request makes a new schedule
-    while the others wait for it (``_making``) and take it, never one each: with a schedule per
-    request that a growing line kept out of date, requests queued behind one another and /healthz
-    waited 20 s."""
-
-    at: float  # time.monotonic() when made
-    slots: int
-    etas: dict[str, Wait]
-    places: list[Wait]  # the waits in the line's order: the first place's, the second's, ...
-
-    def fresh(self, slots: int, since: float | None = None) -> bool:
-        """Made within its second (or, ``since``, after that moment) for as many slots, with a place to go by."""
-        made_lately = time.monotonic() - self.at < SCHEDULE_SECONDS or (since is not None and self.at >= since)
-        return made_lately and slots == self.slots and bool(self.places)
-
-    def answer(self, waiting: list[Slotted]) -> dict[str, Wait]:
-        return {w.id: self.etas.get(w.id) or self.place(i) for i, w in enumerate(waiting)}
-
-    def place(self, i: int) -> Wait:
-        """The wait of place ``i`` (0: the first); past the line's end, the last place's, a step a place on."""
-        if i < len(self.places):
-            return self.places[i]
-        first, last, n = self.places[0], self.places[-1], len(self.places)
-        beyond = i - n + 1
-
-        def on(at_last: float, at_first: float) -> float:
-            step = (at_last - at_first) / (n - 1) if n > 1 else at_last  # one place's share of the line
-            return at_last + beyond * max(step, 0.0)
-
-        return Wait(low=on(last.low, first.low), high=on(last.high, first.high), mid=on(last.mid, first.mid), guess=last.guess)
-
-
-_SCHEDULES: dict[str, Schedule] = {}
-_making: dict[str, threading.Lock] = {}
-_making_lock = threading.Lock()
+_SCHEDULES: dict[tuple[str, int, frozenset[tuple[str, int]], tuple[tuple[str, bool], ...]], tuple[float, dict[str, Wait] | None]] = {}
 STARTING = Wait(low=0.0, high=0.0, mid=0.0)  # claimed already: it starts now
 NEWCOMER_WINDOW = 120.0  # s of submissions that tell how fast students are coming
 SHORT_ID = 8  # characters of a job id shown where space is short: its random end
@@ -250,21 +208,16 @@ class QueueView:
         # forward: with an idle slot for every waiting job, nobody waits for a running one to end
         room = start_now(slots, len(on_slots), waiting)
         running = [Slotted(j.id, j.kind, 0.0 if room else j.wall_limit(s.wall_seconds), ran=ran, alone=j.reserved) for j, ran in on_slots]
-        made = _SCHEDULES.get(queue)
-        if made is not None and made.fresh(slots):
-            return made.answer(waiting)
-        asked = time.monotonic()
-        with _making_lock:
-            making = _making.setdefault(queue, threading.Lock())
-        with making:
-            made = _SCHEDULES.get(queue)  # made meanwhile, by the request this one waited for
-            if made is not None and made.fresh(slots, since=asked):
-                return made.answer(waiting)
-            history = self._recent(queue, {r.id: r.ran or 0.0 for r in running})
-            etas = estimate(slots, running, waiting, history, self._gaps[queue], None if room else self._newcomers(queue, now))
-            places = [etas[w.id] for w in waiting if w.id in etas]
-            _SCHEDULES[queue] = Schedule(time.monotonic(), slots, etas, places)
-            return etas
+        key = (queue, slots, frozenset((r.id, int(r.ran or 0)) for r in running), tuple((w.id, w.yields) for w in waiting))
+        made = _SCHEDULES.get(key)
+        if made is not None and time.monotonic() - made[0] < SCHEDULE_SECONDS:
+            return made[1]
+        history = self._recent(queue, {r.id: r.ran or 0.0 for r in running})
+        etas = estimate(slots, running, waiting, history, self._gaps[queue], None if room else self._newcomers(queue, now))
+        if len(_SCHEDULES) > 64:  # one entry per queue and line-up lives a second: keep the dict small
+            _SCHEDULES.clear()
+        _SCHEDULES[key] = (time.monotonic(), etas)
+        return etas
 
     def _newcomers(self, queue: str, now: datetime) -> Newcomers:
         """Students who may still submit before a job whose owner has one ahead (fair share): at the
