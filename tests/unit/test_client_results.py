@@ -6,24 +6,11 @@ from __future__ import annotations
 
 import typing
 
+from helpers.results import MEASURED, PRINTED
 from pydantic import BaseModel
 
 from raiclient.output import MeasuredView, ResultsView, results_view
 from raiprotocol.models import JobResultSummary, Measured
-
-MEASURED = Measured(
-    course_version=3,
-    measure="op",
-    op_time=0.0123,
-    runs=[0.0122, 0.0123, 0.0125],
-    spread=0.0003,
-    accuracy=1.0,
-    error=1e-6,
-    flags=["slow start"],
-)
-PRINTED = JobResultSummary(
-    op_times=[0.01, 0.002], op_time_total=0.012, op_time_runs=[0.012, 0.013], op_time_spread=0.001, correctness={"a": 0.9, "b": 0.8}
-)
 
 
 def _fields(model: type[BaseModel]) -> dict[str, object]:
