@@ -100,6 +100,7 @@ def test_an_honest_run_ranks_by_its_operations_time_checked_against_the_referenc
     assert m["error"] is not None and m["error"] < 1e-6  # the same sums in the same order: the reference's outputs
     assert all(0.001 < t < 2.0 for t in m["runs"]) and m["op_time"] == sorted(m["runs"])[1]
     assert m["reference_time"] and m["reference_time"] > 0
+    assert m["inputs_copied_in"] is True  # the harness's "Q", as rai-timed recorded it (review F2)
     assert "course build done" in out and "Reference runs: the course's ./ref, on each timed run's inputs" in out
     assert verdict_line(out).startswith("✱ Ranked #"), out
     row = next(e for e in ranked(course) if e["name"] == "honest")
@@ -172,6 +173,7 @@ def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_pa
         assert "mapped writable: refused; written: refused; a hole punched: refused" in out, out
     elif variant == "lease":
         assert "lease on the outputs: refused" in out and "TAKEN" not in out, out
+        assert m["inputs_copied_in"] is False  # its first operation prepared with "P": recorded, allowed
     elif variant == "predict":  # C14: no input tells another (a keyed PRF per pair, not one stream)
         assert out.count("the inputs predicted from four of them: no") >= 2 and "YES" not in out, out
     else:

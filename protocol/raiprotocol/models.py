@@ -63,6 +63,10 @@ class Measured(BaseModel):
     ci: float | None = None  # half the 95 % confidence interval of the runs' mean, seconds
     gpu: list[dict[str, Any]] = []  # per timed run, NVML before and after: clocks, temperature, power, throttle reasons
     verdict: str | None = None  # what the student is told: "Ranked #2 of 41: …" or "Not ranked: …"
+    # True: every operation's inputs were copied in by rai-timed after its clock started ("Q", the
+    # course's harness); False: some operation read them from rai-timed's memory ("P", which rai
+    # allows: only slower for the job); None: a worker from before the mark was recorded
+    inputs_copied_in: bool | None = None
 
 
 class Phase(BaseModel):
@@ -279,6 +283,9 @@ class OpMeasure(BaseModel):
     sketch: list[float | None] = Field(default=[], max_length=64)  # random-sign sums
     sample_at: list[int] = Field(default=[], max_length=64)  # outputs at random places, and their values
     sample_values: list[float | None] = Field(default=[], max_length=64)
+    # its prepare mark: True "Q" (rai-timed copied the inputs, after its clock started, into memory
+    # the job had page-locked), False "P" (the job read them from rai-timed's memory); None: unsaid
+    copied_in: bool | None = None
 
 
 class MeasuredRun(BaseModel):

@@ -190,3 +190,25 @@ def test_the_profiled_runs_kernels_are_feedback_and_a_cross_check_never_the_numb
     said = [f for f in m.flags if f.startswith("the profiled run's kernels took")]
     assert bool(said) == flagged, m.flags
     assert not flagged or "more than the operations' measured" in said[0]
+
+
+def test_how_each_operation_got_its_inputs_is_recorded():
+    """Review F2: a run may prepare with "P" (it reads the inputs from rai-timed's memory, only
+    slower since F1) or "Q" (rai-timed copies them in after its clock started); the op line says
+    which, and staff see it in the measurement. A result from before the mark says nothing."""
+    text = (FIXTURES / "honest.txt").read_text()
+    marked = {k: parse("\n".join(f"{ln} via {k}" if ln.startswith("op ") else ln for ln in text.splitlines())) for k in "PQ"}
+    assert [op.copied_in for op in marked["Q"].ops] == [True, True] and [op.copied_in for op in marked["P"].ops] == [False, False]
+    assert [op.copied_in for op in result("honest").ops] == [None, None]
+    assert marked["Q"].ops[0].sketch == result("honest").ops[0].sketch  # the mark is read after the checks, not into them
+
+    def measured(*kinds: str):
+        runs = [run("honest") for _ in kinds]
+        for r, k in zip(runs, kinds, strict=True):
+            r.ops = [op.model_copy(update={"copied_in": None if k == "-" else k == "Q"}) for op in r.ops]
+        return summarize(runs, SPEC, 4, printed_op_time=None)
+
+    assert measured("Q", "Q", "Q").inputs_copied_in is True
+    assert measured("Q", "P", "Q").inputs_copied_in is False
+    assert measured("Q", "-", "Q").inputs_copied_in is None and measured("-", "P", "Q").inputs_copied_in is False
+    assert measured("P", "P", "P").problem is None  # allowed: it ranks

@@ -153,6 +153,7 @@ struct op {
     const unsigned char *in_src; /* "Q": the drawn inputs (in_fd, sealed), copied at begin into */
     unsigned char *in_dst;      /*   the job's inputs' memory (mapped by it, and page-locked, at prepare) */
     int state;                  /* 0 prepared, 1 begun, 2 ended */
+    char kind;                  /* its prepare mark, 'P' or 'Q': written on its op line ("via") */
     int64_t t0, t1;             /* rai-timed's clock at begin, and once the cgroup froze after end */
     long long cpu0, cpu1;       /* the cgroup's CPU microseconds at those instants */
     uint32_t nchunks;
@@ -485,6 +486,7 @@ static int prepare(int sock, const char *msg) {
     memset(o, 0, sizeof *o);
     o->in_n = in_n;
     o->out_n = out_n;
+    o->kind = kind;
     o->in_fd = memfd("rai-inputs", in_n * 4);
     o->out_fd = memfd("rai-outputs", out_n * 4);
     if (o->in_fd < 0 || o->out_fd < 0) return problem("operation %d: no memory for its inputs and outputs", R.nops + 1), -1;
@@ -663,7 +665,7 @@ static void write_result(int status, long long cpu) {
     if (R.bound_hit) fprintf(f, "bound %lld\n", R.bound_ms);
     if (R.cpu_hit) fprintf(f, "cpu_budget %lld\n", R.cpu_budget_ms);
     if (R.problem[0]) fprintf(f, "problem %s\n", R.problem);
-    /* op INDEX IN OUT NS CPU_USEC CHANGED nonfinite N norm2 X sketch S1..S8 samples AT:V x16 */
+    /* op INDEX IN OUT NS CPU_USEC CHANGED nonfinite N norm2 X sketch S1..S8 samples AT:V x16 via P|Q */
     for (int i = 0; i < R.nops; i++) {
         struct op *o = &R.ops[i];
         if (o->state != 2) {
@@ -680,7 +682,7 @@ static void write_result(int status, long long cpu) {
         fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
                 o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, changed);
         checks(f, o, i);
-        fputc('\n', f);
+        fprintf(f, " via %c\n", o->kind);
     }
     fclose(f);
 }

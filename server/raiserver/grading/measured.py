@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from raiprotocol.models import KernelTime, Measured, MeasuredRun
+from raiprotocol.models import KernelTime, Measured, MeasuredRun, OpMeasure
 from raiprotocol.spec import CourseSpec, Ranked
 from raiserver.grading.floor import floor_seconds
 from raiserver.grading.opcheck import Mismatch, compare
@@ -63,6 +63,13 @@ def _checked_total(run: MeasuredRun, ranked: Ranked, where: str) -> tuple[float,
     return total, sum(op.seconds or 0.0 for op in run.reference), error
 
 
+def _copied_in(so_far: bool | None, ops: list[OpMeasure]) -> bool | None:
+    """How the operations so far got their inputs (``Measured.inputs_copied_in``): False once one
+    read them from rai-timed's memory ("P"), else None once one's mark went unsaid."""
+    marks = [so_far, *(op.copied_in for op in ops)]
+    return False if False in marks else None if None in marks else True
+
+
 def summarize(
     runs: list[MeasuredRun] | None,
     spec: CourseSpec,
@@ -108,6 +115,7 @@ def summarize(
                 )
             totals.append(total)
             references.append(reference)
+            m.inputs_copied_in = _copied_in(m.inputs_copied_in if i > 1 else True, run.ops)
             errors.append(error)
             busy = sum(op.cpu_seconds or 0.0 for op in run.ops)
             if total > 0 and busy > CPU_BUSY * total and not any(f.startswith(CPU_BUSY_FLAG) for f in m.flags):

@@ -29,14 +29,15 @@ def _finite(text: str) -> float | None:
 
 
 def _op(words: list[str]) -> OpMeasure | None:
-    """``op I IN OUT NS CPU_USEC CHANGED nonfinite N norm2 X sketch S… samples AT:V…`` or ``op I IN OUT unended``."""
+    """``op I IN OUT NS CPU_USEC CHANGED nonfinite N norm2 X sketch S… samples AT:V… via P|Q`` or ``op I IN OUT unended``."""
     inputs, outputs = int(words[2]), int(words[3])
+    via = words[-1] if len(words) > 2 and words[-2] == "via" and words[-1] in ("P", "Q") else None
     if words[4] == "unended":
         return OpMeasure(inputs=inputs, outputs=outputs)
     ns, cpu, changed = int(words[4]), int(words[5]), words[6] == "1"
     rest = words[7:]
     if rest[:1] == ["unreadable"]:
-        return OpMeasure(inputs=inputs, outputs=outputs, seconds=ns / 1e9, changed=True)
+        return OpMeasure(inputs=inputs, outputs=outputs, seconds=ns / 1e9, changed=True, copied_in=None if via is None else via == "Q")
     if rest[0] != "nonfinite" or rest[2] != "norm2" or rest[4] != "sketch" or rest[5 + SKETCHES] != "samples":
         return None
     samples = [s.split(":", 1) for s in rest[6 + SKETCHES : 6 + SKETCHES + SAMPLES]]
@@ -51,6 +52,7 @@ def _op(words: list[str]) -> OpMeasure | None:
         sketch=[_finite(v) for v in rest[5 : 5 + SKETCHES]],
         sample_at=[int(at) for at, _ in samples],
         sample_values=[_finite(v) for _, v in samples],
+        copied_in=None if via is None else via == "Q",
     )
 
 
