@@ -14,6 +14,35 @@ from helpers import PG_BASE, Service, redis_binary, start_redis, start_service
 REQUIRE_DOCKER = os.environ.get("RAI_REQUIRE_DOCKER") == "1"
 
 
+# -- the suite in shares (scripts/test.sh runs two at once) ------------------------------------
+SHARES = ("engine", "rest", "alone")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--share",
+        choices=SHARES,
+        help="run one share of the suite: engine (the tests on the Docker engine, one session at a time), "
+        "rest (the others, which can run beside them), alone (the load benches, marked alone: on a quiet machine)",
+    )
+
+
+def share_of(item: pytest.Item) -> str:
+    if item.get_closest_marker("alone"):
+        return "alone"
+    return "engine" if "docker_engine" in getattr(item, "fixturenames", ()) else "rest"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    share = config.getoption("--share")
+    if share is None:
+        return
+    dropped = [item for item in items if share_of(item) != share]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if share_of(item) == share]
+
+
 # -- Redis ------------------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import fleet_sim  # noqa: E402 - bench/, put on the path above
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.alone]
 
 # Measured (bench/fleet-sim.txt): after the first 100 jobs the server grows 3-8 KiB a job over a
 # few hundred, less the longer the run (its allocator's arenas fill, then are reused). Issue 52's
