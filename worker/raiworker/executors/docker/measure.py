@@ -40,7 +40,6 @@ from .scripts import (
     MEASURE_DIR,
     READ_RESULT,
     TAR_KEPT,
-    THROTTLE_RETRIES,
     WRITE_KEYS,
     ending_job,
 )
@@ -73,8 +72,10 @@ class TimedRuns(ContainerJob):
 
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
         """Timed run ``r``: the student's program on inputs drawn from keys made for this run alone,
-        after the course's reference ran on the same ones; a run during which the GPU slowed itself
-        down runs again."""
+        after the course's reference ran on the same ones. A run during which the GPU slowed itself
+        down stands, and is flagged for staff (hostile review F3): running it again gave the job a
+        do-over it could earn itself (a GPU burnt hot after its operations, seen at the freeze),
+        to be drawn again until lucky; what the job can cause never chooses which run counts."""
         if self.container is None:
             return MeasuredRun(exit_code=137, wall_seconds=0.0, problem="the job's container is gone")
         if r == 1:
@@ -93,12 +94,11 @@ class TimedRuns(ContainerJob):
         if self.references is None or len(self.references) < r:
             self.references = self._reference_runs(ctx, timed, sink, helper)
         keys, ref = self.references[r - 1]
-        for attempt in range(1, THROTTLE_RETRIES + 2):
-            run = self._measure_student(ctx, r, timed, sink, helper, keys, ref)
-            slowed = (run.gpu or {}).get("after", {}).get("throttle") or (run.gpu or {}).get("before", {}).get("throttle")
-            if not slowed or run.problem or attempt > THROTTLE_RETRIES:
-                return run
-            sink.system(f"Timed run {r}: the GPU slowed down during it ({', '.join(slowed)}); it runs again")
+        run = self._measure_student(ctx, r, timed, sink, helper, keys, ref)
+        gpu = run.gpu or {}
+        slowed = sorted({*(gpu.get("before") or {}).get("throttle", []), *(gpu.get("after") or {}).get("throttle", [])})
+        if slowed and not run.problem:
+            sink.system(f"Timed run {r}: the GPU slowed down during it ({', '.join(slowed)}); it stands, and staff see it flagged")
         return run
 
     def profile(self, ctx: JobContext, timed: TimedRun, sink: LogSink) -> None:

@@ -29,7 +29,6 @@ KILL_JOB = (
 # container is then killed before the job's end is reported; otherwise it is removed afterwards,
 # when nobody waits for it.
 LEFT_OVER = 99
-THROTTLE_RETRIES = 2  # a timed run during which the GPU slowed itself down is run again, this many times at most
 COLLECT = (
     KILL_JOB.removesuffix("; true") + "; left=1; n=0; while [ $left = 1 ] && [ $n -lt 40 ]; do left=0; "
     'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" -gt 1 ] && [ "$p" != "$keep" ] && [ "$p" != "$$" ] && '
