@@ -90,11 +90,12 @@ def main() -> None:
             library = "; ".join(dict.fromkeys(line.strip()[24:] for line in res.stdout.splitlines() if "cuBLAS in the timed run" in line))
             row = {"variant": variant, "seconds": round(took, 1), "verdict": verdict, "op_time": m.get("op_time"), "runs": m.get("runs")}
             row |= {"cv": m.get("cv"), "error": m.get("error"), "cpu": m.get("cpu_seconds"), "problem": m.get("problem")}
+            row |= {"inputs_copied_in": m.get("inputs_copied_in"), "gpu_slowed": [f for f in m.get("flags") or [] if "slowed" in f]}
             row |= {"library": library} if library else {}
             kernels = sum(k["ms"] for k in m.get("kernels") or []) / 1e3
             row |= {"flags": m.get("flags"), "kernels": kernels} if m.get("kernels") or m.get("flags") else {}
             figures["submissions"].append(row)  # type: ignore[attr-defined]
-            gc.say(f"{variant:11s} {took:5.1f} s  {verdict}" + (f"  [{library}]" if library else ""))
+            gc.say(f"{variant:11s} {took:5.1f} s  {verdict}" + (f"  [{library}]" if library else "") + f"  inputs copied in: {row['inputs_copied_in']}")
             if "kernels" in row:
                 gc.say(f"{'':11s} the profiled run's kernels {row['kernels'] * 1e3:.4g} ms; flags: {row['flags']}")
             (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
