@@ -95,7 +95,8 @@ def main() -> None:
             kernels = sum(k["ms"] for k in m.get("kernels") or []) / 1e3
             row |= {"flags": m.get("flags"), "kernels": kernels} if m.get("kernels") or m.get("flags") else {}
             figures["submissions"].append(row)  # type: ignore[attr-defined]
-            gc.say(f"{variant:11s} {took:5.1f} s  {verdict}" + (f"  [{library}]" if library else "") + f"  inputs copied in: {row['inputs_copied_in']}")
+            shown = verdict + (f"  [{library}]" if library else "") + f"  inputs copied in: {row['inputs_copied_in']}"
+            gc.say(f"{variant:11s} {took:5.1f} s  {shown}")
             if "kernels" in row:
                 gc.say(f"{'':11s} the profiled run's kernels {row['kernels'] * 1e3:.4g} ms; flags: {row['flags']}")
             (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
