@@ -23,10 +23,12 @@ fi
 .venv/bin/lint-imports  # the layers and no import cycles, lazy imports included: .importlinter
 bash scripts/check_packages.sh  # each distribution alone: its declared dependencies suffice (~1 min)
 export RAI_REQUIRE_DOCKER=1 RAI_REQUIRE_POSTGRES=1 RAI_REQUIRE_BROWSER=1 RAI_REQUIRE_SLURM=1
-# RAI_TESTS_AT_ONCE=1: one pytest, in order. Else the suite runs in shares (tests/conftest.py):
-# the Docker engine's tests (one session at a time) beside the rest, whose output follows theirs,
-# then the load benches marked alone, on a machine quiet again. Each share has its own basetemp.
-if [ "${RAI_TESTS_AT_ONCE:-2}" = 1 ]; then
+# RAI_TESTS_AT_ONCE=1: one pytest, in order. Else the suite runs in shares (tests/conftest.py), three
+# at once: the Docker engine's tests (one such session at a time), those on the engine through
+# workers of their own (the fault campaign and soak) and those that need no engine, whose outputs
+# follow the first's; then the load benches marked alone, on a machine quiet again. Each share has
+# its own basetemp.
+if [ "${RAI_TESTS_AT_ONCE:-3}" = 1 ]; then
   exec .venv/bin/python -m pytest "$@"
 fi
 shares=$(mktemp -d /tmp/rai-test-shares.XXXXXX)
@@ -36,16 +38,21 @@ share() {  # pytest's status for one share; 5 (this share holds none of the test
   [ "$rc" = 5 ] && rc=0
   return "$rc"
 }
-rest_rc=0 engine_rc=0 alone_rc=0
+engine_rc=0 beside_rc=0 rest_rc=0 alone_rc=0
+share beside -p no:cacheprovider "$@" >"$shares/beside.log" 2>&1 &
+beside_pid=$!
 share rest -p no:cacheprovider "$@" >"$shares/rest.log" 2>&1 &
 rest_pid=$!
-echo "== the tests on the Docker engine (the others run beside them; their output follows) =="
+echo "== the tests on the Docker engine (two more shares run beside them; their output follows) =="
 share engine "$@" || engine_rc=$?
+wait "$beside_pid" || beside_rc=$?
 wait "$rest_pid" || rest_rc=$?
+echo "== the tests on the Docker engine through workers of their own, run beside those above =="
+cat "$shares/beside.log"
 echo "== the tests that need no Docker engine, run beside those above =="
 cat "$shares/rest.log"
 echo "== the load benches, on a machine quiet again =="
 share alone -p no:cacheprovider "$@" || alone_rc=$?
-echo "shares: engine $engine_rc, rest $rest_rc, alone $alone_rc (pytest's exit statuses; 0 is a pass)"
+echo "shares: engine $engine_rc, beside $beside_rc, rest $rest_rc, alone $alone_rc (pytest's exit statuses; 0 is a pass)"
 rm -rf "$shares"
-[ "$engine_rc" = 0 ] && [ "$rest_rc" = 0 ] && [ "$alone_rc" = 0 ]
+[ "$engine_rc" = 0 ] && [ "$beside_rc" = 0 ] && [ "$rest_rc" = 0 ] && [ "$alone_rc" = 0 ]

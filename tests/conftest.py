@@ -15,21 +15,24 @@ REQUIRE_DOCKER = os.environ.get("RAI_REQUIRE_DOCKER") == "1"
 
 
 # -- the suite in shares (scripts/test.sh runs two at once) ------------------------------------
-SHARES = ("engine", "rest", "alone")
+SHARES = ("engine", "beside", "rest", "alone")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--share",
         choices=SHARES,
-        help="run one share of the suite: engine (the tests on the Docker engine, one session at a time), "
-        "rest (the others, which can run beside them), alone (the load benches, marked alone: on a quiet machine)",
+        help="run one share of the suite: engine (the tests on the Docker engine, one session at a time), beside "
+        "(those on the engine through workers of their own, marked own_workers), rest (those that need no engine), "
+        "alone (the load benches, marked alone: on a quiet machine); all but alone can run at once",
     )
 
 
 def share_of(item: pytest.Item) -> str:
     if item.get_closest_marker("alone"):
         return "alone"
+    if item.get_closest_marker("own_workers"):
+        return "beside"
     return "engine" if "docker_engine" in getattr(item, "fixturenames", ()) else "rest"
 
 
@@ -104,8 +107,9 @@ def _one_suite_per_engine() -> None:
 
 
 @pytest.fixture(scope="session")
-def docker_engine():
-    _one_suite_per_engine()
+def docker_engine(request: pytest.FixtureRequest):
+    if request.config.getoption("--share") != "beside":  # the beside share's workers have names of their own
+        _one_suite_per_engine()
     try:
         import docker
 

@@ -7,7 +7,7 @@ import pytest
 
 from .campaign import FAULTS, REDUCED_LEASE, REDUCED_MOMENTS, REDUCED_PAUSES, Campaign, table
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.timeout(400), pytest.mark.own_workers]  # workers faults, faults2 and a Redis of its own
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from .campaign import LEASE, MARGIN
 from .soak import Soak, ok, report
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.own_workers]  # workers faults, faults2 and a Redis of its own
 
 
 def test_short_soak(tmp_path, docker_engine):
