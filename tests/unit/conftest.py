@@ -15,6 +15,17 @@ from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage
 
 
+@pytest.fixture(autouse=True)
+def fresh_schedules() -> Iterator[None]:
+    """Each test's queue starts without a schedule made by another's (a process keeps one per queue
+    for a second: ``jobs.views.Schedule``)."""
+    from raiserver.jobs import views
+
+    views._SCHEDULES.clear()
+    yield
+    views._SCHEDULES.clear()
+
+
 @pytest.fixture
 def db(tmp_path) -> Iterator[Session]:
     database = Database(f"sqlite:///{tmp_path / 'unit.sqlite3'}")

@@ -18,6 +18,7 @@ from sqlalchemy import update
 from raiprotocol.models import JobState
 from raiprotocol.waits import wait_words
 from raiserver.config import Settings
+from raiserver.jobs import views
 from raiserver.jobs.eta import Newcomers, Slotted, Wait, estimate
 from raiserver.jobs.lifecycle import add_phase
 from raiserver.jobs.views import QueueView, job_out
@@ -44,10 +45,12 @@ def running(db, owner, ran: float, kind: str = "dev", spec: str | None = None):
 
 
 def age(job, seconds: float, db) -> None:
-    """Time passes for a running job: it started ``seconds`` earlier than it did."""
+    """Time passes for a running job: it started ``seconds`` earlier than it did (and the second's
+    schedule, ``views.Schedule``, is over)."""
     job.started_at -= timedelta(seconds=seconds)
     job.phases = [{**job.phases[-1], "at": job.started_at.isoformat()}]
     db.commit()
+    views._SCHEDULES.clear()
 
 
 def shown(db, job) -> tuple[float, float, str | None]:
@@ -329,10 +332,9 @@ def test_the_client_says_the_range_a_guess_and_an_older_servers_figure():
 
 def test_one_estimate_serves_every_request_for_a_line_up_in_its_second(db, monkeypatch):
     """A class polling its queued jobs at a deadline (or one student's loop of requests) must not
-    cost an estimate (~0.1 s of CPU) each: one serves a line-up for a second; a new job is
-    estimated at once."""
-    import raiserver.jobs.views as views
-
+    cost an estimate (~0.1 s of CPU) each: one serves the queue for a second; a job new at the
+    line's end meanwhile is told the last place's wait and a place's step more (issue 52: a growing
+    line made every answer a new estimate, and an overloaded server fell further behind)."""
     calls: list[int] = []
     real = views.estimate
     monkeypatch.setattr(views, "estimate", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -347,9 +349,62 @@ def test_one_estimate_serves_every_request_for_a_line_up_in_its_second(db, monke
             shown(db, job)
     assert len(calls) <= 2, len(calls)  # 30 requests: one estimate (two if the running job's second turned)
     before = len(calls)
+    last = shown(db, waiting[-1])
     late = add_job(db, add_user(db, "late"))
     low, high, _ = shown(db, late)
-    assert len(calls) == before + 1 and high > 0
+    assert len(calls) == before and low >= last[0] and high > last[1], (last, low, high)
+    views._SCHEDULES.clear()  # a second later
+    assert shown(db, late)[1] > 0 and len(calls) == before + 1
+
+
+def test_a_job_new_in_the_seconds_line_up_gets_its_place_s_wait_and_one_request_makes_the_schedule(db, monkeypatch):
+    """Issue 52: at 20 submissions a second every answer made the schedule again (~0.1 s of CPU with
+    100 jobs running) and an overloaded server fell further behind. Within its second, a job the
+    schedule has not seen gets the wait of the place it holds; requests at once wait for the one
+    making it instead of each making their own."""
+    import threading
+    import time as clock
+
+    from sqlalchemy.orm import Session
+
+    calls: list[int] = []
+    real = views.estimate
+
+    def slow(*a, **k):
+        calls.append(1)
+        clock.sleep(0.2)  # long enough for the other requests to arrive meanwhile
+        return real(*a, **k)
+
+    monkeypatch.setattr(views, "estimate", slow)
+    add_worker(db, slots=1)
+    hal = add_user(db, "hal")
+    for seconds in (30, 40, 50, 60, 70):
+        finished(db, hal, seconds)
+    head = running(db, hal, ran=10)
+    line = [add_job(db, add_user(db, f"s{i}")) for i in range(3)]
+    waits: list[tuple[float, float, str | None]] = []
+
+    def look(job_id: str) -> None:
+        with Session(db.get_bind()) as own:
+            waits.append(shown(own, own.get_one(Job, job_id)))
+
+    threads = [threading.Thread(target=look, args=(line[0].id,)) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(set(waits)) == 1, (calls, waits)
+    third = shown(db, line[2])
+    # within the second: the head ends, the first waiting job starts, and a new student submits
+    head.state, head.finished_at = JobState.succeeded, utcnow()
+    line[0].state, line[0].worker, line[0].started_at = JobState.running, "w1", utcnow()
+    add_phase(line[0], "claimed", "w1")
+    db.commit()
+    new = add_job(db, add_user(db, "new"))
+    assert shown(db, new) == third and len(calls) == 1  # the third place's wait, from the same schedule
+    views._SCHEDULES.clear()  # a second later
+    shown(db, new)
+    assert len(calls) == 2
 
 
 def test_a_fleet_with_room_plays_no_queue_and_parses_no_running_build_file(db, monkeypatch):
@@ -386,3 +441,28 @@ def test_with_room_the_answer_is_what_the_plays_give(monkeypatch):
     monkeypatch.setattr(eta, "start_now", lambda *a: False)
     assert estimate(60, running_jobs, waiting_jobs, history, gap=0.7) == quick
     assert all(w.low == w.high == w.mid == 0.7 for w in quick.values()) and quick["w1"].guess is not None  # behind a kind without history
+
+
+def test_a_wait_answered_from_the_seconds_schedule_says_guess_as_the_line_is_now(db, monkeypatch):
+    """Issue 52: answering from the second's schedule must not lose or invent 'a guess' (a cold
+    queue at a deadline must say so; tests/test_deadline_rush.py): whether a wait is a guess is
+    decided for the line as it is at the answer. A kind the schedule did not know makes a new one."""
+    calls: list[int] = []
+    real = views.estimate
+    monkeypatch.setattr(views, "estimate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    add_worker(db, slots=1)
+    hal = add_user(db, "hal")
+    for seconds in (30, 40, 50, 60, 70):
+        finished(db, hal, seconds)
+    running(db, hal, ran=10)
+    cold = add_job(db, add_user(db, "a"), kind="final", seconds_ago=5)  # no run of 'final' yet
+    warm = add_job(db, add_user(db, "b"), seconds_ago=4)
+    assert shown(db, cold)[2] is None and "final" in (shown(db, warm)[2] or "") and len(calls) == 1
+    cold.state = JobState.cancelled  # within the second, the job ahead goes
+    db.commit()
+    after = add_job(db, add_user(db, "c"))
+    assert shown(db, warm)[2] is None and shown(db, after)[2] is None and len(calls) == 1  # nothing unknown ahead now
+    other = add_job(db, add_user(db, "d"), kind="exam")  # a kind the schedule never saw
+    assert shown(db, other)[2] is None and len(calls) == 2
+    late = add_job(db, add_user(db, "e"))
+    assert "exam" in (shown(db, late)[2] or "") and len(calls) == 2  # behind it, a guess, from the same schedule

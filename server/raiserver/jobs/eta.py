@@ -176,6 +176,18 @@ def start_now(slots: int, running: int, waiting: Sequence[Slotted]) -> bool:
     return len(waiting) <= slots - running and not any(j.alone or j.yields for j in waiting)
 
 
+def guesses(running: Sequence[str], waiting: Sequence[Slotted], whys: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Why each waiting job's estimate is a guess: the first kind that history does not describe
+    (``whys``: per kind, ``Kind.why``) among the running jobs and those before it in line; None
+    when every one of them is described."""
+    out: dict[str, str | None] = {}
+    ahead = next((whys[k] for k in running if whys[k] is not None), None)
+    for j in waiting:
+        out[j.id] = ahead
+        ahead = ahead or whys[j.kind]
+    return out
+
+
 def estimate(
     slots: int,
     running: Sequence[Slotted],
@@ -198,16 +210,7 @@ def estimate(
     # bound (for the high end); what history says is drawn once and shared by both
     lows: dict[str, list[float]] = {j.id: [] for j in waiting}
     highs: dict[str, list[float]] = {j.id: [] for j in waiting}
-    guess: dict[str, str | None] = {}
-    reason: str | None = None
-    for r in running:
-        if kinds[r.kind].why is not None:
-            reason = reason or kinds[r.kind].why
-    ahead_reason = reason
-    for j in waiting:  # a job's estimate is a guess when anything before it in line is one
-        guess[j.id] = ahead_reason
-        if kinds[j.kind].why is not None:
-            ahead_reason = ahead_reason or kinds[j.kind].why
+    guess = guesses([r.kind for r in running], waiting, {k: kind.why for k, kind in kinds.items()})
     if start_now(slots, len(running), waiting):  # what every play would give: the gap, for each of them
         return {j.id: Wait(low=gap, high=gap, mid=gap, guess=guess[j.id]) for j in waiting}
     for _ in range(draws):

@@ -6,8 +6,10 @@ API shows it, the web queue's rows and ``raiclient queue``'s summaries. Nothing 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,19 +23,73 @@ from raiserver.access.permissions import Principal, can_see_all_jobs
 from raiserver.config import Settings
 from raiserver.fleet.workers import live_workers
 from raiserver.grading.kinds import Deadlines, in_words
-from raiserver.jobs.eta import DEFAULT_GAP, Newcomers, Slotted, Wait, estimate, start_now
+from raiserver.jobs.eta import DEFAULT_GAP, Newcomers, Slotted, Wait, estimate, guesses, known, start_now
 from raiserver.jobs.fairshare import fair_order, jumps_line, runs_on
 from raiserver.store.db import utcnow
 from raiserver.store.summaries import summary_of
 from raiserver.store.tables import Job, User
 
 RECENT_RUNS = 30  # latest runs of a kind (by start) that its estimates go by
-# A queue's schedule (``eta.estimate``, ~0.1 s of CPU) serves every request for this long while its
-# line-up is the same (the same jobs running, for as many whole seconds, and waiting, in the same
-# order): a class polling its queued jobs at a deadline, or one student's requests, cost one
-# estimate a second per process, not one each. A new job, a start or an end is estimated at once.
 SCHEDULE_SECONDS = 1.0
-_SCHEDULES: dict[tuple[str, int, frozenset[tuple[str, int]], tuple[tuple[str, bool], ...]], tuple[float, dict[str, Wait] | None]] = {}
+
+
+@dataclass
+class Schedule:
+    """A queue's schedule (``eta.estimate``, ~0.1 s of CPU with 100 jobs running), made at most once
+    a ``SCHEDULE_SECONDS`` per queue and process, and every request meanwhile answered from it: a
+    class polling its queued jobs at a deadline, a submission's answer, each stream's first look.
+    Made per request (issue 52, bench/fleet_sim.py), it cost an overloaded server more with every
+    submission, and it fell further behind. A job the schedule has not seen (submitted, or moved up,
+    since) gets the wait of the place it holds in the line; one past the line's end, the last place's
+    wait and a step per place beyond (the line's own spacing). Whether a wait is a guess is decided
+    for the line as it is now (``eta.guesses``, from the kinds the schedule knew): a job that moved
+    up behind a running job of a kind with no history is told its wait is a guess, as a schedule
+    made for it would say. A kind the schedule did not know, or a line that no longer has a slot
+    for every job (or now has), makes a new one. One request makes a new schedule while the others
+    wait for it (``_making``) and take it, never one each: with a schedule per request that a
+    growing line kept out of date, requests queued behind one another and /healthz waited 20 s."""
+
+    at: float  # time.monotonic() when made
+    slots: int
+    room: bool  # every waiting job had an idle slot (eta.start_now): no play was made
+    etas: dict[str, Wait]
+    places: list[Wait]  # the waits in the line's order: the first place's, the second's, ...
+    whys: dict[str, str | None]  # per kind it knew, why its runs are a guess (None: described)
+
+    def fresh(self, slots: int, room: bool, kinds: set[str], since: float | None = None) -> bool:
+        """Made within its second (or, ``since``, after that moment) for as many slots, the same
+        room, every kind in line known, with a place to go by."""
+        made_lately = time.monotonic() - self.at < SCHEDULE_SECONDS or (since is not None and self.at >= since)
+        return made_lately and slots == self.slots and room == self.room and kinds <= self.whys.keys() and bool(self.places)
+
+    def answer(self, running: list[str], waiting: list[Slotted]) -> dict[str, Wait]:
+        """Every waiting job's wait (``running``: the kinds on the slots now)."""
+        guess = guesses(running, waiting, self.whys)
+        out = {}
+        for i, w in enumerate(waiting):
+            wait = self.etas.get(w.id) or self.place(i)
+            if wait.guess != guess[w.id]:  # a guess says its upper end, never its typical start
+                wait = Wait(wait.low, wait.high, wait.high if guess[w.id] else wait.mid, guess[w.id])
+            out[w.id] = wait
+        return out
+
+    def place(self, i: int) -> Wait:
+        """The wait of place ``i`` (0: the first); past the line's end, the last place's, a step a place on."""
+        if i < len(self.places):
+            return self.places[i]
+        first, last, n = self.places[0], self.places[-1], len(self.places)
+        beyond = i - n + 1
+
+        def on(at_last: float, at_first: float) -> float:
+            step = (at_last - at_first) / (n - 1) if n > 1 else at_last  # one place's share of the line
+            return at_last + beyond * max(step, 0.0)
+
+        return Wait(low=on(last.low, first.low), high=on(last.high, first.high), mid=on(last.mid, first.mid), guess=last.guess)
+
+
+_SCHEDULES: dict[str, Schedule] = {}
+_making: dict[str, threading.Lock] = {}
+_making_lock = threading.Lock()
 STARTING = Wait(low=0.0, high=0.0, mid=0.0)  # claimed already: it starts now
 NEWCOMER_WINDOW = 120.0  # s of submissions that tell how fast students are coming
 SHORT_ID = 8  # characters of a job id shown where space is short: its random end
@@ -204,20 +260,30 @@ class QueueView:
             yields = j.released_at is None and j.owner_id in busy and not jumps_line(j, s.staff_priority, s.priority_kinds)
             waiting.append(Slotted(j.id, j.kind, j.wall_limit(s.wall_seconds), alone=j.reserved, yields=yields))
             busy.add(j.owner_id)
-        # a running job's wall limit (its build file parsed) matters only when the queue is played
-        # forward: with an idle slot for every waiting job, nobody waits for a running one to end
         room = start_now(slots, len(on_slots), waiting)
-        running = [Slotted(j.id, j.kind, 0.0 if room else j.wall_limit(s.wall_seconds), ran=ran, alone=j.reserved) for j, ran in on_slots]
-        key = (queue, slots, frozenset((r.id, int(r.ran or 0)) for r in running), tuple((w.id, w.yields) for w in waiting))
-        made = _SCHEDULES.get(key)
-        if made is not None and time.monotonic() - made[0] < SCHEDULE_SECONDS:
-            return made[1]
-        history = self._recent(queue, {r.id: r.ran or 0.0 for r in running})
-        etas = estimate(slots, running, waiting, history, self._gaps[queue], None if room else self._newcomers(queue, now))
-        if len(_SCHEDULES) > 64:  # one entry per queue and line-up lives a second: keep the dict small
-            _SCHEDULES.clear()
-        _SCHEDULES[key] = (time.monotonic(), etas)
-        return etas
+        running_kinds = [j.kind for j, _ in on_slots]
+        kinds = {*running_kinds, *(w.kind for w in waiting)}
+        made = _SCHEDULES.get(queue)
+        if made is not None and made.fresh(slots, room, kinds):
+            return made.answer(running_kinds, waiting)
+        asked = time.monotonic()
+        with _making_lock:
+            making = _making.setdefault(queue, threading.Lock())
+        with making:
+            made = _SCHEDULES.get(queue)  # made meanwhile, by the request this one waited for
+            if made is not None and made.fresh(slots, room, kinds, since=asked):
+                return made.answer(running_kinds, waiting)
+            # a running job's wall limit (its build file parsed) matters only when the queue is played
+            # forward: with an idle slot for every waiting job, nobody waits for a running one to end
+            running = [
+                Slotted(j.id, j.kind, 0.0 if room else j.wall_limit(s.wall_seconds), ran=ran, alone=j.reserved) for j, ran in on_slots
+            ]
+            history = self._recent(queue, {r.id: r.ran or 0.0 for r in running})
+            etas = estimate(slots, running, waiting, history, self._gaps[queue], None if room else self._newcomers(queue, now))
+            whys = {k: known(k, history.get(k, ())).why for k in kinds}
+            places = [etas[w.id] for w in waiting if w.id in etas]
+            _SCHEDULES[queue] = Schedule(time.monotonic(), slots, room, etas, places, whys)
+            return etas
 
     def _newcomers(self, queue: str, now: datetime) -> Newcomers:
         """Students who may still submit before a job whose owner has one ahead (fair share): at the
