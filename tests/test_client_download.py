@@ -112,6 +112,7 @@ def test_the_one_file_client_runs_every_student_command(process_service, tmp_pat
 
     res = pyz("download", job_id, "-o", "b.tgz")
     assert res.returncode == 0 and "Saved b.tgz" in res.stdout, res.stdout + res.stderr
+    assert "to unpack it: mkdir b && tar -xzf b.tgz -C b" in res.stdout, res.stdout  # its files have no top folder
     with tarfile.open(tmp_path / "b.tgz") as tar:
         assert tar.extractfile("made.txt").read() == b"made\n"
 

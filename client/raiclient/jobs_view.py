@@ -123,4 +123,7 @@ def download(args: argparse.Namespace) -> int:
             fail(str(exc), exc.code)
             raise
     say(f"Saved {dest} ({kib(size)})")
+    # the archive holds /build's files with no folder above them: unpacked as is, they land here
+    folder = dest.name.removesuffix(".gz").removesuffix(".tgz").removesuffix(".tar") or "build"
+    say(f"It has no folder of its own; to unpack it: mkdir {folder} && tar -xzf {dest} -C {folder}")
     return ExitCode.OK
