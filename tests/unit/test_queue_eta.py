@@ -330,11 +330,9 @@ def test_the_client_says_the_range_a_guess_and_an_older_servers_figure():
     assert dict(status_rows(job))["eta"] == "starts in up to 1 h 5 min, a guess: no recent run of 'dev' to go by"
 
 
-def test_one_estimate_serves_every_request_for_a_line_up_in_its_second(db, monkeypatch):
-    """A class polling its queued jobs at a deadline (or one student's loop of requests) must not
-    cost an estimate (~0.1 s of CPU) each: one serves the queue for a second; a job new at the
-    line's end meanwhile is told the last place's wait and a place's step more (issue 52: a growing
-    line made every answer a new estimate, and an overloaded server fell further behind)."""
+def one_slot_with_history(db, monkeypatch) -> list[int]:
+    """One slot, five finished 'dev' runs and one running: a queue whose history is trusted. Returns
+    the list each estimate (``eta.estimate``, a schedule made) appends to."""
     calls: list[int] = []
     real = views.estimate
     monkeypatch.setattr(views, "estimate", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -343,6 +341,15 @@ def test_one_estimate_serves_every_request_for_a_line_up_in_its_second(db, monke
     for seconds in (30, 40, 50, 60, 70):
         finished(db, hal, seconds)
     running(db, hal, ran=10)
+    return calls
+
+
+def test_one_estimate_serves_every_request_for_a_line_up_in_its_second(db, monkeypatch):
+    """A class polling its queued jobs at a deadline (or one student's loop of requests) must not
+    cost an estimate (~0.1 s of CPU) each: one serves the queue for a second; a job new at the
+    line's end meanwhile is told the last place's wait and a place's step more (issue 52: a growing
+    line made every answer a new estimate, and an overloaded server fell further behind)."""
+    calls = one_slot_with_history(db, monkeypatch)
     waiting = [add_job(db, add_user(db, f"s{i}")) for i in range(3)]
     for _ in range(10):
         for job in waiting:
@@ -447,14 +454,7 @@ def test_a_wait_answered_from_the_seconds_schedule_says_guess_as_the_line_is_now
     """Issue 52: answering from the second's schedule must not lose or invent 'a guess' (a cold
     queue at a deadline must say so; tests/test_deadline_rush.py): whether a wait is a guess is
     decided for the line as it is at the answer. A kind the schedule did not know makes a new one."""
-    calls: list[int] = []
-    real = views.estimate
-    monkeypatch.setattr(views, "estimate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    add_worker(db, slots=1)
-    hal = add_user(db, "hal")
-    for seconds in (30, 40, 50, 60, 70):
-        finished(db, hal, seconds)
-    running(db, hal, ran=10)
+    calls = one_slot_with_history(db, monkeypatch)
     cold = add_job(db, add_user(db, "a"), kind="final", seconds_ago=5)  # no run of 'final' yet
     warm = add_job(db, add_user(db, "b"), seconds_ago=4)
     assert shown(db, cold)[2] is None and "final" in (shown(db, warm)[2] or "") and len(calls) == 1

@@ -9,7 +9,7 @@ import math
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -69,7 +69,7 @@ class Schedule:
         for i, w in enumerate(waiting):
             wait = self.etas.get(w.id) or self.place(i)
             if wait.guess != guess[w.id]:  # a guess says its upper end, never its typical start
-                wait = Wait(wait.low, wait.high, wait.high if guess[w.id] else wait.mid, guess[w.id])
+                wait = replace(wait, mid=wait.high if guess[w.id] else wait.mid, guess=guess[w.id])
             out[w.id] = wait
         return out
 
