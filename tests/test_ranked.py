@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 from helpers import make_project
 from helpers.ranked import IMAGE, build_op, ensure_course_image, offer_course_image
+from helpers.service import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -179,6 +181,39 @@ def test_what_cannot_be_done_to_the_inputs_or_the_reading(course, honest, tmp_pa
     else:
         assert "passing a descriptor to rai: refused" in out and "ACCEPTED" not in out, out
     assert job["phases"] and all(t < 2.0 for t in m["runs"])
+
+
+def _timed_cgroups() -> set[str]:
+    """The cgroup parents the worker made for timed runs (a hybrid host's unified hierarchy or a v2 one)."""
+    return {p.name for root in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")) for p in root.glob("rai-timed-*")}
+
+
+def _left_behind() -> list[str]:
+    """Processes on this host that a 'carry' run left in a session of their own."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes() == b"sleep\x003601\x00":
+                found.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return found
+
+
+def test_nothing_of_one_timed_run_is_in_the_next_and_nothing_outlives_the_job(course, honest, tmp_path, docker_engine):
+    """C06/C07 across runs: each timed run starts in a container made for it alone (made ahead,
+    while the reference runs run, and never used before): a file a run leaves in /tmp or /build is
+    not in the next, a process it leaves in a session of its own ends with it, and once the job's end
+    is reported its run containers and their cgroup parents are gone from the host."""
+    before = _timed_cgroups()
+    job, out = submit(course, tmp_path, "carry")
+    m = job["results"]["measured"]
+    assert m["problem"] is None and m["accuracy"] == 1.0, m
+    assert out.count("left by an earlier timed run: /tmp no, /build no") == 3 and "YES" not in out, out
+    assert not _left_behind()
+    mine = {"label": f"rai.job={job['id']}"}  # the engine's list as it is (containers.list() inspects each: a race)
+    wait_for(lambda: not docker_engine.api.containers(all=True, filters=mine), what="the job's containers removed")
+    wait_for(lambda: not (_timed_cgroups() - before), what="the timed runs' cgroup parents removed")
 
 
 def test_a_library_the_course_forbids_is_not_in_the_timed_runs(course, honest, tmp_path):

@@ -212,3 +212,19 @@ def test_how_each_operation_got_its_inputs_is_recorded():
     assert measured("Q", "P", "Q").inputs_copied_in is False
     assert measured("Q", "-", "Q").inputs_copied_in is None and measured("-", "P", "Q").inputs_copied_in is False
     assert measured("P", "P", "P").problem is None  # allowed: it ranks
+
+
+def test_staff_see_a_gpu_that_slowed_down_or_was_used_by_another_process():
+    """Review F3: a run during which the GPU slowed itself down stands, flagged; so does one around
+    which a process other than the run's (another job's, the operator's) used the GPU."""
+    quiet = {"sm_mhz": 1980, "throttle": []}
+    runs = [run("honest", gpu={"before": quiet, "after": quiet}) for _ in range(3)]
+    runs[1].gpu = {"before": quiet, "after": quiet | {"throttle": ["hardware thermal slowdown"]}}
+    runs[2].gpu = {"before": quiet | {"others": 2}, "after": quiet}
+    m = summarize(runs, SPEC, 1, printed_op_time=None)
+    assert m.problem is None and m.op_time  # they rank
+    assert m.flags == [
+        "the GPU slowed down during timed run 2 (hardware thermal slowdown)",
+        "2 process(es) other than the run's used the GPU around timed run 3",
+    ]
+    assert summarize([run("honest", gpu={"before": quiet, "after": quiet}) for _ in range(3)], SPEC, 1, None).flags == []

@@ -1,28 +1,48 @@
-"""Issue 32: what NVML says of a timed run, as the worker reads it. The profiler's export names the
-processes it saw (the H100 fixture: m2, pid 2450 in its container); a process of the job that used
-the GPU and is not among them did work the ranked number misses. Throttle reasons that slow a run
-down are told apart from those that do not (idle, say)."""
+"""Issue 32: what NVML says of a timed run, as the worker reads it: the GPU's state and the processes
+using it around the run. Throttle reasons that slow a run down are told apart from those that do
+not (idle, say)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from raiworker.gpu.nvml import profiled_pids, slowdowns, unprofiled
+from raiworker.gpu.nvml import slowdowns
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "ncu-h100-m2-baseline.csv"
 
 
-def test_the_profilers_report_names_the_processes_it_saw():
-    report = FIXTURE.read_text()
-    assert profiled_pids(report) == {2450}
-    assert profiled_pids("no table at all") == set()
-    assert profiled_pids('"ID","Process ID"\n"",""\n"0","12x"\n') == set()  # a forged pid is not a pid
+def test_the_gpu_is_looked_at_around_a_timed_run_never_during_it():
+    """Before the run and after its freeze, never while it runs (an NVML call beside the operations
+    was noise in them): the GPU's state, and the live processes outside the run's container that
+    used it; one of the run's that has just ended (no longer in /proc) is nobody's."""
+    import os
+    import subprocess
 
+    from raiworker.gpu.nvml import GpuWatch
 
-def test_a_gpu_user_missing_from_the_report_is_hidden_work():
-    report = FIXTURE.read_text()
-    assert unprofiled({2450: 30}, profiled_pids(report)) == []  # the honest run: m2 alone
-    assert unprofiled({2450: 30, 2511: 4}, profiled_pids(report)) == [2511]  # a helper started with a clean environment
+    outside = subprocess.Popen(["sleep", "30"])
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+
+    class Driver:
+        calls = 0
+
+        def state(self, index: int) -> dict:
+            return {"sm_mhz": 1980, "throttle": []}
+
+        def compute_pids(self, index: int) -> list[int]:
+            Driver.calls += 1
+            return [os.getpid(), gone.pid] + ([outside.pid] if Driver.calls > 1 else [])
+
+    try:
+        watch = GpuWatch(Driver(), [0], lambda pid: pid == os.getpid()).start()  # type: ignore[arg-type]
+        assert Driver.calls == 1  # nothing samples while the run runs
+        watch.stop()
+        assert Driver.calls == 2
+    finally:
+        outside.kill()
+        outside.wait()
+    assert watch.states == [{"sm_mhz": 1980, "throttle": []}, {"sm_mhz": 1980, "throttle": [], "others": 1}]
 
 
 def test_only_slowdowns_count_as_throttling():

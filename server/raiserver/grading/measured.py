@@ -159,9 +159,13 @@ def _flags(m: Measured, ranked: Ranked, printed_op_time: float | None, median: f
     if printed_op_time is not None and median > 0 and abs(printed_op_time - median) > ranked.tolerance * median:
         flags.append(f"the program printed an op time of {printed_op_time:.6g} s; the service measured {median:.6g} s")
     for i, state in enumerate(m.gpu, 1):
-        slowed = sorted({*(state.get("before") or {}).get("throttle", []), *(state.get("after") or {}).get("throttle", [])})
+        before, after = state.get("before") or {}, state.get("after") or {}
+        slowed = sorted({*before.get("throttle", []), *after.get("throttle", [])})
         if slowed:
             flags.append(f"the GPU slowed down during timed run {i} ({', '.join(slowed)})")
+        others = max(before.get("others", 0), after.get("others", 0))
+        if others:
+            flags.append(f"{others} process(es) other than the run's used the GPU around timed run {i}")
     if m.cv is not None and m.cv > 0.05:
         flags.append(f"the timed runs varied by {m.cv:.1%} (coefficient of variation)")
     return flags

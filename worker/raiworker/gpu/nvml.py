@@ -1,20 +1,14 @@
-"""NVML from the host, through ctypes (the driver's libnvidia-ml.so.1; no Python package needed), for
-ranked runs (issue 32): which processes use a GPU while a timed run goes on, and the GPU's clocks,
-temperature, power and throttle reasons around it. Read-only: nothing here changes a GPU setting.
-
-A process that used the GPU during a timed run but is not in the profiler's report (started with
-a clean environment, so ncu never saw it) means the ranked number misses work: the run does not
-rank. Processes are sampled every ``interval`` seconds and once more when the run's processes are
-frozen (a stopped process still holds its GPU context), and kept when they belong to the run's
-container (by cgroup), under their pid inside it (``NSpid``), which is what the report names.
+"""NVML from the host, through ctypes (the driver's libnvidia-ml.so.1; no Python package needed):
+the GPU's clocks, temperature, power and throttle reasons and the processes using it, looked at
+around a ranked job's timed run (``GpuWatch``), and a shared run's GPU memory (``MemoryShare``).
+Read-only: nothing here changes a GPU setting.
 """
 
 from __future__ import annotations
 
-import csv
 import ctypes
-import io
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -185,87 +179,30 @@ class MemoryShare:
             self._thread.join(timeout=2)
 
 
-def in_container(pid: int, container_id: str, uid: int) -> int | None:
-    """The pid inside the container of a host process of the job's user in it, else None (rai's
-    own processes there, root's profiler, are not the job's)."""
-    inner: int | None = None
-    owner: int | None = None
-    try:
-        with open(f"/proc/{pid}/cgroup") as fh:
-            if container_id not in fh.read():
-                return None
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("NSpid:"):
-                    inner = int(line.split()[-1])
-                elif line.startswith("Uid:"):
-                    owner = int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return inner if owner == uid else None
-
-
 @dataclass
 class GpuWatch:
-    """Samples the container's GPU users and the GPU's state while a timed run goes on."""
+    """The GPU looked at just before a timed run and just after its freeze, never while it runs (an
+    NVML call takes the driver's locks: a sampler beside the operations was noise in them): its
+    state, and how many processes of anyone but the run (another job, the operator's) used it."""
 
     nvml: Nvml
     indexes: list[int]
-    container_id: str
-    uid: int
-    interval: float = 0.05
-    users: dict[int, int] = field(default_factory=dict)  # pid in the container -> samples seen
+    belongs: Callable[[int], bool]  # a host pid is the run's (in its container's cgroup)
     states: list[dict[str, Any]] = field(default_factory=list)
-    _done: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
     def start(self) -> GpuWatch:
         self.states.append(self._state())
-        self._thread = threading.Thread(target=self._run, name="gpu-watch", daemon=True)
-        self._thread.start()
         return self
 
-    def _run(self) -> None:
-        while not self._done.wait(self.interval):
-            self.sample()
-
-    def sample(self) -> None:
-        for index in self.indexes:
-            for pid in self.nvml.compute_pids(index):
-                inner = in_container(pid, self.container_id, self.uid)
-                if inner is not None:
-                    self.users[inner] = self.users.get(inner, 0) + 1
-
-    def _state(self) -> dict[str, Any]:
-        return self.nvml.state(self.indexes[0]) if self.indexes else {}
-
     def stop(self) -> None:
-        """At the freeze: one more sample (stopped processes still hold their contexts) and the GPU's state."""
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self.sample()
+        """After the run (rai-timed killed its processes: one still letting go of its context is the run's)."""
         self.states.append(self._state())
 
-
-def unprofiled(users: dict[int, int], profiled: set[int]) -> list[int]:
-    """The container pids that used the GPU but are not in the profiler's report."""
-    return sorted(pid for pid in users if pid not in profiled)
-
-
-def profiled_pids(report: str) -> set[int]:
-    """The processes the profiler's CSV export names (its "Process ID" column), bounded like the report."""
-    rows = csv.reader(io.StringIO(report[: 1024 * 1024]))
-    header = next(rows, None)
-    while header is not None and "Process ID" not in header:
-        header = next(rows, None)
-    if header is None:
-        return set()
-    at = header.index("Process ID")
-    out = set()
-    for i, row in enumerate(rows):
-        if i > 100_000:
-            break
-        if len(row) > at and row[at].strip().isdigit():
-            out.add(int(row[at]))
-    return out
+    def _state(self) -> dict[str, Any]:
+        if not self.indexes:
+            return {}
+        state = self.nvml.state(self.indexes[0])
+        others = [
+            pid for i in self.indexes for pid in self.nvml.compute_pids(i) if os.path.exists(f"/proc/{pid}") and not self.belongs(pid)
+        ]
+        return state | ({"others": len(others)} if others else {})

@@ -193,10 +193,11 @@ class ContainerJob(Executor):
             if ended or (isinstance(frames, EndMarked) and frames.code is not None):
                 return
 
-    def _exec_as(self, user: str, script: str, *args: str) -> tuple[int, bytes]:
-        """A short exec of rai's own (not the job's command): its status and its output."""
+    def _exec_as(self, user: str, script: str, *args: str, container: Any = None) -> tuple[int, bytes]:
+        """A short exec of rai's own (not the job's command) in the job's container (or ``container``):
+        its status and its output."""
         try:
-            res = self.container.exec_run(["/bin/sh", "-c", script, "sh", *args], user=user, workdir="/build", demux=False)
+            res = (container or self.container).exec_run(["/bin/sh", "-c", script, "sh", *args], user=user, workdir="/build", demux=False)
         except DockerException as exc:
             return 126, str(exc).encode()
         return (res.exit_code if res.exit_code is not None else 126), res.output or b""

@@ -258,6 +258,7 @@ class DockerExecutor(TimedRuns):
         # Closed before the threads below start (a request that took a pool a moment before it was
         # closed fails: _remove_later tries again; a spare that fails is made by the next job), so a
         # process's descriptors are the same from one job to the next.
+        self.remove_runs()  # a ranked job's run containers, before the engine connections close
         self.client.api.close()
         container, self.leftover = self.leftover, None
         if container is None:

@@ -4,6 +4,11 @@ rai-timed, which holds the clock, the inputs and the outputs (rai-timed.c): the 
 each operation's time from its begin mark to the freeze after its end mark, whatever ran in
 between; the outputs are checked against the reference's on the same inputs, drawn from keys made
 here for the run and never shown to the job.
+
+Every run's container is made ahead, while the course's reference runs run (``_Places``): a
+timed run then starts in one made for it alone and never used before, and the engine's work of
+making and removing containers (a second a run on the H100) is neither in the submission's time
+nor beside its timed runs: the containers are removed once the job's end is reported.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ import shutil
 import tarfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,7 @@ from raiprotocol.archive import OverLimit
 from raiprotocol.markers import repeat_line, running_line
 from raiprotocol.models import MeasuredRun, TimedRun
 
-from ...gpu.nvml import GpuWatch, Nvml
+from ...gpu.nvml import GpuWatch, Nvml, in_cgroup
 from ...logsink import LogSink
 from ...terminal import TIMED_IN_CONTAINER, timed_helper
 from ..base import JobContext
@@ -50,6 +55,8 @@ BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still lea
 BOUND_FACTOR = 20.0
 REFERENCES_AT_ONCE = 5  # the course's reference runs side by side (one GPU context each)
 PROFILE_BOUND = 300.0  # the profiled run's bound: a profiler's replay and its report take longer than a run
+PLACES_AT_ONCE = 3  # the runs' containers made (and removed) side by side
+PLACE_WAIT = 300.0  # a container made ahead that is not ready by then fails its run (a stuck engine)
 
 
 @dataclass
@@ -63,12 +70,79 @@ class _Ran:
     gpu: dict[str, Any] | None = None
 
 
+@dataclass
+class _Place:
+    """One run's container, made from the build's result under a cgroup parent of its own; or why
+    it could not be had (``failed``)."""
+
+    cgroup: TimedCgroup | None = None
+    container: Any = None
+    failed: _Ran | None = None
+
+    def ended(self) -> bool:
+        """Whether no process is left in its runs' cgroups (rai-timed kills each at its run's end)."""
+        if self.cgroup is None or self.container is None:
+            return True
+        try:
+            runs = [c / "cgroup.procs" for c in (self.cgroup.folder / self.container.id).iterdir() if c.is_dir()]
+        except OSError:
+            return False
+        for _ in range(50):
+            try:
+                if not any(procs.read_text().strip() for procs in runs):
+                    return True
+            except OSError:
+                return False
+            time.sleep(0.02)
+        return False
+
+    def remove(self) -> None:
+        """The container, then its cgroup parent (the engine cannot remove a cgroup with children)."""
+        if self.container is not None:
+            assert self.cgroup is not None
+            self.cgroup.release_jobs(self.container.id)
+            with contextlib.suppress(DockerException):
+                self.container.remove(force=True, v=True)
+        if self.cgroup is not None:
+            self.cgroup.remove()
+
+
+@dataclass
+class _Places:
+    """A ranked job's run containers: those made ahead (by the run's name: ref, t1…, prof) and those
+    used; each serves one run and is removed with the job (``remove_all``)."""
+
+    ahead: dict[str, Future[_Place]] = field(default_factory=dict)
+    used: list[_Place] = field(default_factory=list)
+
+    def take(self, name: str) -> _Place | None:
+        made = self.ahead.pop(name, None)
+        if made is None:
+            return None
+        try:
+            return made.result(timeout=PLACE_WAIT)
+        except Exception as exc:  # noqa: BLE001 - the engine failed or hung: this run fails and says so
+            return _Place(failed=_Ran(-1, 0.0, TimedResult(), problem=f"the run's container could not be made ({exc.__class__.__name__})"))
+
+    def remove_all(self) -> None:
+        """Every container of the job's runs, used or not, side by side."""
+        places = self.used
+        for made in self.ahead.values():
+            with contextlib.suppress(Exception):
+                places.append(made.result(timeout=PLACE_WAIT))
+        self.ahead, self.used = {}, []
+        if places:
+            with ThreadPoolExecutor(max_workers=PLACES_AT_ONCE, thread_name_prefix="rai-unplace") as pool:
+                list(pool.map(_Place.remove, places))
+
+
 class TimedRuns(ContainerJob):
     """The timed runs of a ranked job, in containers of their own beside the job's."""
 
     _driver: str | None = None
     references: list[tuple[tuple[str, str], _Ran]] | None = None  # each timed run's keys and its reference run
     masked: tuple[Path, list[str]] | None = None  # C25: an empty file, and the image's files that read as it (forbid.py)
+    _places: _Places | None = None
 
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
         """Timed run ``r``: the student's program on inputs drawn from keys made for this run alone,
@@ -131,6 +205,7 @@ class TimedRuns(ContainerJob):
         with self._fresh(ctx, "ref", helper) as (cgroup, failed):
             if failed is not None:
                 return [(k, failed) for k in keys]
+            self._make_ahead(ctx, timed, helper)
 
             def one(numbered: tuple[int, tuple[str, str]]) -> _Ran:
                 return self._run_in(ctx, timed.reference, numbered[1], None, sink, cgroup, timed, f"ref{numbered[0]}", watch=False)
@@ -165,48 +240,64 @@ class TimedRuns(ContainerJob):
             bound_seconds=round(bound, 3),
         )
 
+    def _make_ahead(self, ctx: JobContext, timed: TimedRun, helper: Path) -> None:
+        """Start making every timed run's container and the profiled run's, side by side with the
+        reference runs: none of the engine's work is then between or beside the timed runs."""
+        places = self._places = self._places or _Places()
+        names = [f"t{r}" for r in range(1, timed.repeats + 1)] + (["prof"] if timed.profile else [])
+        maker = ThreadPoolExecutor(max_workers=PLACES_AT_ONCE, thread_name_prefix="rai-place")
+        places.ahead.update({name: maker.submit(self._place, ctx, name, helper, self.masked) for name in names})
+        maker.shutdown(wait=False)  # each is made in turn; the runs take them as they come
+
+    def _place(self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None) -> _Place:
+        """A container of its own made from the build's result, under a cgroup parent of its own,
+        with the kept files in place; or why it could not be had, as a failed run."""
+        assert self.kept is not None
+        nothing = ctx.build_dir.parent / "no-src"  # /src: a timed run starts from the kept build alone (C25: no
+        nothing.mkdir(mode=0o755, exist_ok=True)  # library or data the student brought among their files)
+        try:
+            place = _Place(TimedCgroup.make(self._cgroup_driver()))
+        except NoCgroup as exc:
+            return _Place(failed=_Ran(-1, 0.0, TimedResult(), problem=f"this worker cannot time ranked runs: {exc}"))
+        try:
+            place.container = self._create(ctx, nothing, ctx.job_id, self.helper, (helper, self.kept, name), place.cgroup, masked)
+            code, out = self._exec_as(self.user, KEEP_IN, container=place.container)
+        except DockerException as exc:
+            place.failed = _Ran(-1, 0.0, TimedResult(), problem=f"the timed run's container could not start: {str(exc)[:200]}")
+            return place
+        if code != 0:
+            why = f"the build's result could not be put in place ({out[-200:].decode('utf-8', 'replace')})"
+            place.failed = _Ran(-1, 0.0, TimedResult(), problem=why)
+        return place
+
     @contextlib.contextmanager
     def _fresh(
         self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None = None
     ) -> Iterator[tuple[TimedCgroup, _Ran | None]]:
-        """A container of its own made from the build's result, under a cgroup parent of its own:
-        (the cgroup, None), or (…, why it could not be had as a failed run)."""
-        assert self.kept is not None
-        build_container = self.container
-        nothing = ctx.build_dir.parent / "no-src"  # /src: a timed run starts from the kept build alone (C25: no
-        nothing.mkdir(mode=0o755, exist_ok=True)  # library or data the student brought among their files)
-        try:
-            cgroup = TimedCgroup.make(self._cgroup_driver())
-        except NoCgroup as exc:
-            yield TimedCgroup(Path("/nonexistent"), ""), _Ran(-1, 0.0, TimedResult(), problem=f"this worker cannot time ranked runs: {exc}")
+        """The run's own container (made ahead, or now) as the job's container while the run runs:
+        (its cgroup, None), or (…, why it could not be had as a failed run). It is removed with the
+        job; should a process of the run outlive it (rai-timed kills them all at its end), the
+        container is killed before anything else runs."""
+        places = self._places = self._places or _Places()
+        place = places.take(name) or self._place(ctx, name, helper, masked)
+        places.used.append(place)
+        if place.failed is not None or place.cgroup is None:
+            yield TimedCgroup(Path("/nonexistent"), ""), place.failed or _Ran(-1, 0.0, TimedResult(), problem="no container")
             return
+        build_container, self.container = self.container, place.container
         try:
-            try:
-                self.container = self._create(
-                    ctx,
-                    nothing,
-                    ctx.job_id,
-                    self.helper,
-                    (helper, self.kept, name),
-                    cgroup,
-                    masked,
-                )
-                code, out = self._exec_as(self.user, KEEP_IN)
-            except DockerException as exc:
-                yield cgroup, _Ran(-1, 0.0, TimedResult(), problem=f"the timed run's container could not start: {str(exc)[:200]}")
-                return
-            if code != 0:
-                why = f"the build's result could not be put in place ({out[-200:].decode('utf-8', 'replace')})"
-                yield cgroup, _Ran(-1, 0.0, TimedResult(), problem=why)
-                return
-            yield cgroup, None
+            yield place.cgroup, None
         finally:
-            timed_container, self.container = self.container, build_container
-            if timed_container is not build_container and timed_container is not None:
-                cgroup.release_jobs(timed_container.id)
+            self.container = build_container
+            if not place.ended():
                 with contextlib.suppress(DockerException):
-                    timed_container.remove(force=True, v=True)
-            cgroup.remove()
+                    place.container.kill()
+
+    def remove_runs(self) -> None:
+        """After the job's end is reported: every run's container and cgroup parent removed (tidy)."""
+        places, self._places = self._places, None
+        if places is not None:
+            places.remove_all()
 
     def _run_in(
         self,
@@ -239,7 +330,7 @@ class TimedRuns(ContainerJob):
             if timed.cpu_seconds is not None and budget:  # the student's timed runs only (the reference's have no bound)
                 argv += ["--cpu-budget-ms", str(max(1, int(timed.cpu_seconds * 1000)))]
         argv += ["--", *self.wrap, "/bin/sh", "-c", command]
-        gpu_watch = self._gpu_watch(ctx, int(uid)) if watch else None
+        gpu_watch = self._gpu_watch(ctx) if watch else None
         started = time.monotonic()
         code = self._run_exec(ctx, argv, "0:0", sink)
         wall = time.monotonic() - started
@@ -284,10 +375,12 @@ class TimedRuns(ContainerJob):
         self.kept = dest
         return None
 
-    def _gpu_watch(self, ctx: JobContext, uid: int) -> GpuWatch | None:
-        """The GPU's clocks, temperature and throttle reasons before and after the run; None without NVML."""
+    def _gpu_watch(self, ctx: JobContext) -> GpuWatch | None:
+        """The GPU's clocks, temperature and throttle reasons, and other processes on it, before and
+        after the run; None without NVML."""
         if ctx.gpu_ids:
             lib = Nvml.open()
             if lib is not None:
-                return GpuWatch(lib, [int(i) for i in ctx.gpu_ids], self.container.id, uid).start()
+                container_id = self.container.id
+                return GpuWatch(lib, [int(i) for i in ctx.gpu_ids], lambda pid: in_cgroup(pid, container_id)).start()
         return None
