@@ -49,6 +49,19 @@ def course_file(w: Path) -> Path:
     return w / "final.yml"
 
 
+def submit(argv: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], list[tuple[float, str]]]:
+    """``raiclient submit``, each line of its output stamped as it arrives (where a submission's
+    seconds go: the build, the reference runs, each timed run, the profiled run, the verdict)."""
+    stamps: list[tuple[float, str]] = []
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        for line in proc.stdout:
+            stamps.append((time.monotonic(), line))
+        err = proc.stderr.read()
+        code = proc.wait(timeout=600)
+    return subprocess.CompletedProcess(argv, code, "".join(line for _, line in stamps), err), stamps
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     gc.setup()
@@ -71,12 +84,12 @@ def main() -> None:
             (proj / "new-forward.cu").write_text(student_file(variant))
             (proj / "report.pdf").write_text("%PDF-1.4 report")
             started = time.monotonic()
-            res = subprocess.run(
-                [*client, "submit", "-p", str(proj), "--kind", "final"], env=env, capture_output=True, text=True, timeout=600
-            )
+            res, stamps = submit([*client, "submit", "-p", str(proj), "--kind", "final"], env)
             took = time.monotonic() - started
             if i < 2 or variant != "honest":  # the device brings back a few files only
                 (OUT / f"ranked46-service-{i}-{variant}.txt").write_text(res.stdout + res.stderr)
+            with open(OUT / "ranked46-timelines.txt", "a") as timelines:  # seconds since submit, each line
+                timelines.write(f"## {i} {variant}\n" + "".join(f"{t - started:7.2f}  {line}" for t, line in stamps))
             found = re.search(r"Job (\S+) queued", res.stdout)
             job = {}
             if found:
