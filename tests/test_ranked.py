@@ -202,14 +202,17 @@ def _left_behind() -> list[str]:
 
 def test_nothing_of_one_timed_run_is_in_the_next_and_nothing_outlives_the_job(course, honest, tmp_path, docker_engine):
     """C06/C07 across runs: each timed run starts in a container made for it alone (made ahead,
-    while the reference runs run, and never used before): a file a run leaves in /tmp or /build is
-    not in the next, a process it leaves in a session of its own ends with it, and once the job's end
-    is reported its run containers and their cgroup parents are gone from the host."""
+    while the reference runs run, and never used before, with no CPU quota: the course's budget
+    bounds it): a file a run leaves in /tmp or /build is not in the next, a process it leaves in a
+    session of its own ends with it, and once the job's end is reported its run containers and
+    their cgroup parents are gone from the host."""
     before = _timed_cgroups()
     job, out = submit(course, tmp_path, "carry")
     m = job["results"]["measured"]
     assert m["problem"] is None and m["accuracy"] == 1.0, m
     assert out.count("left by an earlier timed run: /tmp no, /build no") == 3 and "YES" not in out, out
+    # the host is the run's alone and the course's CPU budget bounds it: no CFS quota to stall it mid-operation
+    assert len(re.findall(r"the run's CPU quota: (?:max|-1)\n", out)) == 3, out
     assert not _left_behind()
     mine = {"label": f"rai.job={job['id']}"}  # the engine's list as it is (containers.list() inspects each: a race)
     wait_for(lambda: not docker_engine.api.containers(all=True, filters=mine), what="the job's containers removed")

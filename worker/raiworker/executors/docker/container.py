@@ -86,6 +86,7 @@ class ContainerJob(Executor):
         if cgroup is not None:
             mounts.append(Mount(CGROUP_IN_CONTAINER, str(cgroup.folder), type="bind", read_only=False))
         mem = f"{ctx.memory_mb}m"
+        cpus = s.cpus if timed is None else s.timed_cpus  # a timed run's: see WorkerSettings.timed_cpus
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
         kwargs: dict[str, Any] = {
@@ -101,7 +102,7 @@ class ContainerJob(Executor):
             "mem_limit": mem,
             "memswap_limit": mem,
             "pids_limit": s.pids,
-            "nano_cpus": int(min(s.cpus, os.cpu_count() or 1) * 1e9),
+            "nano_cpus": int(min(cpus, os.cpu_count() or 1) * 1e9) if cpus else None,  # None: no CFS quota
             "ulimits": [Ulimit(name="core", soft=0, hard=0), Ulimit(name="nofile", soft=s.nofile, hard=s.nofile)],
             "mounts": mounts,
             "tmpfs": {
