@@ -13,6 +13,7 @@ one (``/sys/fs/cgroup/unified``), which Docker's runc fills as well.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import time
 from dataclasses import dataclass
@@ -97,3 +98,29 @@ def _rmdir(path: Path) -> None:
             time.sleep(0.02)
     with contextlib.suppress(OSError):
         path.rmdir()
+
+
+def reap_parents(roots: list[Path] | None = None, max_age: float = 600.0) -> int:
+    """At the worker's start: the timed runs' cgroup parents a run that never ended left (its worker
+    killed mid-run; reap_containers removed its containers), in every hierarchy, once older than
+    ``max_age`` seconds (a parent another worker of this host has just made for its run is not
+    touched) and empty: a parent still in use has a container's cgroup and stays. Returns how many
+    went."""
+    if roots is None:
+        root = v2_root()
+        hybrid = root is not None and root != CGROUP_FS  # v1 controllers beside the unified one (TimedCgroup.remove)
+        roots = [] if root is None else [root, *(p for p in CGROUP_FS.iterdir() if hybrid and p.is_dir() and p != root)]
+    removed = 0
+    now = time.time()
+    for hierarchy in roots:
+        for parent in hierarchy.glob("rai-timed-*"):
+            try:
+                if now - parent.stat().st_mtime < max_age:
+                    continue
+            except OSError:
+                continue
+            for folder, _, _ in os.walk(parent, topdown=False):  # the run's cgroup, its container's, the parent
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
+            removed += not parent.exists()
+    return removed

@@ -26,6 +26,7 @@ from ...logsink import LogSink
 from ...terminal import IN_CONTAINER, ends_job, hands_over, no_terminal_note, pty_helper
 from ...workdir import slot_dir
 from ..base import JobContext, Outcome
+from .cgroup import reap_parents
 from .client import SPARE, _remove_later, container_name, reap_containers, remove_lapsed, shared_client
 from .collect import collect_build
 from .forbid import Unlisted, empty_file, forbidden_files
@@ -55,6 +56,9 @@ class DockerExecutor(TimedRuns):
         removed = reap_containers(client, settings.worker_name)
         if removed:
             lines.append(f"removed {removed} container(s) left by an earlier run")
+        parents = reap_parents()
+        if parents:
+            lines.append(f"removed {parents} timed runs' cgroup folder(s) left by an earlier run")
         if gpu_indexes:  # the pool processes inherit the decision
             lines.append(gpu_access.current(settings, gpu_indexes, lambda: client.info().get("Runtimes")).line)
         return lines
