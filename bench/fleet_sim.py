@@ -366,9 +366,10 @@ class Students:
         f = self.f
         f.ended += 1
         f.states[job["state"]] += 1
-        if job["state"] != "succeeded":
+        if job["state"] != "succeeded":  # an error, and its lines are not counted as lost: it may not have run
             f.errors.append(f"job {jid} {job['state']}: {job.get('message')}")
-        elif not job.get("has_build") or not (job.get("results") or {}).get("op_times"):
+            return
+        if not job.get("has_build") or not (job.get("results") or {}).get("op_times"):
             f.errors.append(f"job {jid}: no build folder or no results stored ({job.get('has_build')}, {job.get('results')})")
         want = expected_lines(jid, self.o)
         lost, dup, runs = compare(stored, want)
