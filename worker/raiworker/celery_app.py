@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import platform
 import threading
+import time
 
 from celery import Celery, Task
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
@@ -100,6 +101,7 @@ class _Heartbeat(threading.Thread):
         self.images: list[str] | None = None
         self.busy = 0
         self.failures = 0
+        self.failing_since: float | None = None  # when the heartbeats began to fail, while they do
         if settings.executor == "docker":
             from .executors.docker import shared_client
 
@@ -162,9 +164,14 @@ class _Heartbeat(threading.Thread):
         while True:
             try:
                 self.beat()
-            except Exception as exc:  # the server may be restarting; keep trying
+            except Exception as exc:  # the server may be restarting (or, at a start, not up yet); keep trying
                 self.failures += 1
-                log.warning("heartbeat failed: %s", exc)
+                since = self.failing_since = self.failing_since or time.monotonic()
+                failing = time.monotonic() - since
+                quiet = failing < 2 * self.rt.settings.heartbeat_seconds  # a moment is no operator's concern
+                log.log(logging.INFO if quiet else logging.WARNING, "heartbeat failed (for %.0f s): %s", failing, exc)
+            else:
+                self.failing_since = None
             if self.stop.wait(self.rt.settings.heartbeat_seconds):
                 return
 

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 
 import typer
 
@@ -49,6 +50,8 @@ def run(
         raise typer.Exit(2) from None
     prepare(settings.work_dir)  # before the pool forks: job counters from every process
     rt = WorkerRuntime.start(settings)
+    from celery.exceptions import SecurityWarning
+
     from .celery_app import configure
 
     celery = configure(rt)
@@ -88,6 +91,14 @@ def run(
         f"raiworker {settings.worker_name}: executor={settings.executor} queues={settings.queues} "
         f"slots={rt.slots} (+1 for ranked runs) gpus={gpus} server={settings.server_url}"
     )
+    if os.geteuid() == 0:  # Celery's own warning says "absolutely not recommended" and to change --uid: not so here
+        warnings.filterwarnings("ignore", category=SecurityWarning)
+        typer.echo(
+            "raiworker: runs as root: it drives the container engine and the timed runs' cgroups; "
+            f"jobs run as {settings.container_user} in their containers, with no capability"
+            if settings.executor == "docker"
+            else "raiworker: runs as root (the process executor runs jobs as this user: prefer the docker executor)"
+        )
     code: object = 0
     try:
         celery.worker_main(

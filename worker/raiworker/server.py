@@ -84,7 +84,8 @@ class ServerClient:
             if trouble is not None and trouble_deadline is not None and now > trouble_deadline:
                 raise ServerTrouble(f"the server kept answering for {self.settings.trouble_seconds:.0f} s: {trouble} ({method} {url})")
             if trouble is None and now > deadline and (trouble_deadline is None or now > trouble_deadline):
-                raise ServerUnreachable(f"server {self.settings.server_url} unreachable for {retry_for:.0f} s ({method} {url})")
+                tried = f" for {retry_for:.0f} s" if retry_for >= 1 else ""  # a heartbeat tries once: its caller says for how long
+                raise ServerUnreachable(f"server {self.settings.server_url} unreachable{tried} ({method} {url})")
             time.sleep(delay)
             if trouble is None:
                 delay = min(delay * 2, 5.0)
