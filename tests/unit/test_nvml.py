@@ -17,6 +17,7 @@ def test_the_gpu_is_looked_at_around_a_timed_run_never_during_it():
     used it; one of the run's that has just ended (no longer in /proc) is nobody's."""
     import os
     import subprocess
+    import time
 
     from raiworker.gpu.nvml import GpuWatch
 
@@ -36,6 +37,7 @@ def test_the_gpu_is_looked_at_around_a_timed_run_never_during_it():
 
     try:
         watch = GpuWatch(Driver(), [0], lambda pid: pid == os.getpid()).start()  # type: ignore[arg-type]
+        time.sleep(0.3)  # the run
         assert Driver.calls == 1  # nothing samples while the run runs
         watch.stop()
         assert Driver.calls == 2

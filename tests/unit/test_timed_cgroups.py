@@ -1,6 +1,7 @@
 """A worker killed in the middle of a ranked job leaves the timed runs' cgroup parents behind (its
 containers are reaped at the next start); the next start removes them too, but never one that is
-still in use or that another worker of the host has just made for its run."""
+still in use (a process below it, or a folder the engine keeps) or that another worker of the
+host has just made for its run."""
 
 from __future__ import annotations
 
@@ -28,9 +29,12 @@ def test_left_behind_parents_go_and_those_in_use_or_just_made_stay(tmp_path):
     left_v1 = _parent(cpu, "left", age=3600)  # a hybrid host's v1 controller has the same name
     fresh = _parent(unified, "fresh", age=5)
     busy = _parent(unified, "busy", age=3600, in_use=True)
+    living = _parent(unified, "living", age=3600)  # its run's cgroup empty, a process below the parent (v2 says so)
+    (living / "cgroup.events").write_text("populated 1\nfrozen 0\n")
     other = unified / "system.slice"
     other.mkdir()
     assert reap_parents([unified, cpu]) == 2
     assert not left.exists() and not left_v1.exists()
     assert fresh.exists() and busy.exists() and other.exists()
+    assert (living / "0123abcd" / "run").exists()  # nothing of a living parent is touched
     assert reap_parents([unified, cpu], max_age=0) == 1 and not fresh.exists() and busy.exists()

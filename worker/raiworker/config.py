@@ -93,9 +93,10 @@ class WorkerSettings(SharedSettings):
     # limits (a build file may ask for less, never more; wall_seconds and memory_mb are shared)
     pids: int = 1024
     cpus: float = 4.0
-    # a ranked job's timed runs hold the host alone and the course's CPU budget (its cgroup's
-    # cpu.stat) bounds their CPU: a CFS quota would only stall an operation mid-flight once the
-    # run's start (CUDA's context, the page-locking) spent a period's share. 0: no quota
+    # the CPU quota of a ranked job's timed runs when the course sets a CPU budget (its cgroup's
+    # cpu.stat bounds them, and they hold the host alone): a CFS quota would only stall an operation
+    # mid-flight once the run's start (CUDA's context, the page-locking) spent a period's share.
+    # 0: no quota. Without a budget, and for the reference and profiled runs, RAI_CPUS holds
     timed_cpus: float = Field(default=0.0, ge=0)
     nofile: int = 4096
     tmp_mb: int = 1024

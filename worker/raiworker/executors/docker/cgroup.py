@@ -104,8 +104,8 @@ def reap_parents(roots: list[Path] | None = None, max_age: float = 600.0) -> int
     """At the worker's start: the timed runs' cgroup parents a run that never ended left (its worker
     killed mid-run; reap_containers removed its containers), in every hierarchy, once older than
     ``max_age`` seconds (a parent another worker of this host has just made for its run is not
-    touched) and empty: a parent still in use has a container's cgroup and stays. Returns how many
-    went."""
+    touched) and with no process (cgroup v2's ``populated``, in the first of ``roots``): a parent in
+    use stays whole. Also now and then (tidy_host). Returns how many went."""
     if roots is None:
         root = v2_root()
         hybrid = root is not None and root != CGROUP_FS  # v1 controllers beside the unified one (TimedCgroup.remove)
@@ -115,8 +115,8 @@ def reap_parents(roots: list[Path] | None = None, max_age: float = 600.0) -> int
     for hierarchy in roots:
         for parent in hierarchy.glob("rai-timed-*"):
             try:
-                if now - parent.stat().st_mtime < max_age:
-                    continue
+                if now - parent.stat().st_mtime < max_age or _populated(roots[0] / parent.name):
+                    continue  # just made (its container not there yet), or a process lives in it
             except OSError:
                 continue
             for folder, _, _ in os.walk(parent, topdown=False):  # the run's cgroup, its container's, the parent
@@ -124,3 +124,11 @@ def reap_parents(roots: list[Path] | None = None, max_age: float = 600.0) -> int
                     os.rmdir(folder)
             removed += not parent.exists()
     return removed
+
+
+def _populated(folder: Path) -> bool:
+    """Whether a process lives in the cgroup or below it (cgroup v2's cgroup.events)."""
+    try:
+        return "populated 1" in (folder / "cgroup.events").read_text()
+    except FileNotFoundError:
+        return False

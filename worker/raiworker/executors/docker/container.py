@@ -61,11 +61,13 @@ class ContainerJob(Executor):
         timed: tuple[Path, Path, str] | None = None,
         cgroup: TimedCgroup | None = None,
         masked: tuple[Path, list[str]] | None = None,
+        quota: bool = True,
     ) -> Any:
         """The job's container; ``timed`` (rai-timed, the kept files, the run's name): a timed
         run's fresh one (issue 32), made under ``cgroup``'s parent, whose folder root's folder in
         it holds (issue 46); ``masked`` (an empty file, paths): files of the image that read as that empty
-        file in it (C25: what the course forbids in timed runs). Its init and keepalive run as root, out of the job's reach (the job's
+        file in it (C25: what the course forbids in timed runs). ``quota``: False for a timed run that the course's
+        CPU budget bounds (it holds the host alone). Its init and keepalive run as root, out of the job's reach (the job's
         user cannot signal, trace or replace them); every command runs as the job's user."""
         s = ctx.settings
         stamps = lease_stamp(s.work_dir).parent  # the slot's, made before the container: a spare's too
@@ -86,7 +88,7 @@ class ContainerJob(Executor):
         if cgroup is not None:
             mounts.append(Mount(CGROUP_IN_CONTAINER, str(cgroup.folder), type="bind", read_only=False))
         mem = f"{ctx.memory_mb}m"
-        cpus = s.cpus if timed is None else s.timed_cpus  # a timed run's: see WorkerSettings.timed_cpus
+        cpus = s.cpus if quota else s.timed_cpus  # a timed run under the course's CPU budget: WorkerSettings.timed_cpus
         uid, _, gid = s.container_user.partition(":")
         gid = gid or uid
         kwargs: dict[str, Any] = {

@@ -27,7 +27,7 @@ from ...terminal import IN_CONTAINER, ends_job, hands_over, no_terminal_note, pt
 from ...workdir import slot_dir
 from ..base import JobContext, Outcome
 from .cgroup import reap_parents
-from .client import SPARE, _remove_later, container_name, reap_containers, remove_lapsed, shared_client
+from .client import LABEL, SPARE, _remove_later, container_name, reap_containers, remove_lapsed, shared_client
 from .collect import collect_build
 from .forbid import Unlisted, empty_file, forbidden_files
 from .measure import TimedRuns
@@ -77,6 +77,9 @@ class DockerExecutor(TimedRuns):
         n = remove_lapsed(shared_client(), settings.worker_name)
         if n:
             log.info("removed %d container(s) whose lease ran out (their run's process was killed or paused)", n)
+        n = reap_parents()
+        if n:
+            log.info("removed %d timed runs' cgroup folder(s) that no container uses", n)
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings
@@ -156,15 +159,20 @@ class DockerExecutor(TimedRuns):
         self.memory_watch = MemoryShare(lib, int(ctx.gpu_ids[0]), lambda pid: in_cgroup(pid, container_id), share * 1024**2, over).start()
 
     def _stop_lost_run(self, ctx: JobContext) -> bool:
-        """A run of this job whose pool process died (kill -9) left its container running its
-        command, unseen: remove it before the job runs again. Returns whether there was one."""
+        """A run of this job whose pool process died (kill -9) left its containers running, unseen
+        (the job's, and a ranked job's run containers, ``<name>-ref``, ``-t1``…): remove them before
+        the job runs again. Returns whether there was one."""
+        api, worker = self.client.api, ctx.settings.worker_name
+        found = False
         try:
-            self.client.api.remove_container(container_name(ctx.job_id, ctx.settings.worker_name), force=True, v=True)
-        except NotFound:
-            return False
+            labelled = api.containers(all=True, filters={"label": [f"{LABEL}={ctx.job_id}", f"rai.worker={worker}"]})
+            for name in [container_name(ctx.job_id, worker), *(c["Id"] for c in labelled)]:  # by name: a spare it took
+                with contextlib.suppress(NotFound):
+                    api.remove_container(name, force=True, v=True)
+                    found = True
         except DockerException as exc:
             raise ExecutorUnavailable(f"the container of a lost earlier run of job {ctx.job_id} could not be removed: {exc}") from None
-        return True
+        return found
 
     def _make_spare(self, ctx: JobContext, helper: Path | None) -> _Spare:
         src = slot_dir(ctx.settings.work_dir) / "src"
@@ -262,8 +270,10 @@ class DockerExecutor(TimedRuns):
         # Closed before the threads below start (a request that took a pool a moment before it was
         # closed fails: _remove_later tries again; a spare that fails is made by the next job), so a
         # process's descriptors are the same from one job to the next.
-        self.remove_runs()  # a ranked job's run containers, before the engine connections close
-        self.client.api.close()
+        try:
+            self.remove_runs()  # a ranked job's run containers, before the engine connections close
+        finally:
+            self.client.api.close()
         container, self.leftover = self.leftover, None
         if container is None:
             return

@@ -14,18 +14,19 @@ nor beside its timed runs: the containers are removed once the job's end is repo
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import shutil
 import tarfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from docker.errors import DockerException
+from docker.errors import DockerException, NotFound
 
 from raiprotocol.archive import OverLimit
 from raiprotocol.markers import repeat_line, running_line
@@ -50,13 +51,17 @@ from .scripts import (
 )
 from .timed_result import TimedResult, parse
 
+log = logging.getLogger("raiworker")
+
 BOUND_MAX = 120.0  # a timed run's bound when the course sets none: 20x the reference's, at most this
 BOUND_MIN = 5.0  # and at least this (a reference that starts in 50 ms still leaves room for a slow start)
 BOUND_FACTOR = 20.0
 REFERENCES_AT_ONCE = 5  # the course's reference runs side by side (one GPU context each)
 PROFILE_BOUND = 300.0  # the profiled run's bound: a profiler's replay and its report take longer than a run
 PLACES_AT_ONCE = 3  # the runs' containers made (and removed) side by side
-PLACE_WAIT = 300.0  # a container made ahead that is not ready by then fails its run (a stuck engine)
+PLACE_WAIT = 300.0  # the containers made ahead not there by then fail their runs (a stuck engine)
+STOP_WAIT = 30.0  # a spent run container's stop, before the next run
+AHEAD_BYTES = 512 * 1024**2  # kept files times containers past this: each run's container is made in its turn
 
 
 @dataclass
@@ -79,58 +84,76 @@ class _Place:
     container: Any = None
     failed: _Ran | None = None
 
-    def ended(self) -> bool:
-        """Whether no process is left in its runs' cgroups (rai-timed kills each at its run's end)."""
-        if self.cgroup is None or self.container is None:
-            return True
+    def stop(self) -> None:
+        """Once its run is over, before anything else runs: the container stopped, so that nothing
+        of the run goes on (whatever rai-timed left) and its tmpfs (/build, /tmp) holds no memory;
+        it is removed with the job."""
+        if self.container is None:
+            return
+        if self.cgroup is not None:  # the run's empty cgroup first: a child left in it keeps the engine's cleanup from its own
+            self.cgroup.release_jobs(self.container.id)
         try:
-            runs = [c / "cgroup.procs" for c in (self.cgroup.folder / self.container.id).iterdir() if c.is_dir()]
-        except OSError:
-            return False
-        for _ in range(50):
-            try:
-                if not any(procs.read_text().strip() for procs in runs):
-                    return True
-            except OSError:
-                return False
-            time.sleep(0.02)
-        return False
+            self.container.kill()
+            self.container.wait(timeout=STOP_WAIT)
+        except Exception:  # noqa: BLE001 - stopped already, or the engine away (requests' errors are not DockerException)
+            log.warning("the run container %s did not stop at once; it is removed with the job", self.container.short_id)
 
     def remove(self) -> None:
         """The container, then its cgroup parent (the engine cannot remove a cgroup with children)."""
-        if self.container is not None:
-            assert self.cgroup is not None
-            self.cgroup.release_jobs(self.container.id)
-            with contextlib.suppress(DockerException):
+        try:
+            if self.container is not None:
+                if self.cgroup is not None:
+                    self.cgroup.release_jobs(self.container.id)
                 self.container.remove(force=True, v=True)
+        except NotFound:
+            pass
+        except Exception as exc:  # noqa: BLE001 - a restarted worker removes it (reap_containers, reap_parents)
+            log.warning("run container %s not removed: %s", self.container.short_id, exc)
         if self.cgroup is not None:
             self.cgroup.remove()
 
 
+def _made(future: Future[_Place]) -> None:
+    """A container made after its job stopped waiting for it: removed as soon as it is there."""
+    with contextlib.suppress(Exception):
+        future.result().remove()
+
+
 @dataclass
 class _Places:
-    """A ranked job's run containers: those made ahead (by the run's name: ref, t1…, prof) and those
-    used; each serves one run and is removed with the job (``remove_all``)."""
+    """A ranked job's run containers: those made ahead (by the run's name: t1…, prof) and those used;
+    each serves one run and is removed with the job (``remove_all``)."""
 
     ahead: dict[str, Future[_Place]] = field(default_factory=dict)
     used: list[_Place] = field(default_factory=list)
+
+    def ready(self, timeout: float) -> None:
+        """Wait until every container made ahead is there: none is made beside a timed run."""
+        wait(list(self.ahead.values()), timeout=timeout)
 
     def take(self, name: str) -> _Place | None:
         made = self.ahead.pop(name, None)
         if made is None:
             return None
+        if not made.done():  # the engine did not make it in time: it is not made beside the run
+            made.add_done_callback(_made)
+            return _Place(failed=_Ran(-1, 0.0, TimedResult(), problem="the run's container was not made in time (the container engine)"))
         try:
-            return made.result(timeout=PLACE_WAIT)
-        except Exception as exc:  # noqa: BLE001 - the engine failed or hung: this run fails and says so
+            return made.result()
+        except Exception as exc:  # noqa: BLE001 - the engine failed: this run fails and says so
             return _Place(failed=_Ran(-1, 0.0, TimedResult(), problem=f"the run's container could not be made ({exc.__class__.__name__})"))
 
     def remove_all(self) -> None:
-        """Every container of the job's runs, used or not, side by side."""
-        places = self.used
+        """Every container of the job's runs, used or not, side by side; one still being made is
+        removed once it is."""
+        places, self.used = self.used, []
         for made in self.ahead.values():
-            with contextlib.suppress(Exception):
-                places.append(made.result(timeout=PLACE_WAIT))
-        self.ahead, self.used = {}, []
+            if made.done():
+                with contextlib.suppress(Exception):
+                    places.append(made.result())
+            else:
+                made.add_done_callback(_made)
+        self.ahead = {}
         if places:
             with ThreadPoolExecutor(max_workers=PLACES_AT_ONCE, thread_name_prefix="rai-unplace") as pool:
                 list(pool.map(_Place.remove, places))
@@ -143,6 +166,7 @@ class TimedRuns(ContainerJob):
     references: list[tuple[tuple[str, str], _Ran]] | None = None  # each timed run's keys and its reference run
     masked: tuple[Path, list[str]] | None = None  # C25: an empty file, and the image's files that read as it (forbid.py)
     _places: _Places | None = None
+    kept_bytes = 0  # the kept files' size: each run's container holds a copy
 
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
         """Timed run ``r``: the student's program on inputs drawn from keys made for this run alone,
@@ -205,13 +229,14 @@ class TimedRuns(ContainerJob):
         with self._fresh(ctx, "ref", helper) as (cgroup, failed):
             if failed is not None:
                 return [(k, failed) for k in keys]
-            self._make_ahead(ctx, timed, helper)
+            places = self._make_ahead(ctx, timed, helper)
 
             def one(numbered: tuple[int, tuple[str, str]]) -> _Ran:
                 return self._run_in(ctx, timed.reference, numbered[1], None, sink, cgroup, timed, f"ref{numbered[0]}", watch=False)
 
             with ThreadPoolExecutor(max_workers=min(len(keys), REFERENCES_AT_ONCE), thread_name_prefix="rai-ref") as pool:
                 runs = list(pool.map(one, enumerate(keys, 1)))
+            places.ready(PLACE_WAIT)  # every run's container there before the first timed run
         return list(zip(keys, runs, strict=True))
 
     def _measure_student(
@@ -222,7 +247,7 @@ class TimedRuns(ContainerJob):
             ref_problem = f"it exited with status {ref.code}"
         bound = timed.bound_seconds or min(BOUND_MAX, max(BOUND_MIN, BOUND_FACTOR * ref.wall))
         sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
-        with self._fresh(ctx, f"t{r}", helper, self.masked) as (cgroup, failed):
+        with self._fresh(ctx, f"t{r}", helper, self.masked, unquoted=timed.cpu_seconds is not None) as (cgroup, failed):
             run = failed or self._run_in(ctx, timed.command, keys, bound, sink, cgroup, timed, "run")
         problem = run.problem or run.result.problem
         if run.result.bound_ms is not None:
@@ -240,18 +265,26 @@ class TimedRuns(ContainerJob):
             bound_seconds=round(bound, 3),
         )
 
-    def _make_ahead(self, ctx: JobContext, timed: TimedRun, helper: Path) -> None:
+    def _make_ahead(self, ctx: JobContext, timed: TimedRun, helper: Path) -> _Places:
         """Start making every timed run's container and the profiled run's, side by side with the
-        reference runs: none of the engine's work is then between or beside the timed runs."""
+        reference runs: none of the engine's work is then between or beside the timed runs. Each
+        holds a copy of the kept files: past AHEAD_BYTES in all (a build that kept a huge file),
+        each is made in its turn instead."""
         places = self._places = self._places or _Places()
         names = [f"t{r}" for r in range(1, timed.repeats + 1)] + (["prof"] if timed.profile else [])
+        if self.kept_bytes * len(names) > AHEAD_BYTES:
+            return places
+        budgeted = timed.cpu_seconds is not None
         maker = ThreadPoolExecutor(max_workers=PLACES_AT_ONCE, thread_name_prefix="rai-place")
-        places.ahead.update({name: maker.submit(self._place, ctx, name, helper, self.masked) for name in names})
-        maker.shutdown(wait=False)  # each is made in turn; the runs take them as they come
+        for name in names:
+            places.ahead[name] = maker.submit(self._place, ctx, name, helper, self.masked, budgeted and name != "prof")
+        maker.shutdown(wait=False)
+        return places
 
-    def _place(self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None) -> _Place:
+    def _place(self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None, unquoted: bool) -> _Place:
         """A container of its own made from the build's result, under a cgroup parent of its own,
-        with the kept files in place; or why it could not be had, as a failed run."""
+        with the kept files in place; or why it could not be had, as a failed run. ``unquoted``: a
+        timed run under the course's CPU budget (WorkerSettings.timed_cpus)."""
         assert self.kept is not None
         nothing = ctx.build_dir.parent / "no-src"  # /src: a timed run starts from the kept build alone (C25: no
         nothing.mkdir(mode=0o755, exist_ok=True)  # library or data the student brought among their files)
@@ -260,9 +293,11 @@ class TimedRuns(ContainerJob):
         except NoCgroup as exc:
             return _Place(failed=_Ran(-1, 0.0, TimedResult(), problem=f"this worker cannot time ranked runs: {exc}"))
         try:
-            place.container = self._create(ctx, nothing, ctx.job_id, self.helper, (helper, self.kept, name), place.cgroup, masked)
+            place.container = self._create(
+                ctx, nothing, ctx.job_id, self.helper, (helper, self.kept, name), place.cgroup, masked, quota=not unquoted
+            )
             code, out = self._exec_as(self.user, KEEP_IN, container=place.container)
-        except DockerException as exc:
+        except Exception as exc:  # noqa: BLE001 - the engine's errors are not all DockerException (requests' timeouts)
             place.failed = _Ran(-1, 0.0, TimedResult(), problem=f"the timed run's container could not start: {str(exc)[:200]}")
             return place
         if code != 0:
@@ -272,14 +307,13 @@ class TimedRuns(ContainerJob):
 
     @contextlib.contextmanager
     def _fresh(
-        self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None = None
+        self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None = None, unquoted: bool = False
     ) -> Iterator[tuple[TimedCgroup, _Ran | None]]:
         """The run's own container (made ahead, or now) as the job's container while the run runs:
-        (its cgroup, None), or (…, why it could not be had as a failed run). It is removed with the
-        job; should a process of the run outlive it (rai-timed kills them all at its end), the
-        container is killed before anything else runs."""
+        (its cgroup, None), or (…, why it could not be had as a failed run). Once the run is over
+        the container is stopped before anything else runs, and removed with the job."""
         places = self._places = self._places or _Places()
-        place = places.take(name) or self._place(ctx, name, helper, masked)
+        place = places.take(name) or self._place(ctx, name, helper, masked, unquoted)
         places.used.append(place)
         if place.failed is not None or place.cgroup is None:
             yield TimedCgroup(Path("/nonexistent"), ""), place.failed or _Ran(-1, 0.0, TimedResult(), problem="no container")
@@ -289,9 +323,7 @@ class TimedRuns(ContainerJob):
             yield place.cgroup, None
         finally:
             self.container = build_container
-            if not place.ended():
-                with contextlib.suppress(DockerException):
-                    place.container.kill()
+            place.stop()
 
     def remove_runs(self) -> None:
         """After the job's end is reported: every run's container and cgroup parent removed (tidy)."""
@@ -373,6 +405,7 @@ class TimedRuns(ContainerJob):
             return f"the build did not leave {', '.join(timed.keep or ['/build'])} (tar status {code})"
         os.chmod(dest, 0o755)
         self.kept = dest
+        self.kept_bytes = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file() and not f.is_symlink())
         return None
 
     def _gpu_watch(self, ctx: JobContext) -> GpuWatch | None:
