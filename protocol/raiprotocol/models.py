@@ -305,6 +305,13 @@ class MeasuredRun(BaseModel):
     bound_seconds: float | None = None  # the bound this run had
 
 
+def gpu_slowdowns(gpu: dict[str, Any] | None) -> list[str]:
+    """The slowdowns the GPU reported before or after a timed run (``MeasuredRun.gpu``): the worker
+    tells the student, the server flags the run for staff."""
+    states = gpu or {}
+    return sorted({*(states.get("before") or {}).get("throttle", []), *(states.get("after") or {}).get("throttle", [])})
+
+
 class JobUpdate(BaseModel):
     """A state change reported by the worker holding the claim."""
 

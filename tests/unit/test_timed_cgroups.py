@@ -1,5 +1,5 @@
 """A worker killed in the middle of a ranked job leaves the timed runs' cgroup parents behind (its
-containers are reaped at the next start); the next start removes them too, but never one that is
+containers are reaped at the next start); the worker removes them as it tidies its host, but never one that is
 still in use (a process below it, or a folder the engine keeps) or that another worker of the
 host has just made for its run."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from raiprotocol.models import KernelTime, Measured, MeasuredRun, OpMeasure
+from raiprotocol.models import KernelTime, Measured, MeasuredRun, OpMeasure, gpu_slowdowns
 from raiprotocol.spec import CourseSpec, Ranked
 from raiserver.grading.floor import floor_seconds
 from raiserver.grading.opcheck import Mismatch, compare
@@ -159,11 +159,10 @@ def _flags(m: Measured, ranked: Ranked, printed_op_time: float | None, median: f
     if printed_op_time is not None and median > 0 and abs(printed_op_time - median) > ranked.tolerance * median:
         flags.append(f"the program printed an op time of {printed_op_time:.6g} s; the service measured {median:.6g} s")
     for i, state in enumerate(m.gpu, 1):
-        before, after = state.get("before") or {}, state.get("after") or {}
-        slowed = sorted({*before.get("throttle", []), *after.get("throttle", [])})
+        slowed = gpu_slowdowns(state)
         if slowed:
             flags.append(f"the GPU slowed down during timed run {i} ({', '.join(slowed)})")
-        others = max(before.get("others", 0), after.get("others", 0))
+        others = max((state.get(when) or {}).get("others", 0) for when in ("before", "after"))
         if others:
             flags.append(f"{others} process(es) other than the run's used the GPU around timed run {i}")
     if m.cv is not None and m.cv > 0.05:

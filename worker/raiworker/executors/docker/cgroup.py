@@ -101,11 +101,12 @@ def _rmdir(path: Path) -> None:
 
 
 def reap_parents(roots: list[Path] | None = None, max_age: float = 600.0) -> int:
-    """At the worker's start: the timed runs' cgroup parents a run that never ended left (its worker
-    killed mid-run; reap_containers removed its containers), in every hierarchy, once older than
+    """Now and then (tidy_host, from the first heartbeat on): the timed runs' cgroup parents a run
+    that never ended left (its worker killed mid-run; reap_containers removed its containers), in
+    every hierarchy, once older than
     ``max_age`` seconds (a parent another worker of this host has just made for its run is not
     touched) and with no process (cgroup v2's ``populated``, in the first of ``roots``): a parent in
-    use stays whole. Also now and then (tidy_host). Returns how many went."""
+    use stays whole. Returns how many went."""
     if roots is None:
         root = v2_root()
         hybrid = root is not None and root != CGROUP_FS  # v1 controllers beside the unified one (TimedCgroup.remove)

@@ -56,9 +56,6 @@ class DockerExecutor(TimedRuns):
         removed = reap_containers(client, settings.worker_name)
         if removed:
             lines.append(f"removed {removed} container(s) left by an earlier run")
-        parents = reap_parents()
-        if parents:
-            lines.append(f"removed {parents} timed runs' cgroup folder(s) left by an earlier run")
         if gpu_indexes:  # the pool processes inherit the decision
             lines.append(gpu_access.current(settings, gpu_indexes, lambda: client.info().get("Runtimes")).line)
         return lines
@@ -79,7 +76,7 @@ class DockerExecutor(TimedRuns):
             log.info("removed %d container(s) whose lease ran out (their run's process was killed or paused)", n)
         n = reap_parents()
         if n:
-            log.info("removed %d timed runs' cgroup folder(s) that no container uses", n)
+            log.info("removed %d timed runs' cgroup folder(s) that no container uses (a run that never ended)", n)
 
     def start(self, ctx: JobContext, sink: LogSink) -> str:
         s = ctx.settings

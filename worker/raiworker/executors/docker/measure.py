@@ -30,7 +30,7 @@ from docker.errors import DockerException, NotFound
 
 from raiprotocol.archive import OverLimit
 from raiprotocol.markers import repeat_line, running_line
-from raiprotocol.models import MeasuredRun, TimedRun
+from raiprotocol.models import MeasuredRun, TimedRun, gpu_slowdowns
 
 from ...gpu.nvml import GpuWatch, Nvml, in_cgroup
 from ...logsink import LogSink
@@ -168,6 +168,13 @@ class TimedRuns(ContainerJob):
     _places: _Places | None = None
     kept_bytes = 0  # the kept files' size: each run's container holds a copy
 
+    @property
+    def places(self) -> _Places:
+        """This job's run containers (made the first time they are asked for)."""
+        if self._places is None:
+            self._places = _Places()
+        return self._places
+
     def measure(self, ctx: JobContext, r: int, timed: TimedRun, sink: LogSink) -> MeasuredRun:
         """Timed run ``r``: the student's program on inputs drawn from keys made for this run alone,
         after the course's reference ran on the same ones. A run during which the GPU slowed itself
@@ -193,8 +200,7 @@ class TimedRuns(ContainerJob):
             self.references = self._reference_runs(ctx, timed, sink, helper)
         keys, ref = self.references[r - 1]
         run = self._measure_student(ctx, r, timed, sink, helper, keys, ref)
-        gpu = run.gpu or {}
-        slowed = sorted({*(gpu.get("before") or {}).get("throttle", []), *(gpu.get("after") or {}).get("throttle", [])})
+        slowed = gpu_slowdowns(run.gpu)
         if slowed and not run.problem:
             sink.system(f"Timed run {r}: the GPU slowed down during it ({', '.join(slowed)}); it stands, and staff see it flagged")
         return run
@@ -209,7 +215,7 @@ class TimedRuns(ContainerJob):
             return
         sink.system(running_line(timed.profile))
         keys = (secrets.token_hex(16), secrets.token_hex(16))
-        with self._fresh(ctx, "prof", helper, self.masked) as (cgroup, failed):
+        with self._fresh(ctx, "prof", helper, self.masked, timed) as (cgroup, failed):
             run = failed or self._run_in(ctx, timed.profile, keys, PROFILE_BOUND, sink, cgroup, timed, "prof", watch=False, budget=False)
         why = run.problem or run.result.problem
         if run.result.bound_ms is not None:
@@ -226,7 +232,7 @@ class TimedRuns(ContainerJob):
         theirs ranks; one after another they were a third of a submission on the H100)."""
         keys = [(secrets.token_hex(16), secrets.token_hex(16)) for _ in range(timed.repeats)]
         sink.system(f"Reference runs: the course's {timed.reference}, on each timed run's inputs")
-        with self._fresh(ctx, "ref", helper) as (cgroup, failed):
+        with self._fresh(ctx, "ref", helper, None, timed) as (cgroup, failed):
             if failed is not None:
                 return [(k, failed) for k in keys]
             places = self._make_ahead(ctx, timed, helper)
@@ -247,7 +253,7 @@ class TimedRuns(ContainerJob):
             ref_problem = f"it exited with status {ref.code}"
         bound = timed.bound_seconds or min(BOUND_MAX, max(BOUND_MIN, BOUND_FACTOR * ref.wall))
         sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
-        with self._fresh(ctx, f"t{r}", helper, self.masked, unquoted=timed.cpu_seconds is not None) as (cgroup, failed):
+        with self._fresh(ctx, f"t{r}", helper, self.masked, timed) as (cgroup, failed):
             run = failed or self._run_in(ctx, timed.command, keys, bound, sink, cgroup, timed, "run")
         problem = run.problem or run.result.problem
         if run.result.bound_ms is not None:
@@ -270,21 +276,22 @@ class TimedRuns(ContainerJob):
         reference runs: none of the engine's work is then between or beside the timed runs. Each
         holds a copy of the kept files: past AHEAD_BYTES in all (a build that kept a huge file),
         each is made in its turn instead."""
-        places = self._places = self._places or _Places()
+        places = self.places
         names = [f"t{r}" for r in range(1, timed.repeats + 1)] + (["prof"] if timed.profile else [])
         if self.kept_bytes * len(names) > AHEAD_BYTES:
             return places
-        budgeted = timed.cpu_seconds is not None
         maker = ThreadPoolExecutor(max_workers=PLACES_AT_ONCE, thread_name_prefix="rai-place")
         for name in names:
-            places.ahead[name] = maker.submit(self._place, ctx, name, helper, self.masked, budgeted and name != "prof")
+            places.ahead[name] = maker.submit(self._place, ctx, name, helper, self.masked, timed)
         maker.shutdown(wait=False)
         return places
 
-    def _place(self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None, unquoted: bool) -> _Place:
+    def _place(self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None, timed: TimedRun) -> _Place:
         """A container of its own made from the build's result, under a cgroup parent of its own,
-        with the kept files in place; or why it could not be had, as a failed run. ``unquoted``: a
-        timed run under the course's CPU budget (WorkerSettings.timed_cpus)."""
+        with the kept files in place; or why it could not be had, as a failed run. A timed run
+        (``t1``…) under the course's CPU budget has WorkerSettings.timed_cpus for its quota; the
+        reference and profiled runs keep the job's."""
+        quota = not (name.startswith("t") and timed.cpu_seconds is not None)
         assert self.kept is not None
         nothing = ctx.build_dir.parent / "no-src"  # /src: a timed run starts from the kept build alone (C25: no
         nothing.mkdir(mode=0o755, exist_ok=True)  # library or data the student brought among their files)
@@ -294,7 +301,7 @@ class TimedRuns(ContainerJob):
             return _Place(failed=_Ran(-1, 0.0, TimedResult(), problem=f"this worker cannot time ranked runs: {exc}"))
         try:
             place.container = self._create(
-                ctx, nothing, ctx.job_id, self.helper, (helper, self.kept, name), place.cgroup, masked, quota=not unquoted
+                ctx, nothing, ctx.job_id, self.helper, (helper, self.kept, name), place.cgroup, masked, quota=quota
             )
             code, out = self._exec_as(self.user, KEEP_IN, container=place.container)
         except Exception as exc:  # noqa: BLE001 - the engine's errors are not all DockerException (requests' timeouts)
@@ -307,13 +314,13 @@ class TimedRuns(ContainerJob):
 
     @contextlib.contextmanager
     def _fresh(
-        self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None = None, unquoted: bool = False
+        self, ctx: JobContext, name: str, helper: Path, masked: tuple[Path, list[str]] | None, timed: TimedRun
     ) -> Iterator[tuple[TimedCgroup, _Ran | None]]:
         """The run's own container (made ahead, or now) as the job's container while the run runs:
         (its cgroup, None), or (…, why it could not be had as a failed run). Once the run is over
         the container is stopped before anything else runs, and removed with the job."""
-        places = self._places = self._places or _Places()
-        place = places.take(name) or self._place(ctx, name, helper, masked, unquoted)
+        places = self.places
+        place = places.take(name) or self._place(ctx, name, helper, masked, timed)
         places.used.append(place)
         if place.failed is not None or place.cgroup is None:
             yield TimedCgroup(Path("/nonexistent"), ""), place.failed or _Ran(-1, 0.0, TimedResult(), problem="no container")
