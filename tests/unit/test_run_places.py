@@ -58,3 +58,18 @@ def test_the_jobs_end_removes_every_run_container_even_when_one_cannot_be(tmp_pa
     assert [p.container.removed for p in used] == [True, False, True] and unused.result().container.removed
     assert all(not p.cgroup.folder.exists() for p in [*used, unused.result()])  # the parents go all the same
     assert places.used == [] and places.ahead == {}
+
+
+def test_a_build_that_kept_a_huge_file_has_each_run_container_made_in_its_turn(tmp_path):
+    """Each container made ahead holds a copy of the kept files: past AHEAD_BYTES in all (a student's
+    program with a 1 GiB array in it), none is made ahead and the host's memory holds one at a time."""
+    from raiprotocol.models import TimedRun
+    from raiworker.executors.docker.executor import DockerExecutor
+    from raiworker.executors.docker.measure import AHEAD_BYTES
+
+    timed = TimedRun(command="./m2", repeats=5, measure="op", reference="./ref", profile="nsys profile ./m2")
+    runs = DockerExecutor(client=object(), spares=False)  # type: ignore[arg-type]  # no engine here: nothing is made
+    runs.kept_bytes = AHEAD_BYTES // 6 + 1  # six containers' copies: over
+    assert runs._make_ahead(None, timed, tmp_path).ahead == {}  # type: ignore[arg-type]
+    runs.kept_bytes = AHEAD_BYTES // 6  # under: all six are asked for at once (here each fails: no engine)
+    assert set(runs._make_ahead(None, timed, tmp_path).ahead) == {"t1", "t2", "t3", "t4", "t5", "prof"}  # type: ignore[arg-type]
