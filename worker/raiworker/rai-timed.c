@@ -49,8 +49,8 @@
  * operation (see write_result).
  *
  * Usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N]
- *                  [--cpu-budget-ms N] [--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]
- * --max-bytes: inputs and outputs of all the run's operations together (2 GiB): what rai-timed holds,
+ *                  [--cpu-budget-ms N] [--max-bytes N] [--max-ops N] [--release-outputs 1] -- PROGRAM [ARGS...]
+ * --max-bytes: the outputs of all the run's operations and the inputs of the one in hand (4 GiB): what rai-timed holds,
  * and checks after the end, is bounded whatever the job asks for.
  * exit: the command's status (128+N for a signal), 124 at the bound or the CPU budget, 125 when the run broke the
  * marks protocol, 126 on a setup failure (the line on stderr says which).
@@ -162,6 +162,7 @@ struct op {
     uint32_t *order;            /* the pages in the order they are read then, drawn at prepare */
     uint32_t *at;               /* where in each of those pages (its word's index), drawn then too */
     const unsigned char *view;  /* rai-timed's own mapping of the outputs, every page mapped at prepare */
+    char *checked;              /* --release-outputs: its checks, taken at its end mark (then let go) */
 };
 
 static struct {
@@ -169,14 +170,14 @@ static struct {
     gid_t gid;
     const char *cgroup, *out_dir, *secrets;
     long long bound_ms, cpu_budget_ms, max_bytes, bytes_used;
-    int max_ops;
+    int max_ops, release;
     uint64_t in_key[2], check_key[2];
     int procs_fd, freeze_fd, kill_fd, events_fd, cpu_fd;
     struct op ops[MAX_OPS_LIMIT];
     int nops;
     char problem[300];
     int bound_hit, cpu_hit;
-} R = {.bound_ms = 0, .cpu_budget_ms = 0, .max_bytes = 2LL << 30, .max_ops = 64};
+} R = {.bound_ms = 0, .cpu_budget_ms = 0, .max_bytes = 4LL << 30, .max_ops = 64};
 
 static void problem(const char *fmt, ...) {
     if (R.problem[0]) return; /* the first says why */
@@ -345,44 +346,94 @@ static int page_words(struct op *o, int index, uint32_t *into, const uint32_t *o
  * L2 norm of the difference from the reference), the sum of squares, values at random places.
  * Sketch s is sum(v * (2 b - 1)) = 2 sum(v * b) - sum(v), b a random bit per output: per block of
  * 64 outputs, one 64-bit draw per sketch, and 8-wide products with the bits' 0/1 patterns (a
- * table) that the compiler can vectorize; ~0.2 s for the 450 MB of outputs of ECE 408's batch. */
+ * table) that the compiler can vectorize. */
 static float BITS[256][8];
 
+#define CHECK_SEGMENT 16384 /* blocks of 64 outputs summed together: sums independent of the threads */
+#define SPLITMIX_GAMMA 0x9E3779B97F4A7C15ULL
+
+struct sums {
+    double sk[CHECK_SKETCHES], norm2, total;
+    uint64_t nonfinite;
+};
+
+struct checks_part {
+    const float *y;
+    uint64_t n;                    /* outputs */
+    const uint64_t *st;            /* each sketch's draw state before block 0 */
+    struct sums *seg;              /* one per segment */
+    uint64_t from, to;             /* segments */
+};
+
+/* Segments [from, to): block b's draw for sketch s is splitmix's (b + 1)th from st[s], so any
+ * thread can start anywhere. */
+static void *check_segments(void *arg) {
+    const struct checks_part *c = arg;
+    float blk[64];
+    for (uint64_t g = c->from; g < c->to; g++) {
+        struct sums *out = &c->seg[g];
+        uint64_t st[CHECK_SKETCHES];
+        for (int s = 0; s < CHECK_SKETCHES; s++) st[s] = c->st[s] + g * CHECK_SEGMENT * SPLITMIX_GAMMA;
+        const uint64_t first = g * CHECK_SEGMENT * 64, last = first + CHECK_SEGMENT * 64 < c->n ? first + CHECK_SEGMENT * 64 : c->n;
+        for (uint64_t i = first; i < last; i += 64) {
+            uint64_t m = last - i < 64 ? last - i : 64;
+            float sum = 0, sq = 0;
+            for (uint64_t j = 0; j < 64; j++) {
+                float v = j < m ? c->y[i + j] : 0.0f;
+                if (!isfinite(v)) {
+                    out->nonfinite++;
+                    v = 0;
+                }
+                blk[j] = v;
+                sum += v;
+                sq += v * v;
+            }
+            out->total += sum;
+            out->norm2 += sq;
+            for (int s = 0; s < CHECK_SKETCHES; s++) {
+                uint64_t bits = splitmix(&st[s]);
+                float acc[8] = {0};
+                for (int k = 0; k < 8; k++) {
+                    const float *pattern = BITS[(bits >> (8 * k)) & 255], *x = blk + 8 * k;
+                    for (int l = 0; l < 8; l++) acc[l] += x[l] * pattern[l];
+                }
+                out->sk[s] += (double)acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+            }
+        }
+    }
+    return NULL;
+}
+
+/* On up to MAX_THREADS threads (the job is gone by then: ~0.2 s on one for the 450 MB of ECE 408's
+ * outputs, each pass of each run); the segments' sums added in their order. */
 static void checks(FILE *f, struct op *o, int index) {
     const float *y = (const float *)(const void *)o->view;
     for (int b = 0; b < 256; b++)
         for (int l = 0; l < 8; l++) BITS[b][l] = (float)((b >> l) & 1);
-    double sk[CHECK_SKETCHES] = {0}, norm2 = 0, total = 0;
-    uint64_t st[CHECK_SKETCHES], nonfinite = 0;
+    uint64_t st[CHECK_SKETCHES];
     for (int s = 0; s < CHECK_SKETCHES; s++) st[s] = draw(R.check_key, D_SKETCH, (uint64_t)index, (uint64_t)s);
-    float blk[64];
-    for (uint64_t i = 0; i < o->out_n; i += 64) {
-        uint64_t m = o->out_n - i < 64 ? o->out_n - i : 64;
-        float sum = 0, sq = 0;
-        for (uint64_t j = 0; j < 64; j++) {
-            float v = j < m ? y[i + j] : 0.0f;
-            if (!isfinite(v)) {
-                nonfinite++;
-                v = 0;
-            }
-            blk[j] = v;
-            sum += v;
-            sq += v * v;
-        }
-        total += sum;
-        norm2 += sq;
-        for (int s = 0; s < CHECK_SKETCHES; s++) {
-            uint64_t bits = splitmix(&st[s]);
-            float acc[8] = {0};
-            for (int k = 0; k < 8; k++) {
-                const float *pattern = BITS[(bits >> (8 * k)) & 255], *x = blk + 8 * k;
-                for (int l = 0; l < 8; l++) acc[l] += x[l] * pattern[l];
-            }
-            sk[s] += (double)acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
-        }
+    const uint64_t segments = (o->out_n + CHECK_SEGMENT * 64 - 1) / (CHECK_SEGMENT * 64);
+    struct sums *seg = calloc(segments, sizeof *seg);
+    if (!seg) {
+        fprintf(f, " nonfinite 0 norm2 nan");
+        return;
     }
-    fprintf(f, " nonfinite %" PRIu64 " norm2 %.17g sketch", nonfinite, norm2);
-    for (int s = 0; s < CHECK_SKETCHES; s++) fprintf(f, " %.17g", 2 * sk[s] - total);
+    int n = threads_for(o->out_n * 4 / PAGE_BYTES);
+    if ((uint64_t)n > segments) n = (int)segments;
+    struct checks_part part[MAX_THREADS];
+    for (int t = 0; t < n; t++)
+        part[t] = (struct checks_part){y, o->out_n, st, seg, segments * (uint64_t)t / (uint64_t)n, segments * (uint64_t)(t + 1) / (uint64_t)n};
+    in_parallel(check_segments, part, sizeof part[0], n);
+    struct sums all = {{0}, 0, 0, 0};
+    for (uint64_t g = 0; g < segments; g++) {
+        for (int s = 0; s < CHECK_SKETCHES; s++) all.sk[s] += seg[g].sk[s];
+        all.norm2 += seg[g].norm2;
+        all.total += seg[g].total;
+        all.nonfinite += seg[g].nonfinite;
+    }
+    free(seg);
+    fprintf(f, " nonfinite %" PRIu64 " norm2 %.17g sketch", all.nonfinite, all.norm2);
+    for (int s = 0; s < CHECK_SKETCHES; s++) fprintf(f, " %.17g", 2 * all.sk[s] - all.total);
     fprintf(f, " samples");
     for (int j = 0; j < CHECK_SAMPLES; j++) {
         uint64_t at = draw(R.check_key, D_SAMPLE, (uint64_t)index, (uint64_t)j) % o->out_n;
@@ -592,6 +643,25 @@ static int begin(int sock) {
     return rc;
 }
 
+/* --release-outputs (the course's reference: its code is trusted, and five of its runs side by side
+ * would otherwise hold every pass's outputs at once): the operation's checks taken now, while the
+ * run is frozen, and its outputs' memory let go. */
+static int release_outputs(struct op *o, int index) {
+    char *line = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&line, &len);
+    if (!m) return -1;
+    checks(m, o, index);
+    if (fclose(m) != 0 || !line) return -1;
+    o->checked = line;
+    munmap((void *)o->view, o->out_n * 4);
+    close(o->out_fd);
+    o->view = NULL;
+    o->out_fd = -1;
+    R.bytes_used -= (long long)(o->out_n * 4);
+    return 0;
+}
+
 /* "E": the clock stops once every thread of the run is frozen; the outputs are fingerprinted. */
 static int end_mark(int sock) {
     struct op *o = R.nops ? &R.ops[R.nops - 1] : NULL;
@@ -614,7 +684,11 @@ static int end_mark(int sock) {
         o->in_dst = NULL;
         o->in_src = NULL;
     }
-    if (rc == 0) rc = fingerprint(o, R.nops - 1, o->hashes);
+    /* rai-timed holds none of the inputs now (their memfds closed at begin): --max-bytes counts
+     * what it holds, the outputs of every operation so far and the inputs of the next */
+    R.bytes_used -= (long long)((o->kind == 'Q' ? 2 : 1) * o->in_n * 4);
+    if (rc == 0 && R.release) rc = release_outputs(o, R.nops - 1);
+    else if (rc == 0) rc = fingerprint(o, R.nops - 1, o->hashes);
     thaw();
     if (rc != 0) return problem("operation %d: its outputs could not be read", R.nops), -1;
     return send_fd(sock, "D", -1);
@@ -670,6 +744,11 @@ static void write_result(int status, long long cpu) {
         struct op *o = &R.ops[i];
         if (o->state != 2) {
             fprintf(f, "op %d %" PRIu64 " %" PRIu64 " unended\n", i + 1, o->in_n, o->out_n);
+            continue;
+        }
+        if (o->checked) { /* --release-outputs: checked at its end mark, nothing of it held since */
+            fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld 0%s via %c\n", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
+                    o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, o->checked, o->kind);
             continue;
         }
         uint64_t pages = (o->out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
@@ -742,11 +821,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--cpu-budget-ms")) R.cpu_budget_ms = atoll(v);
         else if (!strcmp(k, "--max-bytes")) R.max_bytes = atoll(v);
         else if (!strcmp(k, "--max-ops")) R.max_ops = atoi(v);
+        else if (!strcmp(k, "--release-outputs")) R.release = atoi(v) != 0;
         else break;
     }
     if (a >= argc - 1 || strcmp(argv[a], "--") != 0 || uid < 0 || gid < 0 || !R.cgroup || !R.out_dir) {
         fprintf(stderr, "usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N] "
-                        "[--cpu-budget-ms N] [--max-bytes N] [--max-ops N] -- PROGRAM [ARGS...]\n");
+                        "[--cpu-budget-ms N] [--max-bytes N] [--max-ops N] [--release-outputs 1] -- PROGRAM [ARGS...]\n");
         return 2;
     }
     char **command = argv + a + 1;
