@@ -229,7 +229,8 @@ def course_show(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"{r.kind}: version {r.version}, installed {local(r.installed_at, seconds=False)} by {r.installed_by}, "
             f"image {r.image}\n  students supply: {', '.join(r.student_files)}\n"
-            f"  timed: {r.timed} ({r.measure}, {r.repeats} runs, the median ranks)\n"
+            f"  timed: {r.timed} ({r.measure}, {r.repeats} runs{f' of {r.passes} passes' if r.passes > 1 else ''}, "
+            f"the median {'pass ' if r.passes > 1 else ''}ranks)\n"
             f"  checked against: {r.reference} (relative tolerance {r.rtol if r.rtol is not None else '?'})\n"
         )
     return 0

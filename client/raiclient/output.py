@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, TextIO, TypeVar
 from raiprotocol.logwire import Batch
 from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.safejson import escaped
+from raiprotocol.sampling import median_of
 from raiprotocol.states import JobState, exit_code_for
 from raiprotocol.waits import wait_words
 
@@ -320,6 +321,7 @@ class MeasuredView(NamedTuple):
     measure: str | None = None
     op_time: float | None = None
     runs: Sequence[float] = ()
+    passes: int = 1
     spread: float | None = None
     accuracy: float | None = None
     error: float | None = None
@@ -383,7 +385,7 @@ def print_results(results: Mapping[str, Any] | None) -> None:
             measured.append(
                 (
                     "Op Time",
-                    f"{m.op_time:g} s (median of {len(m.runs)} timed runs, {how}; spread {m.spread or 0:g} s)",
+                    f"{m.op_time:g} s (median of {median_of(len(m.runs), m.passes)}, {how}; spread {m.spread or 0:g} s)",
                 )
             )
         if m.measure == "op" and m.error is not None:

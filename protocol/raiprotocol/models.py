@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from .sampling import median_of
 from .states import ExitCode as ExitCode  # re-exported: one import for the wire's vocabulary
 from .states import JobState as JobState
 
@@ -48,8 +49,9 @@ class Measured(BaseModel):
 
     course_version: int
     measure: str  # op (kernels | wall: course files from before issue 46, which rank nothing)
-    op_time: float | None = None  # seconds: the median timed run's total of its operations' times
-    runs: list[float] = []  # each timed run's total, in seconds
+    op_time: float | None = None  # seconds: the median pass's total of its operations' times
+    runs: list[float] = []  # each pass's total, in seconds (passes of run 1, then of run 2, …)
+    passes: int = 1  # passes of the course's operations in each timed run (Ranked.passes)
     spread: float | None = None  # max - min of runs
     cv: float | None = None  # coefficient of variation of runs
     accuracy: float | None = None  # 1.0 when every output agreed with the course's reference (the board's gate)
@@ -60,13 +62,17 @@ class Measured(BaseModel):
     flags: list[str] = []  # for staff: disagreements and oddities worth a look
     problem: str | None = None  # why the run cannot rank (no measurement, no predictions, …)
     cpu_seconds: list[float] = []  # each timed run's CPU time (every process of it), seconds
-    ci: float | None = None  # half the 95 % confidence interval of the runs' mean, seconds
+    ci: float | None = None  # half the 95 % confidence interval of the mean of the timed runs' medians, seconds
     gpu: list[dict[str, Any]] = []  # per timed run, NVML before and after: clocks, temperature, power, throttle reasons
     verdict: str | None = None  # what the student is told: "Ranked #2 of 41: …" or "Not ranked: …"
     # True: every operation's inputs were copied in by rai-timed after its clock started ("Q", the
     # course's harness); False: some operation read them from rai-timed's memory ("P", which rai
     # allows: only slower for the job); None: a worker from before the mark was recorded
     inputs_copied_in: bool | None = None
+
+    def samples(self) -> str:
+        """What the median is of, in words: "5 timed runs" or "25 passes (5 timed runs of 5)"."""
+        return median_of(len(self.runs), self.passes)
 
 
 class Phase(BaseModel):
@@ -262,7 +268,8 @@ class TimedRun(BaseModel):
     cpu_seconds: float | None = None  # the CPU time a timed run may use (the course's budget): stopped once past it
     forbid: list[str] = []  # file-name globs that read as empty in the build's and the timed runs' containers (C25)
     build_files: list[str] | None = None  # the student files the build's /src holds (None: all of them)
-    max_bytes: int = 2 * 1024**3  # inputs plus outputs of all the operations of one timed run
+    passes: int = 1  # the course's operations this many times over in each timed and reference run (RAI_OP_PASSES)
+    max_bytes: int = 4 * 1024**3  # what rai-timed holds in one timed run: every operation's outputs and the next's inputs
     profile: str = ""  # the course's profiled run after the timed runs (feedback, never ranked); "": none
     predictions: str = ""  # unused since issue 46 (a worker from before reads it)
     seeds: list[int] | None = None  # unused since issue 46
@@ -303,6 +310,7 @@ class MeasuredRun(BaseModel):
     reference_seconds: float | None = None  # the reference run's wall time (the bound's base)
     reference_problem: str | None = None  # the reference run failed: the run cannot be checked
     bound_seconds: float | None = None  # the bound this run had
+    passes: int = Field(default=1, ge=1)  # its operations are this many passes of the course's (TimedRun.passes)
 
 
 def gpu_slowdowns(gpu: dict[str, Any] | None) -> list[str]:
@@ -421,6 +429,7 @@ class CourseBuildOut(BaseModel):
     timed: str
     measure: str
     repeats: int
+    passes: int = 1  # of the course's operations in each timed run (ranked.passes)
     reference: str = ""  # the course's command the outputs are checked against, on the same inputs
     rtol: float | None = None
     labels: int = 0  # unused since issue 46

@@ -128,7 +128,12 @@ class Ranked(_Strict):
 
     student_files: list[str] = Field(min_length=1, max_length=20)  # taken from the student's project
     timed: str = Field(min_length=1, max_length=MAX_COMMAND_CHARS)  # run after the build commands
-    repeats: int = Field(default=5, ge=1, le=20)  # the median ranks; the spread is shown
+    repeats: int = Field(default=5, ge=1, le=20)  # timed runs, each a fresh process and container
+    # how many times over each timed run (and its reference) does the course's operations, each time
+    # on new inputs (the harness reads RAI_OP_PASSES: rai_op_passes()). Every pass of every run is a
+    # sample; the median pass ranks and the spread is shown: more samples for little more than
+    # their operations' time (a run's start, CUDA's context, is paid once a run)
+    passes: int = Field(default=1, ge=1, le=16)
     # Issue 46: op: the course's harness (rai_op.h) marks each operation's begin and end; rai-timed,
     # out of the job's reach, holds the clock, draws the inputs and takes the outputs, which are
     # checked against ``reference`` run on the same inputs. kernels and wall (profiler kernel times,

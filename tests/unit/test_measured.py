@@ -68,6 +68,32 @@ def test_the_median_runs_total_ranks_and_the_spread_is_kept():
     assert m.reference_time == pytest.approx(total) and m.ci == pytest.approx(half_width(m.runs))
 
 
+def passes_run(scales: list[float]) -> MeasuredRun:
+    """A timed run that did the course's two operations once per scale (a pass each), its reference too."""
+    ops, ref = [], []
+    for k in scales:
+        for op in result("honest").ops:
+            ops.append(op.model_copy(update={"seconds": (op.seconds or 0) * k}))
+            ref.append(op)
+    return MeasuredRun(exit_code=0, wall_seconds=1.0, cpu_seconds=0.1, ops=ops, reference=ref, passes=len(scales))
+
+
+def test_every_pass_of_every_run_is_a_sample_and_the_runs_give_the_interval():
+    """ranked.passes: a run does the operations several times over; the median pass ranks, a slow
+    first pass (CUDA's first launch) or a slow pass here and there does not move it; the interval is that of
+    the runs' medians (the passes of one run share its process: they are not independent)."""
+    total = sum(op.seconds or 0 for op in result("honest").ops)
+    runs = [passes_run([1.5, 1.0, 1.01]), passes_run([1.4, 0.99, 1.0]), passes_run([1.02, 1.0, 2.0])]
+    m = summarize(runs, SPEC, 1, None)
+    assert m.problem is None and m.passes == 3 and len(m.runs) == 9 and m.samples() == "9 passes (3 timed runs of 3)"
+    assert m.op_time == pytest.approx(1.01 * total) and m.reference_time == pytest.approx(total)
+    assert m.ci == pytest.approx(half_width([1.01 * total, 1.0 * total, 1.02 * total]), rel=1e-6)
+    assert summarize([run("honest")] * 3, SPEC, 1, None).samples() == "3 timed runs"
+    odd = passes_run([1.0, 1.0])
+    odd.ops, odd.reference, odd.passes = odd.ops[:3], odd.reference[:3], 2  # 3 operations cannot be 2 passes
+    assert summarize([odd], SPEC, 1, None).problem == "timed run 1 of 3: its 3 operations are not 2 passes of the course's"
+
+
 @pytest.mark.parametrize(
     ("name", "why"),
     [

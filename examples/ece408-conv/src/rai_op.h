@@ -15,6 +15,10 @@
 //   rai_op_end();                     // the clock stops once every thread of the job is frozen;
 //                                     // y is fingerprinted then and checked against the course's
 //                                     // reference on the same inputs after the run
+//   rai_op_done();                    // (after unpinning) in and y unmapped: the job holds no more
+//
+// A run does the course's operations rai_op_passes() times over (the course's ranked.passes), each
+// time on new inputs: every pass of every run is one sample of the ranked number.
 //
 // Every one of the job's processes and threads counts between begin and end, whatever it does;
 // nothing it does after end can change what is checked (a change is seen and the run not ranked).
@@ -39,6 +43,8 @@ extern "C" {
 static int rai_op_fd_ = -2, rai_op_out_ = -1;
 static size_t rai_op_in_ = 0;
 static const float *rai_op_inputs_ = NULL; /* the operation's inputs' memory, mapped at prepare */
+static float *rai_op_y_ = NULL;            /* and its outputs' */
+static size_t rai_op_out_n_ = 0;
 
 /* Whether this is a ranked run (rai-timed gave it the marks' pipe and the answers' socket). */
 static inline int rai_op_ranked(void) {
@@ -99,6 +105,8 @@ static inline void rai_op_prepare(size_t n_in, size_t n_out, float **out) {
   if (p == MAP_FAILED) rai_op_die_("mapping the outputs");
   memset(p, 0, n_out * sizeof(float)); /* every page in place before the clock runs */
   *out = (float *)p;
+  rai_op_y_ = (float *)p;
+  rai_op_out_n_ = n_out;
   void *q = mmap(NULL, n_in * sizeof(float), PROT_READ, MAP_SHARED | MAP_POPULATE, in_fd, 0);
   close(in_fd);
   if (q == MAP_FAILED) rai_op_die_("mapping the inputs");
@@ -127,6 +135,24 @@ static inline void rai_op_begin(const float **in) {
 /* The clock stops (once every thread of the job is frozen); the outputs are taken as they are. */
 static inline void rai_op_end(void) {
   if (rai_op_ask_("E", 'D', NULL) != 0) rai_op_die_("end");
+}
+
+/* After end (and after unpinning): the operation's inputs and outputs unmapped, so that a run of
+ * many operations holds one operation's memory at a time (rai-timed keeps what it checks). */
+static inline void rai_op_done(void) {
+  if (rai_op_inputs_) munmap((void *)rai_op_inputs_, rai_op_in_ * sizeof(float));
+  if (rai_op_y_) munmap(rai_op_y_, rai_op_out_n_ * sizeof(float));
+  rai_op_inputs_ = NULL;
+  rai_op_y_ = NULL;
+}
+
+/* How many times over a run does its operations (RAI_OP_PASSES, set by rai from the course's
+ * ranked.passes; 1 without it). The course's reference does the same: a run that does other than
+ * its reference does is not ranked. */
+static inline int rai_op_passes(void) {
+  const char *v = getenv("RAI_OP_PASSES");
+  const int n = v && *v ? atoi(v) : 1;
+  return n < 1 ? 1 : n > 64 ? 64 : n;
 }
 
 #ifdef __cplusplus

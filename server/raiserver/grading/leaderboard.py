@@ -318,7 +318,7 @@ def leaderboard(db: Session, settings: Settings, viewer: Principal, limit: int |
                 # a course file from before issue 46 ranked the kernels; since then they are the profiled run's feedback
                 op_times=[k.ms / 1e3 for k in m.kernels] if m and m.measure == "kernels" else results.op_times,
                 spread=m.spread if m else results.op_time_spread,
-                runs=len(m.runs) if m else (len(results.op_time_runs) or 1),
+                runs=len(m.runs) // max(1, m.passes) if m else (len(results.op_time_runs) or 1),
                 correctness=run.correctness,
                 when=run.finished,
                 gpu=job.gpu_name,

@@ -5,7 +5,7 @@ rai-timed, on inputs drawn for that run from keys the job never sees. rai-timed 
 each operation's time runs from its begin mark (before which its inputs did not exist for the job)
 to the moment every thread of the job was frozen after its end mark. Its outputs were fingerprinted
 then and checked once the job was gone (raiserver.grading.opcheck). Here the runs become the ranked
-op time (the median run's total), the spread, the interval, and the verdict's reasons. What the
+op time (the median pass's total), the spread, the interval, and the verdict's reasons. What the
 program printed is kept beside them, never ranked; a disagreement is flagged for staff.
 """
 
@@ -51,16 +51,23 @@ def _within_cpu_budget(run: MeasuredRun, ranked: Ranked, where: str) -> None:
             raise _Unranked(f"{run.cpu_seconds:.3g} s of CPU time in {where} (the course allows {ranked.cpu_seconds:g} s)")
 
 
-def _checked_total(run: MeasuredRun, ranked: Ranked, where: str) -> tuple[float, float, float]:
-    """The run's total of its operations' times, the reference's, and the outputs' largest error."""
+def _checked_totals(run: MeasuredRun, ranked: Ranked, where: str) -> tuple[list[float], list[float], float]:
+    """Each pass's total of its operations' times (a run does the course's operations
+    ``run.passes`` times over), the reference's, and the outputs' largest error."""
     if not run.ops:
         raise _Unranked(f"{where} timed no operation (the course's harness marks each one: rai_op.h)")
     try:
         error = compare(run.ops, run.reference, ranked.rtol)
     except Mismatch as why:
         raise _Unranked(f"{where}: {why}") from None
-    total = sum(op.seconds or 0.0 for op in run.ops)
-    return total, sum(op.seconds or 0.0 for op in run.reference), error
+    if len(run.ops) % run.passes:
+        raise _Unranked(f"{where}: its {len(run.ops)} operations are not {run.passes} passes of the course's")
+    per = len(run.ops) // run.passes
+
+    def totals(ops: list[OpMeasure]) -> list[float]:
+        return [sum(op.seconds or 0.0 for op in ops[i : i + per]) for i in range(0, len(ops), per)]
+
+    return totals(run.ops), totals(run.reference), error
 
 
 def _copied_in(so_far: bool | None, ops: list[OpMeasure]) -> bool | None:
@@ -79,8 +86,9 @@ def summarize(
     planned: int | None = None,
     kernels: list[KernelTime] | None = None,
 ) -> Measured:
-    """The ranked number of a ranked job: the median timed run's total of its operations' times, as
-    rai-timed took them, when every run's outputs agree with the course's reference (issue 46).
+    """The ranked number of a ranked job: the median total of the course's operations' times over
+    every pass of every timed run, as rai-timed took them, when every run's outputs agree with the
+    course's reference (issue 46).
     ``planned``: how many timed runs there were to be (a failed one ends the others); ``kernels``:
     the course's profiled run's kernel table (feedback, and a cross-check: never the number)."""
     ranked = spec.ranked
@@ -94,7 +102,8 @@ def summarize(
     if not runs:
         m.problem = "the timed runs did not happen (the build did not succeed)"
         return m
-    totals: list[float] = []
+    totals: list[float] = []  # every pass of every run
+    run_medians: list[float] = []  # each run's median pass: the runs are the independent samples
     references: list[float] = []
     errors: list[float] = []
     floor = floor_seconds(ranked, gpu_name)
@@ -107,16 +116,19 @@ def summarize(
                 m.gpu.append(dict(run.gpu))
             _ended_well(run, where)
             _within_cpu_budget(run, ranked, where)
-            total, reference, error = _checked_total(run, ranked, where)
-            if floor is not None and total < floor:
+            passes, reference, error = _checked_totals(run, ranked, where)
+            if floor is not None and min(passes) < floor:
                 m.flags.append(QUARANTINE)
                 raise _Unranked(
-                    f"{where} took {in_words(total)}, below the physics floor of {in_words(floor)} for this operation on this GPU"
+                    f"{where} took {in_words(min(passes))}, below the physics floor of {in_words(floor)} for this operation on this GPU"
                 )
-            totals.append(total)
-            references.append(reference)
+            totals += passes
+            run_medians.append(statistics.median(passes))
+            references += reference
             m.inputs_copied_in = _copied_in(m.inputs_copied_in if i > 1 else True, run.ops)
             errors.append(error)
+            m.passes = run.passes
+            total = sum(passes)
             busy = sum(op.cpu_seconds or 0.0 for op in run.ops)
             if total > 0 and busy > CPU_BUSY * total and not any(f.startswith(CPU_BUSY_FLAG) for f in m.flags):
                 m.flags.append(f"{CPU_BUSY_FLAG}: {busy:.3g} s of CPU in {in_words(total)} of operations ({where})")
@@ -129,7 +141,7 @@ def summarize(
     m.op_time = round(median, 9)
     m.spread = round(max(totals) - min(totals), 9)
     m.cv = round(statistics.pstdev(totals) / mean, 6) if mean > 0 else None
-    m.ci = round(half_width(totals), 9)
+    m.ci = round(half_width(run_medians), 9)  # passes of one run share its process: the runs are what is independent
     m.accuracy = 1.0  # every output of every run agreed with the reference (the board's gate)
     m.error = max(errors)
     m.reference_time = round(statistics.median_low(references), 9)

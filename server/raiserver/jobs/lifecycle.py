@@ -239,6 +239,7 @@ def claim_job(db: Session, svc: Services, job_id: str, claim: Claim) -> ClaimGra
         timed = TimedRun(
             command=ranked.timed,
             repeats=runs,
+            passes=ranked.passes,
             measure=ranked.measure,
             reference=ranked.reference or "",
             keep=ranked.keep,

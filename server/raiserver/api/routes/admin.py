@@ -140,6 +140,7 @@ def _course_out(row: CourseBuild) -> CourseBuildOut:
         timed=spec.ranked.timed,
         measure=spec.ranked.measure,
         repeats=spec.ranked.repeats,
+        passes=spec.ranked.passes,
         reference=spec.ranked.reference or "",
         rtol=spec.ranked.rtol,
     )

@@ -238,7 +238,10 @@ class TimedRuns(ContainerJob):
             places = self._make_ahead(ctx, timed, helper)
 
             def one(numbered: tuple[int, tuple[str, str]]) -> _Ran:
-                return self._run_in(ctx, timed.reference, numbered[1], None, sink, cgroup, timed, f"ref{numbered[0]}", watch=False)
+                r, keys = numbered
+                return self._run_in(
+                    ctx, timed.reference, keys, None, sink, cgroup, timed, f"ref{r}", watch=False, passes=timed.passes, release=True
+                )
 
             with ThreadPoolExecutor(max_workers=min(len(keys), REFERENCES_AT_ONCE), thread_name_prefix="rai-ref") as pool:
                 runs = list(pool.map(one, enumerate(keys, 1)))
@@ -254,7 +257,7 @@ class TimedRuns(ContainerJob):
         bound = timed.bound_seconds or min(BOUND_MAX, max(BOUND_MIN, BOUND_FACTOR * ref.wall))
         sink.system(running_line(timed.command) if r == 1 else repeat_line(r, timed.repeats, timed.command))
         with self._fresh(ctx, f"t{r}", helper, self.masked, timed) as (cgroup, failed):
-            run = failed or self._run_in(ctx, timed.command, keys, bound, sink, cgroup, timed, "run")
+            run = failed or self._run_in(ctx, timed.command, keys, bound, sink, cgroup, timed, "run", passes=timed.passes)
         problem = run.problem or run.result.problem
         if run.result.bound_ms is not None:
             problem = f"it was stopped at its bound of {bound:.3g} s (the course's reference took {ref.wall:.3g} s)"
@@ -269,6 +272,7 @@ class TimedRuns(ContainerJob):
             reference_seconds=round(ref.wall, 6),
             reference_problem=f"the course's reference failed: {ref_problem}" if ref_problem else None,
             bound_seconds=round(bound, 3),
+            passes=timed.passes,
         )
 
     def _make_ahead(self, ctx: JobContext, timed: TimedRun, helper: Path) -> _Places:
@@ -350,9 +354,13 @@ class TimedRuns(ContainerJob):
         slot: str,
         watch: bool = True,
         budget: bool = True,
+        passes: int = 1,
+        release: bool = False,
     ) -> _Ran:
         """``command`` under rai-timed in this container, in a cgroup of its own (``slot``), with ``keys``;
-        ``budget``: the course's CPU budget holds (a timed run's; not a profiler's)."""
+        ``budget``: the course's CPU budget holds (a timed run's; not a profiler's); ``passes``: how
+        many times over the course's harness does its operations (RAI_OP_PASSES); ``release``: each
+        operation's outputs checked at its end and let go (the course's reference runs, side by side)."""
         try:
             job_cgroup = cgroup.job(self.container.id, slot)
         except OSError as exc:
@@ -364,10 +372,14 @@ class TimedRuns(ContainerJob):
         uid, _, gid = self.user.partition(":")
         argv = [TIMED_IN_CONTAINER, "--uid", uid, "--gid", gid or uid, "--cgroup", job_cgroup, "--out", out_dir]
         argv += ["--secrets", f"{out_dir}/keys", "--max-bytes", str(timed.max_bytes)]
+        if release:
+            argv += ["--release-outputs", "1"]
         if bound is not None:
             argv += ["--bound-ms", str(int(bound * 1000))]
             if timed.cpu_seconds is not None and budget:  # the student's timed runs only (the reference's have no bound)
                 argv += ["--cpu-budget-ms", str(max(1, int(timed.cpu_seconds * 1000)))]
+        if passes > 1:
+            command = f"RAI_OP_PASSES={int(passes)}; export RAI_OP_PASSES; {command}"
         argv += ["--", *self.wrap, "/bin/sh", "-c", command]
         gpu_watch = self._gpu_watch(ctx) if watch else None
         started = time.monotonic()
