@@ -27,6 +27,9 @@ ROOT, OUT = gc.ROOT, gc.OUT
 VARIANTS = ["honest", "cublas", "cputhreads", "sidestream"] + ["honest"] * 7  # 8 honest: the coefficient of variation
 if os.environ.get("VARIANTS"):  # a shorter list for one question: VARIANTS=cublas,honest
     VARIANTS = os.environ["VARIANTS"].split(",")
+# SHAPES=5x1,5x5: the variants once for each shape of the timed runs (R runs of P passes), the course
+# installed anew before each (a new version: the board's runs of one shape beside the other's)
+SHAPES = [x for x in os.environ.get("SHAPES", "").split(",") if x] or [""]
 figures: dict[str, object] = {"submissions": []}
 
 
@@ -38,15 +41,25 @@ def student_file(variant: str) -> str:
     return (ROOT / f"bench/ranked46/{variant}.cu").read_text().replace('#include "common.cuh"\n', common)
 
 
-def course_file(w: Path) -> Path:
-    """The course's final.yml, unchanged; NO_PROFILE=1: without its profiled run (ranked.profile)."""
+def course_file(w: Path, shape: str = "") -> Path:
+    """The course's final.yml, unchanged; NO_PROFILE=1: without its profiled run (ranked.profile),
+    PROFILE=COMMAND: with this one instead;
+    ``shape`` "RxP": R timed runs of P passes each (ranked.repeats, ranked.passes) instead of its own."""
     final = ROOT / "examples/ece408-conv/instructor/final.yml"
-    if not os.environ.get("NO_PROFILE"):
+    if not os.environ.get("NO_PROFILE") and not os.environ.get("PROFILE") and not shape:
         return final
-    lines = [x for x in final.read_text().splitlines() if not x.strip().startswith("profile:")]
+    lines = final.read_text().splitlines()
+    if os.environ.get("NO_PROFILE") or os.environ.get("PROFILE"):  # PROFILE: another profiled run's command
+        lines = [x for x in lines if not x.strip().startswith("profile:")]
+        lines += [f"  profile: {os.environ['PROFILE']}"] if os.environ.get("PROFILE") else []
+    if shape:
+        repeats, passes = shape.split("x")
+        lines = [x for x in lines if not x.strip().startswith(("repeats:", "passes:"))]
+        at = lines.index("ranked:") + 1
+        lines[at:at] = [f"  repeats: {int(repeats)}", f"  passes: {int(passes)}"]
     w.mkdir(parents=True, exist_ok=True)
-    (w / "final.yml").write_text("\n".join(lines) + "\n")
-    return w / "final.yml"
+    (w / f"final{shape}.yml").write_text("\n".join(lines) + "\n")
+    return w / f"final{shape}.yml"
 
 
 def submit(argv: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], list[tuple[float, str]]]:
@@ -62,6 +75,50 @@ def submit(argv: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedPr
     return subprocess.CompletedProcess(argv, code, "".join(line for _, line in stamps), err), stamps
 
 
+def submit_one(i: int, shape: str, variant: str, w: Path, env: dict[str, str]) -> None:
+    """One student's submission of ``variant``: its verdict, time and measurement into the figures."""
+    client = [sys.executable, "-m", "raiclient"]
+    proj = w / f"p{i}"
+    shutil.copytree(ROOT / "examples/ece408-conv", proj)
+    (proj / "new-forward.cu").write_text(student_file(variant))
+    (proj / "report.pdf").write_text("%PDF-1.4 report")
+    started = time.monotonic()
+    res, stamps = submit([*client, "submit", "-p", str(proj), "--kind", "final"], env)
+    took = time.monotonic() - started
+    if i < 2 or variant != "honest":  # the device brings back a few files only
+        (OUT / f"ranked46-service-{i}-{variant}.txt").write_text(res.stdout + res.stderr)
+    with open(OUT / "ranked46-timelines.txt", "a") as timelines:  # seconds since submit, each line
+        timelines.write(f"## {i} {shape} {variant}\n" + "".join(f"{t - started:7.2f}  {line}" for t, line in stamps))
+    found = re.search(r"Job (\S+) queued", res.stdout)
+    job = {}
+    if found:
+        out = subprocess.run([*client, "status", found.group(1), "--json"], env=env, capture_output=True, text=True, timeout=60).stdout
+        job = json.loads(out) if out.strip().startswith("{") else {}
+    m = (job.get("results") or {}).get("measured") or {}
+    said = ("Ranked #", "Not ranked", "This run: ")  # the last: a run slower than the student's best
+    verdict = next((line for line in res.stdout.splitlines() if any(s in line for s in said)), "(no verdict line)")
+    library = "; ".join(dict.fromkeys(line.strip()[24:] for line in res.stdout.splitlines() if "cuBLAS in the timed run" in line))
+    row = {
+        "shape": shape or "final.yml",
+        "variant": variant,
+        "seconds": round(took, 1),
+        "verdict": verdict,
+        "op_time": m.get("op_time"),
+        "runs": m.get("runs"),
+    }
+    row |= {"cv": m.get("cv"), "error": m.get("error"), "cpu": m.get("cpu_seconds"), "problem": m.get("problem")}
+    row |= {"inputs_copied_in": m.get("inputs_copied_in"), "gpu_slowed": [f for f in m.get("flags") or [] if "slowed" in f]}
+    row |= {"library": library} if library else {}
+    kernels = sum(k["ms"] for k in m.get("kernels") or []) / 1e3
+    row |= {"flags": m.get("flags"), "kernels": kernels} if m.get("kernels") or m.get("flags") else {}
+    figures["submissions"].append(row)  # type: ignore[attr-defined]
+    shown = verdict + (f"  [{library}]" if library else "") + f"  inputs copied in: {row['inputs_copied_in']}"
+    gc.say(f"{variant:11s} {took:5.1f} s  {shown}")
+    if "kernels" in row:
+        gc.say(f"{'':11s} the profiled run's kernels {row['kernels'] * 1e3:.4g} ms; flags: {row['flags']}")
+    (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     gc.setup()
@@ -71,55 +128,27 @@ def main() -> None:
     env = {**env, "RAI_PROFILE": f"{w}/alice.profile", "RAI_SERVER": env["RAI_SERVER_URL"]}
     client = [sys.executable, "-m", "raiclient"]
     try:
-        res = subprocess.run(
-            [*client, "admin", "course", "install", "final", str(course_file(w))],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        gc.say(res.stdout.strip() or res.stderr.strip())
-        for i, variant in enumerate(VARIANTS):
-            proj = w / f"p{i}"
-            shutil.copytree(ROOT / "examples/ece408-conv", proj)
-            (proj / "new-forward.cu").write_text(student_file(variant))
-            (proj / "report.pdf").write_text("%PDF-1.4 report")
-            started = time.monotonic()
-            res, stamps = submit([*client, "submit", "-p", str(proj), "--kind", "final"], env)
-            took = time.monotonic() - started
-            if i < 2 or variant != "honest":  # the device brings back a few files only
-                (OUT / f"ranked46-service-{i}-{variant}.txt").write_text(res.stdout + res.stderr)
-            with open(OUT / "ranked46-timelines.txt", "a") as timelines:  # seconds since submit, each line
-                timelines.write(f"## {i} {variant}\n" + "".join(f"{t - started:7.2f}  {line}" for t, line in stamps))
-            found = re.search(r"Job (\S+) queued", res.stdout)
-            job = {}
-            if found:
-                out = subprocess.run(
-                    [*client, "status", found.group(1), "--json"], env=env, capture_output=True, text=True, timeout=60
-                ).stdout
-                job = json.loads(out) if out.strip().startswith("{") else {}
-            m = (job.get("results") or {}).get("measured") or {}
-            said = ("Ranked #", "Not ranked", "This run: ")  # the last: a run slower than the student's best
-            verdict = next((line for line in res.stdout.splitlines() if any(s in line for s in said)), "(no verdict line)")
-            library = "; ".join(dict.fromkeys(line.strip()[24:] for line in res.stdout.splitlines() if "cuBLAS in the timed run" in line))
-            row = {"variant": variant, "seconds": round(took, 1), "verdict": verdict, "op_time": m.get("op_time"), "runs": m.get("runs")}
-            row |= {"cv": m.get("cv"), "error": m.get("error"), "cpu": m.get("cpu_seconds"), "problem": m.get("problem")}
-            row |= {"inputs_copied_in": m.get("inputs_copied_in"), "gpu_slowed": [f for f in m.get("flags") or [] if "slowed" in f]}
-            row |= {"library": library} if library else {}
-            kernels = sum(k["ms"] for k in m.get("kernels") or []) / 1e3
-            row |= {"flags": m.get("flags"), "kernels": kernels} if m.get("kernels") or m.get("flags") else {}
-            figures["submissions"].append(row)  # type: ignore[attr-defined]
-            shown = verdict + (f"  [{library}]" if library else "") + f"  inputs copied in: {row['inputs_copied_in']}"
-            gc.say(f"{variant:11s} {took:5.1f} s  {shown}")
-            if "kernels" in row:
-                gc.say(f"{'':11s} the profiled run's kernels {row['kernels'] * 1e3:.4g} ms; flags: {row['flags']}")
-            (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
-        honest = [r["op_time"] for r in figures["submissions"] if r["variant"] == "honest" and r["op_time"]]  # type: ignore[attr-defined]
-        if len(honest) > 1:
-            figures["honest_cv"] = statistics.pstdev(honest) / statistics.fmean(honest)
-            gc.say(f"honest: {honest}, cv {figures['honest_cv']:.2%}")
-        seconds = [r["seconds"] for r in figures["submissions"]]  # type: ignore[attr-defined]
-        figures["median_seconds"] = statistics.median(seconds)
-        gc.say(f"a submission, submit to verdict: median {figures['median_seconds']:.1f} s ({min(seconds)}-{max(seconds)} s)")
+        for n, shape in enumerate(SHAPES):
+            res = subprocess.run(
+                [*client, "admin", "course", "install", "final", str(course_file(w, shape))],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            gc.say(res.stdout.strip() or res.stderr.strip())
+            for i, variant in enumerate(VARIANTS, n * len(VARIANTS)):
+                submit_one(i, shape, variant, w, env)
+        for shape in SHAPES:
+            name = shape or "final.yml"
+            rows = [r for r in figures["submissions"] if r["shape"] == name]  # type: ignore[attr-defined]
+            honest = [r["op_time"] for r in rows if r["variant"] == "honest" and r["op_time"]]
+            seconds = sorted(r["seconds"] for r in rows)
+            got: dict[str, object] = {"median_seconds": statistics.median(seconds)}
+            if len(honest) > 1:
+                got["honest_cv"] = statistics.pstdev(honest) / statistics.fmean(honest)
+                gc.say(f"{name} honest: {honest}, cv {got['honest_cv']:.2%}")
+            gc.say(f"{name} a submission, submit to verdict: median {got['median_seconds']:.1f} s ({seconds[0]}-{seconds[-1]} s)")
+            figures[name] = got
         (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
     finally:
         for p in procs:

@@ -138,6 +138,8 @@ NOT_THE_WORK = {
     "forger": r"timed run 1 of 3: the run broke the marks protocol \(an end without a begin\)",
     # more inputs and outputs than a run may ask rai-timed to hold
     "greedy": r"timed run 1 of 3: the run's operations asked for more than 4294967296 bytes of inputs and outputs in all",
+    # a later pass's mark ("Q <in> <out> <k>") for memory of other sizes: rai-timed refuses it
+    "borrow": r"timed run 1 of 3: the run broke the marks protocol \(operation 1's memory cannot serve operation 2\)",
     # C03: the CPU of auto-reaped children, which rusage never counts: the cgroup does, while it runs
     "cpuhog": r"timed run 1 of 3: the timed run was stopped once its processes had used \S+ s of CPU time, "
     r"more than the course's budget of 1.5 s",
@@ -301,6 +303,12 @@ def test_only_instructors_install_every_version_is_kept_and_old_measures_are_ref
     assert "median of 4 passes (2 timed runs of 2)" in out, out
     row = next(e for e in ranked(course) if e["name"] == "second")
     assert row["runs"] == 2 and row["op_time"] == m["op_time"]  # the interval is the timed runs'
+    # a later pass gets the earlier one's memory back (rai_op.h), once rai-timed has settled that one:
+    # a thread still writing the first pass's outputs is seen there, as it is after the kill (C02)
+    job, out = submit(course, tmp_path, "thread", name="laterpass")
+    # (or, had it not written yet, operation 1 is checked as it was: not the work either)
+    laterpass = r"timed run 1 of 2: the outputs of operation 1 (changed after its end mark: .*|differ from the course's reference .*)"
+    assert re.fullmatch(laterpass, job["results"]["measured"]["problem"] or ""), out
     # a program that does fewer passes than the course's (each as fast) is held to the reference's count
     job, out = submit(course, tmp_path, "onepass")
     assert "timed run 1 of 2: it timed 2 operations; the course's reference times 4" in verdict_line(out), out

@@ -26,6 +26,13 @@
  *                   memory the inputs will be copied into at "B" (zeros until then), which the job
  *                   maps and page-locks for the GPU before the clock runs (the copies to the GPU
  *                   are then DMA at the bus's speed, not staged through the CPU, whose speed wanders);
+ *   "Q <in> <out> <k>"  a later pass of operation k's (the same sizes): the memory op k's inputs
+ *                   and outputs are in, which the job holds mapped and page-locked already, serves
+ *                   this operation too, with new inputs drawn for it; op k is settled first (its
+ *                   outputs checked, and compared with what was read at its freeze: a change since
+ *                   is reported as one after its end mark). The answer "R" carries no descriptor.
+ *                   (Mapping ECE 408's 0.57 GB afresh cost ~0.5 s a pass on the H200's VM, 4 KiB
+ *                   page by page: bench/pass_cost.cu.)
  *   "B"             begin: rai-timed reads its clock, then answers "G" with the inputs (read-only,
  *                   sealed; after "Q": copied, after the clock started, into the memory the job
  *                   already holds): before this instant the inputs were unknowable to the job;
@@ -49,9 +56,10 @@
  * operation (see write_result).
  *
  * Usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N]
- *                  [--cpu-budget-ms N] [--max-bytes N] [--max-ops N] [--release-outputs 1] -- PROGRAM [ARGS...]
- * --max-bytes: the outputs of all the run's operations and the inputs of the one in hand (4 GiB): what rai-timed holds,
- * and checks after the end, is bounded whatever the job asks for.
+ *                  [--cpu-budget-ms N] [--max-bytes N] [--max-ops N] [--check-at-end 1] -- PROGRAM [ARGS...]
+ * --max-bytes: the inputs and outputs of all the run's operations (4 GiB; an operation that serves a later pass adds
+ * none): what rai-timed holds, and checks after the end, is bounded whatever the job asks for.
+ * --check-at-end 1 (the course's reference runs): each operation's outputs are checked at its end mark.
  * exit: the command's status (128+N for a signal), 124 at the bound or the CPU budget, 125 when the run broke the
  * marks protocol, 126 on a setup failure (the line on stderr says which).
  * Static build: cc -O2 -static -o rai-timed rai-timed.c
@@ -150,7 +158,7 @@ static int64_t now_ns(void) {
 struct op {
     uint64_t in_n, out_n;       /* floats */
     int in_fd, out_fd;          /* memfds (in_fd until it is handed over) */
-    const unsigned char *in_src; /* "Q": the drawn inputs (in_fd, sealed), copied at begin into */
+    unsigned char *in_src;      /* "Q": the drawn inputs (root's own memory), copied at begin into */
     unsigned char *in_dst;      /*   the job's inputs' memory (mapped by it, and page-locked, at prepare) */
     int state;                  /* 0 prepared, 1 begun, 2 ended */
     char kind;                  /* its prepare mark, 'P' or 'Q': written on its op line ("via") */
@@ -162,7 +170,8 @@ struct op {
     uint32_t *order;            /* the pages in the order they are read then, drawn at prepare */
     uint32_t *at;               /* where in each of those pages (its word's index), drawn then too */
     const unsigned char *view;  /* rai-timed's own mapping of the outputs, every page mapped at prepare */
-    char *checked;              /* --release-outputs: its checks, taken at its end mark (then let go) */
+    char *checked;              /* its checks, once taken: at its end mark (--check-at-end), or when */
+    int changed;                /*   a later pass took its memory; then, whether it changed since its freeze */
 };
 
 static struct {
@@ -170,7 +179,7 @@ static struct {
     gid_t gid;
     const char *cgroup, *out_dir, *secrets;
     long long bound_ms, cpu_budget_ms, max_bytes, bytes_used;
-    int max_ops, release;
+    int max_ops, check_at_end;
     uint64_t in_key[2], check_key[2];
     int procs_fd, freeze_fd, kill_fd, events_fd, cpu_fd;
     struct op ops[MAX_OPS_LIMIT];
@@ -516,6 +525,10 @@ static void draw_inputs(float *x, uint64_t n, uint64_t op) {
     in_parallel(draw_pairs, part, sizeof part[0], threads);
 }
 
+static int read_places(struct op *o, int index);
+static int prepare_job_inputs(int sock, struct op *o);
+static int prepare_again(int sock, uint64_t in_n, uint64_t out_n, int k);
+
 /* "P <in> <out>": the operation's inputs, drawn now from the input key (the job sees them only
  * after "B"), and its outputs' memfd, which the job gets at once. "Q <in> <out>": the same, and the
  * job also gets at once, read-only, the memory its inputs will be copied into at "B" (mapped, and
@@ -523,12 +536,15 @@ static void draw_inputs(float *x, uint64_t n, uint64_t op) {
 static int prepare(int sock, const char *msg) {
     unsigned long long in_n, out_n;
     char kind, extra;
-    if (sscanf(msg, "%c %llu %llu %c", &kind, &in_n, &out_n, &extra) != 3 || in_n == 0 || out_n == 0)
+    int again = 0;
+    int got = sscanf(msg, "%c %llu %llu %d %c", &kind, &in_n, &out_n, &again, &extra);
+    if (!(got == 3 || (got == 4 && kind == 'Q')) || in_n == 0 || out_n == 0)
         return problem("the run broke the marks protocol (a prepare without two sizes)"), -1;
     const unsigned long long in_copies = kind == 'Q' ? 2 : 1; /* "Q": rai-timed's and the job's */
     if (R.nops > 0 && R.ops[R.nops - 1].state != 2)
         return problem("the run broke the marks protocol (operation %d prepared before the last one ended)", R.nops + 1), -1;
     if (R.nops >= R.max_ops) return problem("the run timed more than %d operations", R.max_ops), -1;
+    if (got == 4) return prepare_again(sock, in_n, out_n, again);
     if (in_n > (unsigned long long)R.max_bytes / 8 || out_n > (unsigned long long)R.max_bytes / 4 ||
         (in_copies * in_n + out_n) * 4 > (unsigned long long)(R.max_bytes - R.bytes_used))
         return problem("the run's operations asked for more than %lld bytes of inputs and outputs in all", R.max_bytes), -1;
@@ -538,28 +554,49 @@ static int prepare(int sock, const char *msg) {
     o->in_n = in_n;
     o->out_n = out_n;
     o->kind = kind;
-    o->in_fd = memfd("rai-inputs", in_n * 4);
+    o->in_fd = -1;
     o->out_fd = memfd("rai-outputs", out_n * 4);
-    if (o->in_fd < 0 || o->out_fd < 0) return problem("operation %d: no memory for its inputs and outputs", R.nops + 1), -1;
-    float *x = mmap(NULL, in_n * 4, PROT_READ | PROT_WRITE, MAP_SHARED, o->in_fd, 0);
-    if (x == MAP_FAILED) return problem("operation %d: no memory for its inputs", R.nops + 1), -1;
-    draw_inputs(x, in_n, (uint64_t)R.nops);
-    munmap(x, in_n * 4);
-    /* the inputs can never change (the job, or a reference computed later, sees what was drawn);
-     * the outputs can be neither shrunk (a reader would fault) nor grown */
-    if (fcntl(o->in_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0 ||
-        fcntl(o->out_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+    if (o->out_fd < 0) return problem("operation %d: no memory for its outputs", R.nops + 1), -1;
+    if (kind == 'P') { /* the inputs' memfd, handed over at begin: they can never change (the job, or a
+                        * reference computed later, sees what was drawn) */
+        o->in_fd = memfd("rai-inputs", in_n * 4);
+        float *x = o->in_fd < 0 ? MAP_FAILED : mmap(NULL, in_n * 4, PROT_READ | PROT_WRITE, MAP_SHARED, o->in_fd, 0);
+        if (x == MAP_FAILED) return problem("operation %d: no memory for its inputs", R.nops + 1), -1;
+        draw_inputs(x, in_n, (uint64_t)R.nops);
+        munmap(x, in_n * 4);
+        if (fcntl(o->in_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+            return problem("operation %d: its memory could not be sealed", R.nops + 1), -1;
+    } else { /* "Q": drawn into root's own memory, copied into the job's at begin */
+        o->in_src = mmap(NULL, in_n * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (o->in_src == MAP_FAILED) {
+            o->in_src = NULL;
+            return problem("operation %d: no memory for its inputs", R.nops + 1), -1;
+        }
+        draw_inputs((float *)(void *)o->in_src, in_n, (uint64_t)R.nops);
+    }
+    /* the outputs can be neither shrunk (a reader would fault) nor grown */
+    if (fcntl(o->out_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
         return problem("operation %d: its memory could not be sealed", R.nops + 1), -1;
     o->view = mmap(NULL, out_n * 4, PROT_READ, MAP_SHARED | MAP_POPULATE, o->out_fd, 0);
     if (o->view == MAP_FAILED) return problem("operation %d: no memory for its outputs", R.nops + 1), -1;
+    if (read_places(o, R.nops) != 0) return problem("operation %d: no memory", R.nops + 1), -1;
+    R.nops++;
+    if (kind == 'P') return send_fd(sock, "R", o->out_fd);
+    return prepare_job_inputs(sock, o);
+}
+
+/* The operation's fingerprint's and first reads' places: which word of each page is read at its
+ * freeze, and in which order the pages are (drawn now, from the check key). */
+static int read_places(struct op *o, int index) {
+    uint64_t out_n = o->out_n;
     o->nchunks = (uint32_t)((out_n * 4 + CHUNK_BYTES - 1) / CHUNK_BYTES);
     o->hashes = calloc(o->nchunks, sizeof(uint64_t));
     uint64_t pages = (out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
     o->words = calloc(pages, sizeof(uint32_t));
     o->order = malloc(pages * sizeof(uint32_t));
     o->at = malloc(pages * sizeof(uint32_t));
-    if (!o->hashes || !o->words || !o->order || !o->at) return problem("operation %d: no memory", R.nops + 1), -1;
-    uint64_t shuffle = draw(R.check_key, D_ORDER, (uint64_t)R.nops, (uint64_t)now_ns() | (1ULL << 62));
+    if (!o->hashes || !o->words || !o->order || !o->at) return -1;
+    uint64_t shuffle = draw(R.check_key, D_ORDER, (uint64_t)index, (uint64_t)now_ns() | (1ULL << 62));
     for (uint64_t i = 0; i < pages; i++) o->order[i] = (uint32_t)i;
     for (uint64_t i = pages; i > 1; i--) {
         uint64_t j = splitmix(&shuffle) % i;
@@ -567,24 +604,25 @@ static int prepare(int sock, const char *msg) {
         o->order[i - 1] = o->order[j];
         o->order[j] = t;
     }
-    for (uint64_t i = 0; i < pages; i++) o->at[i] = (uint32_t)(word_at(R.nops, o->order[i], out_n * 4) / 4);
-    R.nops++;
-    if (kind == 'P') return send_fd(sock, "R", o->out_fd);
-    /* "Q": the job's inputs' memory, every page written once now, so that neither the job's mapping
+    for (uint64_t i = 0; i < pages; i++) o->at[i] = (uint32_t)(word_at(index, o->order[i], out_n * 4) / 4);
+    return 0;
+}
+
+/* "Q": the job's inputs' memory, every page written once now, so that neither the job's mapping
      * nor the copy at begin faults. Sealed: no one can shrink it (the copy would fault) or grow it,
      * and only the mapping rai-timed holds can write it (F_SEAL_FUTURE_WRITE: a memfd is mode 0777,
      * so the job could reopen its read-only descriptor for writing through /proc/self/fd, but could
      * then neither map it writable, write nor punch holes in it). */
+static int prepare_job_inputs(int sock, struct op *o) {
+    uint64_t in_n = o->in_n;
     int job_fd = memfd("rai-inputs-job", in_n * 4);
     if (job_fd < 0) return problem("operation %d: no memory for its inputs", R.nops), -1;
-    void *src = mmap(NULL, in_n * 4, PROT_READ, MAP_SHARED | MAP_POPULATE, o->in_fd, 0);
     void *dst = mmap(NULL, in_n * 4, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, job_fd, 0);
-    if (src == MAP_FAILED || dst == MAP_FAILED) {
+    if (dst == MAP_FAILED) {
         close(job_fd);
         return problem("operation %d: no memory for its inputs", R.nops), -1;
     }
     memset(dst, 0, in_n * 4);
-    o->in_src = src;
     o->in_dst = dst;
     if (fcntl(job_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
         close(job_fd);
@@ -643,10 +681,10 @@ static int begin(int sock) {
     return rc;
 }
 
-/* --release-outputs (the course's reference: its code is trusted, and five of its runs side by side
- * would otherwise hold every pass's outputs at once): the operation's checks taken now, while the
- * run is frozen, and its outputs' memory let go. */
-static int release_outputs(struct op *o, int index) {
+/* The operation's checks, taken now (--check-at-end: at its end mark, while the run is frozen; the
+ * course's reference, whose code is trusted), unless taken already. */
+static int check_now(struct op *o, int index) {
+    if (o->checked) return 0;
     char *line = NULL;
     size_t len = 0;
     FILE *m = open_memstream(&line, &len);
@@ -654,12 +692,58 @@ static int release_outputs(struct op *o, int index) {
     checks(m, o, index);
     if (fclose(m) != 0 || !line) return -1;
     o->checked = line;
-    munmap((void *)o->view, o->out_n * 4);
-    close(o->out_fd);
-    o->view = NULL;
-    o->out_fd = -1;
-    R.bytes_used -= (long long)(o->out_n * 4);
     return 0;
+}
+
+/* Whether operation ``index``'s outputs differ from what was read at its freeze (its fingerprint and
+ * the word of each page read first): a thread, a process or a GPU still writing after its clock
+ * stopped. 1 also when they cannot be read. */
+static int changed_since_freeze(struct op *o, int index) {
+    uint64_t pages = (o->out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
+    uint64_t *now = calloc(o->nchunks, sizeof(uint64_t));
+    uint32_t *words = calloc(pages, sizeof(uint32_t));
+    int changed = !now || !words || fingerprint(o, index, now) != 0 || memcmp(now, o->hashes, sizeof(uint64_t) * o->nchunks) != 0 ||
+                  page_words(o, index, words, NULL, NULL) != 0 || memcmp(words, o->words, sizeof(uint32_t) * pages) != 0;
+    free(now);
+    free(words);
+    return changed;
+}
+
+/* Operation ``index`` settled before a later pass takes its memory: its checks taken, then its
+ * outputs compared with what was read at its freeze (in that order: a write that lands while the
+ * checks are taken is seen by the comparison). Nothing written after this can reach its checks. */
+static int settle(struct op *o, int index) {
+    if (o->checked) return 0; /* --check-at-end: checked while frozen */
+    if (check_now(o, index) != 0) return -1;
+    o->changed = changed_since_freeze(o, index);
+    return 0;
+}
+
+/* "Q <in> <out> <k>": operation k's memory (its inputs', its outputs', root's drawn inputs') serves
+ * this operation, a later pass of k's, once k is settled; new inputs are drawn into it now. The job
+ * keeps its mappings (and their page-locking): no descriptor is sent, and nothing new is held. */
+static int prepare_again(int sock, uint64_t in_n, uint64_t out_n, int k) {
+    struct op *old = k >= 1 && k <= R.nops ? &R.ops[k - 1] : NULL;
+    if (!old || old->state != 2 || old->kind != 'Q' || !old->view || !old->in_dst || !old->in_src || old->in_n != in_n || old->out_n != out_n)
+        return problem("the run broke the marks protocol (operation %d's memory cannot serve operation %d)", k, R.nops + 1), -1;
+    if (settle(old, k - 1) != 0) return problem("operation %d: its outputs could not be read", k), -1;
+    struct op *o = &R.ops[R.nops];
+    memset(o, 0, sizeof *o);
+    o->in_n = in_n;
+    o->out_n = out_n;
+    o->kind = 'Q';
+    o->in_fd = -1;
+    o->out_fd = old->out_fd;
+    o->view = old->view;
+    o->in_src = old->in_src;
+    o->in_dst = old->in_dst;
+    old->out_fd = -1;
+    old->view = NULL;
+    old->in_src = old->in_dst = NULL;
+    if (read_places(o, R.nops) != 0) return problem("operation %d: no memory", R.nops + 1), -1;
+    draw_inputs((float *)(void *)o->in_src, in_n, (uint64_t)R.nops);
+    R.nops++;
+    return send_fds(sock, "R", NULL, 0);
 }
 
 /* "E": the clock stops once every thread of the run is frozen; the outputs are fingerprinted. */
@@ -678,16 +762,10 @@ static int end_mark(int sock) {
           (double)(o->t1 - e1) / 1e6);
     o->cpu1 = cpu_usec();
     o->state = 2;
-    if (o->in_dst) { /* after the clock: unmapping ~250 MB is not the operation's */
-        munmap(o->in_dst, o->in_n * 4);
-        munmap((void *)o->in_src, o->in_n * 4);
-        o->in_dst = NULL;
-        o->in_src = NULL;
-    }
-    /* rai-timed holds none of the inputs now (their memfds closed at begin): --max-bytes counts
-     * what it holds, the outputs of every operation so far and the inputs of the next */
-    R.bytes_used -= (long long)((o->kind == 'Q' ? 2 : 1) * o->in_n * 4);
-    if (rc == 0 && R.release) rc = release_outputs(o, R.nops - 1);
+    /* "P": the inputs' memfd went to the job at begin, rai-timed holds it no more. "Q": root's drawn
+     * inputs and the job's inputs' memory are kept, for a later pass of this operation's */
+    if (o->kind == 'P') R.bytes_used -= (long long)(o->in_n * 4);
+    if (rc == 0 && R.check_at_end) rc = check_now(o, R.nops - 1);
     else if (rc == 0) rc = fingerprint(o, R.nops - 1, o->hashes);
     thaw();
     if (rc != 0) return problem("operation %d: its outputs could not be read", R.nops), -1;
@@ -746,18 +824,13 @@ static void write_result(int status, long long cpu) {
             fprintf(f, "op %d %" PRIu64 " %" PRIu64 " unended\n", i + 1, o->in_n, o->out_n);
             continue;
         }
-        if (o->checked) { /* --release-outputs: checked at its end mark, nothing of it held since */
-            fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld 0%s via %c\n", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
-                    o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, o->checked, o->kind);
+        if (o->checked) { /* checked at its end mark, or before a later pass took its memory */
+            int changed = o->changed || (o->view && !R.check_at_end && changed_since_freeze(o, i));
+            fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d%s via %c\n", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
+                    o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, changed, o->checked, o->kind);
             continue;
         }
-        uint64_t pages = (o->out_n * 4 + PAGE_BYTES - 1) / PAGE_BYTES;
-        uint64_t *now = calloc(o->nchunks, sizeof(uint64_t));
-        uint32_t *words = calloc(pages, sizeof(uint32_t));
-        int changed = !now || !words || fingerprint(o, i, now) != 0 || memcmp(now, o->hashes, sizeof(uint64_t) * o->nchunks) != 0 ||
-                      page_words(o, i, words, NULL, NULL) != 0 || memcmp(words, o->words, sizeof(uint32_t) * pages) != 0;
-        free(now);
-        free(words);
+        int changed = changed_since_freeze(o, i);
         fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
                 o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, changed);
         checks(f, o, i);
@@ -821,12 +894,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(k, "--cpu-budget-ms")) R.cpu_budget_ms = atoll(v);
         else if (!strcmp(k, "--max-bytes")) R.max_bytes = atoll(v);
         else if (!strcmp(k, "--max-ops")) R.max_ops = atoi(v);
-        else if (!strcmp(k, "--release-outputs")) R.release = atoi(v) != 0;
+        else if (!strcmp(k, "--check-at-end")) R.check_at_end = atoi(v) != 0;
         else break;
     }
     if (a >= argc - 1 || strcmp(argv[a], "--") != 0 || uid < 0 || gid < 0 || !R.cgroup || !R.out_dir) {
         fprintf(stderr, "usage: rai-timed --uid U --gid G --cgroup DIR --out DIR [--secrets FILE] [--bound-ms N] "
-                        "[--cpu-budget-ms N] [--max-bytes N] [--max-ops N] [--release-outputs 1] -- PROGRAM [ARGS...]\n");
+                        "[--cpu-budget-ms N] [--max-bytes N] [--max-ops N] [--check-at-end 1] -- PROGRAM [ARGS...]\n");
         return 2;
     }
     char **command = argv + a + 1;

@@ -240,7 +240,7 @@ class TimedRuns(ContainerJob):
             def one(numbered: tuple[int, tuple[str, str]]) -> _Ran:
                 r, keys = numbered
                 return self._run_in(
-                    ctx, timed.reference, keys, None, sink, cgroup, timed, f"ref{r}", watch=False, passes=timed.passes, release=True
+                    ctx, timed.reference, keys, None, sink, cgroup, timed, f"ref{r}", watch=False, passes=timed.passes, check_at_end=True
                 )
 
             with ThreadPoolExecutor(max_workers=min(len(keys), REFERENCES_AT_ONCE), thread_name_prefix="rai-ref") as pool:
@@ -355,12 +355,12 @@ class TimedRuns(ContainerJob):
         watch: bool = True,
         budget: bool = True,
         passes: int = 1,
-        release: bool = False,
+        check_at_end: bool = False,
     ) -> _Ran:
         """``command`` under rai-timed in this container, in a cgroup of its own (``slot``), with ``keys``;
         ``budget``: the course's CPU budget holds (a timed run's; not a profiler's); ``passes``: how
-        many times over the course's harness does its operations (RAI_OP_PASSES); ``release``: each
-        operation's outputs checked at its end and let go (the course's reference runs, side by side)."""
+        many times over the course's harness does its operations (RAI_OP_PASSES); ``check_at_end``: each
+        operation's outputs checked at its end mark (the course's reference runs: trusted code)."""
         try:
             job_cgroup = cgroup.job(self.container.id, slot)
         except OSError as exc:
@@ -372,8 +372,8 @@ class TimedRuns(ContainerJob):
         uid, _, gid = self.user.partition(":")
         argv = [TIMED_IN_CONTAINER, "--uid", uid, "--gid", gid or uid, "--cgroup", job_cgroup, "--out", out_dir]
         argv += ["--secrets", f"{out_dir}/keys", "--max-bytes", str(timed.max_bytes)]
-        if release:
-            argv += ["--release-outputs", "1"]
+        if check_at_end:
+            argv += ["--check-at-end", "1"]
         if bound is not None:
             argv += ["--bound-ms", str(int(bound * 1000))]
             if timed.cpu_seconds is not None and budget:  # the student's timed runs only (the reference's have no bound)
