@@ -27,7 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from helpers import make_project, read_log, wait_for  # noqa: E402
-from helpers.procs import descriptors, rss_kib  # noqa: E402
+from helpers.procs import descriptor_kinds, descriptors, rss_kib  # noqa: E402
 
 from raiprotocol.states import JobState, exit_code_for  # noqa: E402
 
@@ -70,6 +70,9 @@ class Figures:
 
 class Soak:
     def __init__(self, tmp: Path, students: int, pause: float):
+        self.kinds: dict[str, dict[str, int]] = {}  # descriptors by kind, of the latest sample
+        self.kinds_before: dict[str, dict[str, int]] = {}
+        self.kinds_after: dict[str, dict[str, int]] = {}
         self.c = Campaign(tmp)
         self.c.pause = pause
         self.tmp = tmp
@@ -94,6 +97,7 @@ class Soak:
             for pid in self.c._pools(w):
                 procs[f"{w}-pool[{pid}]"] = pid  # by pid: a pool process replaced after a fault is another
         out = {f"fd {k}": descriptors(p) for k, p in procs.items()}
+        self.kinds = {f"fd {k}": descriptor_kinds(p) for k, p in procs.items()}  # of the latest sample: a leak's report names them
         out.update({f"rss_kib {k}": rss_kib(p) for k, p in procs.items()})
         r = self.redis()
         keys = list(r.scan_iter(count=1000))
@@ -206,8 +210,10 @@ class Soak:
         while r.hlen("unacked") and time.monotonic() < deadline:
             time.sleep(2)
         r.close()
+        kinds_before = self.kinds
         after = self.sample()
         self.before, self.after = before, after
+        self.kinds_before, self.kinds_after = kinds_before, self.kinds
         return self.figures
 
 
@@ -241,7 +247,8 @@ def leaks(soak: Soak) -> list[str]:
             continue
         now = soak.after[key]
         if key.startswith("fd ") and now > was + 10:
-            out.append(f"{key}: {was} → {now}")
+            grew = {k: n - soak.kinds_before.get(key, {}).get(k, 0) for k, n in soak.kinds_after.get(key, {}).items()}
+            out.append(f"{key}: {was} → {now} ({', '.join(f'{k} +{n}' for k, n in sorted(grew.items()) if n > 0)})")
         if key.startswith("rss_kib ") and now > was * 1.5 + 20_000:
             out.append(f"{key}: {was} → {now}")
     if soak.after["redis keys without ttl"] > soak.before["redis keys without ttl"] + 5:

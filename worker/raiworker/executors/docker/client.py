@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import docker
-from docker.errors import DockerException, NotFound
+from docker.errors import APIError, DockerException, NotFound
 
 from ...errors import ExecutorUnavailable
 from ...lease import LEASE_EXIT
@@ -46,17 +46,35 @@ def shared_client() -> docker.DockerClient:
         return client
 
 
+def remove_container(api: Any, name: str, wait: float = 30.0) -> bool:
+    """Remove a container (force, with its anonymous volumes); whether there was one. One whose
+    removal another caller already began (the engine answers 409, "removal … is already in
+    progress": a worker's reaper and a job's recovery at once) is waited for until it is gone."""
+    try:
+        api.remove_container(name, force=True, v=True)
+        return True
+    except NotFound:
+        return False
+    except APIError as exc:
+        if exc.status_code != 409:
+            raise
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            api.inspect_container(name)
+        except NotFound:
+            return True
+        time.sleep(0.1)
+    raise APIError(f"container {name}: its removal, begun elsewhere, did not end in {wait:g} s")
+
+
 def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool = False) -> int:
     """Remove containers a previous run of this worker left (crash, kill -9), or at its end the
     spare containers its slots had started ahead of time."""
     n = 0
     labels = [f"rai.worker={worker}", *([f"{LABEL}={SPARE}"] if spares_only else [])]
-    for c in client.containers.list(all=True, filters={"label": labels}):
-        try:
-            c.remove(force=True, v=True)
-            n += 1
-        except NotFound:
-            pass
+    for row in client.api.containers(all=True, filters={"label": labels}):
+        n += remove_container(client.api, row["Id"])
     return n
 
 
@@ -66,11 +84,7 @@ def remove_lapsed(client: docker.DockerClient, worker: str) -> int:
     comes back to find its container gone ends as a restart (``ContainerJob.lease_stopped``)."""
     n = 0
     for row in client.api.containers(all=True, filters={"label": f"rai.worker={worker}", "status": "exited", "exited": LEASE_EXIT}):
-        try:
-            client.api.remove_container(row["Id"], force=True, v=True)
-            n += 1
-        except NotFound:
-            pass
+        n += remove_container(client.api, row["Id"])
     return n
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from docker.errors import DockerException, ImageNotFound, NotFound
+from docker.errors import DockerException, ImageNotFound
 
 from ...config import WorkerSettings
 from ...errors import ExecutorUnavailable
@@ -27,7 +27,7 @@ from ...terminal import IN_CONTAINER, ends_job, hands_over, no_terminal_note, pt
 from ...workdir import slot_dir
 from ..base import JobContext, Outcome
 from .cgroup import reap_parents
-from .client import LABEL, SPARE, _remove_later, container_name, reap_containers, remove_lapsed, shared_client
+from .client import LABEL, SPARE, _remove_later, container_name, reap_containers, remove_container, remove_lapsed, shared_client
 from .collect import collect_build
 from .forbid import Unlisted, empty_file, forbidden_files
 from .measure import TimedRuns
@@ -164,9 +164,7 @@ class DockerExecutor(TimedRuns):
         try:
             labelled = api.containers(all=True, filters={"label": [f"{LABEL}={ctx.job_id}", f"rai.worker={worker}"]})
             for name in [container_name(ctx.job_id, worker), *(c["Id"] for c in labelled)]:  # by name: a spare it took
-                with contextlib.suppress(NotFound):
-                    api.remove_container(name, force=True, v=True)
-                    found = True
+                found = remove_container(api, name) or found
         except DockerException as exc:
             raise ExecutorUnavailable(f"the container of a lost earlier run of job {ctx.job_id} could not be removed: {exc}") from None
         return found
