@@ -310,6 +310,9 @@ def test_only_instructors_install_every_version_is_kept_and_old_measures_are_ref
     # (or, had it not written yet, operation 1 is checked as it was: not the work either)
     laterpass = r"timed run 1 of 2: the outputs of operation 1 (changed after its end mark: .*|differ from the course's reference .*)"
     assert re.fullmatch(laterpass, job["results"]["measured"]["problem"] or ""), out
+    # a later pass's outputs start as zeros, as a new operation's: a program that adds into them ranks
+    job, out = submit(course, tmp_path, "accumulate")
+    assert job["results"]["measured"]["problem"] is None and len(job["results"]["measured"]["runs"]) == 4, out
     # a program that does fewer passes than the course's (each as fast) is held to the reference's count
     job, out = submit(course, tmp_path, "onepass")
     assert "timed run 1 of 2: it timed 2 operations; the course's reference times 4" in verdict_line(out), out

@@ -28,9 +28,10 @@
  *                   are then DMA at the bus's speed, not staged through the CPU, whose speed wanders);
  *   "Q <in> <out> <k>"  a later pass of operation k's (the same sizes): the memory op k's inputs
  *                   and outputs are in, which the job holds mapped and page-locked already, serves
- *                   this operation too, with new inputs drawn for it; op k is settled first (its
- *                   outputs checked, and compared with what was read at its freeze: a change since
- *                   is reported as one after its end mark). The answer "R" carries no descriptor.
+ *                   this operation too, zeroed, with new inputs drawn for it; op k is settled first
+ *                   (its outputs read once into root's copy, checked, and compared with what was
+ *                   read at its freeze, both from that copy: a change since is reported as one
+ *                   after its end mark). The answer "R" carries no descriptor.
  *                   (Mapping ECE 408's 0.57 GB afresh cost ~0.5 s a pass on the H200's VM, 4 KiB
  *                   page by page: bench/pass_cost.cu.)
  *   "B"             begin: rai-timed reads its clock, then answers "G" with the inputs (read-only,
@@ -111,6 +112,7 @@
 #define CHECK_SKETCHES 8
 #define CHECK_SAMPLES 16
 #define CHUNK_BYTES (1u << 20)
+#define READ_FACTOR 4LL /* every operation's outputs, a later pass's too, at most this many times --max-bytes: what root reads */
 #define MAX_THREADS 16 /* rai-timed's threads for work over the outputs or the inputs */
 #define CPU_LOOK_MS 50 /* how often the CPU budget is looked at: a run overspends it by at most this x its cores */
 #define FREEZE_NS 2000000000LL /* a cgroup not frozen after 2 s: something of the job runs on */
@@ -170,7 +172,8 @@ struct op {
     uint32_t *words;            /* a word at a keyed place of every page, read first after the freeze */
     uint32_t *order;            /* the pages in the order they are read then, drawn at prepare */
     uint32_t *at;               /* where in each of those pages (its word's index), drawn then too */
-    const unsigned char *view;  /* rai-timed's own mapping of the outputs, every page mapped at prepare */
+    unsigned char *view;        /* rai-timed's own mapping of the outputs, every page mapped at prepare
+                                 * (writable: a later pass's outputs are zeroed by rai-timed) */
     char *checked;              /* its checks, once taken: at its end mark (--check-at-end), or when */
     int changed;                /*   a later pass took its memory; then, whether it changed since its freeze */
 };
@@ -180,6 +183,9 @@ static struct {
     gid_t gid;
     const char *cgroup, *out_dir, *secrets;
     long long bound_ms, cpu_budget_ms, max_bytes, bytes_used;
+    long long outputs_total;    /* every operation's outputs, a later pass's too: at most READ_FACTOR x max_bytes */
+    unsigned char *snap;        /* a settled operation's outputs, copied once (settle) */
+    size_t snap_bytes;
     int max_ops, check_at_end;
     uint64_t in_key[2], check_key[2];
     int procs_fd, freeze_fd, kill_fd, events_fd, cpu_fd;
@@ -560,15 +566,19 @@ static int prepare_again(int sock, uint64_t in_n, uint64_t out_n, int k);
 static int prepare(int sock, const char *msg) {
     unsigned long long in_n, out_n;
     char kind, extra;
-    int again = 0;
-    int got = sscanf(msg, "%c %llu %llu %d %c", &kind, &in_n, &out_n, &again, &extra);
+    unsigned again = 0;
+    int got = sscanf(msg, "%c %llu %llu %u %c", &kind, &in_n, &out_n, &again, &extra);
+    if (got == 4 && again > MAX_OPS_LIMIT) again = 0; /* no such operation: refused below */
     if (!(got == 3 || (got == 4 && kind == 'Q')) || in_n == 0 || out_n == 0)
         return problem("the run broke the marks protocol (a prepare without two sizes)"), -1;
     const unsigned long long in_copies = kind == 'Q' ? 2 : 1; /* "Q": rai-timed's and the job's */
     if (R.nops > 0 && R.ops[R.nops - 1].state != 2)
         return problem("the run broke the marks protocol (operation %d prepared before the last one ended)", R.nops + 1), -1;
     if (R.nops >= R.max_ops) return problem("the run timed more than %d operations", R.max_ops), -1;
-    if (got == 4) return prepare_again(sock, in_n, out_n, again);
+    if (out_n > (unsigned long long)(READ_FACTOR * R.max_bytes - R.outputs_total) / 4)
+        return problem("the run's operations asked for more than %lld bytes of outputs in all", READ_FACTOR * R.max_bytes), -1;
+    R.outputs_total += (long long)(out_n * 4);
+    if (got == 4) return prepare_again(sock, in_n, out_n, (int)again);
     if (in_n > (unsigned long long)R.max_bytes / 8 || out_n > (unsigned long long)R.max_bytes / 4 ||
         (in_copies * in_n + out_n) * 4 > (unsigned long long)(R.max_bytes - R.bytes_used))
         return problem("the run's operations asked for more than %lld bytes of inputs and outputs in all", R.max_bytes), -1;
@@ -601,7 +611,7 @@ static int prepare(int sock, const char *msg) {
     /* the outputs can be neither shrunk (a reader would fault) nor grown */
     if (fcntl(o->out_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
         return problem("operation %d: its memory could not be sealed", R.nops + 1), -1;
-    o->view = mmap(NULL, out_n * 4, PROT_READ, MAP_SHARED | MAP_POPULATE, o->out_fd, 0);
+    o->view = mmap(NULL, out_n * 4, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, o->out_fd, 0);
     if (o->view == MAP_FAILED) return problem("operation %d: no memory for its outputs", R.nops + 1), -1;
     if (read_places(o, R.nops) != 0) return problem("operation %d: no memory", R.nops + 1), -1;
     R.nops++;
@@ -733,14 +743,60 @@ static int changed_since_freeze(struct op *o, int index) {
     return changed;
 }
 
-/* Operation ``index`` settled before a later pass takes its memory: its checks taken, then its
- * outputs compared with what was read at its freeze (in that order: a write that lands while the
- * checks are taken is seen by the comparison). Nothing written after this can reach its checks. */
+struct fill_part {
+    unsigned char *to;
+    const unsigned char *from; /* NULL: zeros */
+    size_t bytes;
+};
+
+static void *fill_part(void *arg) {
+    const struct fill_part *c = arg;
+    if (c->from) memcpy(c->to, c->from, c->bytes);
+    else memset(c->to, 0, c->bytes);
+    return NULL;
+}
+
+/* ``bytes`` at ``to`` copied from ``from`` (NULL: zeroed), by up to MAX_THREADS threads. */
+static void fill(unsigned char *to, const unsigned char *from, size_t bytes) {
+    size_t pages = (bytes + PAGE_BYTES - 1) / PAGE_BYTES;
+    int n = threads_for(pages);
+    struct fill_part part[MAX_THREADS];
+    for (int t = 0; t < n; t++) {
+        size_t a = pages * (size_t)t / (size_t)n * PAGE_BYTES, b = pages * (size_t)(t + 1) / (size_t)n * PAGE_BYTES;
+        if (b > bytes) b = bytes;
+        part[t] = (struct fill_part){to + a, from ? from + a : NULL, b > a ? b - a : 0};
+    }
+    in_parallel(fill_part, part, sizeof part[0], n);
+}
+
+/* Operation ``index`` settled before a later pass takes its memory. Its outputs are read once, into
+ * root's own copy, and both its checks and the comparison with what was read at its freeze are
+ * made from that copy: whatever the job (a thread, or a GPU copy the freezer cannot stop) writes
+ * meanwhile, what is checked is what is compared. (Read twice, the checks and then the comparison,
+ * a job could put late work in place for the checks and the frozen bytes back for the comparison:
+ * the hostile review of 2026-11-29.) */
 static int settle(struct op *o, int index) {
     if (o->checked) return 0; /* --check-at-end: checked while frozen */
-    if (check_now(o, index) != 0) return -1;
+    size_t bytes = o->out_n * 4;
+    if (R.snap_bytes < bytes) {
+        if (R.snap) munmap(R.snap, R.snap_bytes);
+        R.bytes_used -= (long long)R.snap_bytes;
+        R.snap = NULL;
+        R.snap_bytes = 0;
+        if ((long long)bytes > R.max_bytes - R.bytes_used) return -1;
+        void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (m == MAP_FAILED) return -1;
+        R.snap = m;
+        R.snap_bytes = bytes;
+        R.bytes_used += (long long)bytes;
+    }
+    fill(R.snap, o->view, bytes);
+    unsigned char *live = o->view;
+    o->view = R.snap;
+    int rc = check_now(o, index);
     o->changed = changed_since_freeze(o, index);
-    return 0;
+    o->view = live;
+    return rc;
 }
 
 /* "Q <in> <out> <k>": operation k's memory (its inputs', its outputs', root's drawn inputs') serves
@@ -750,7 +806,13 @@ static int prepare_again(int sock, uint64_t in_n, uint64_t out_n, int k) {
     struct op *old = k >= 1 && k <= R.nops ? &R.ops[k - 1] : NULL;
     if (!old || old->state != 2 || old->kind != 'Q' || !old->view || !old->in_dst || !old->in_src || old->in_n != in_n || old->out_n != out_n)
         return problem("the run broke the marks protocol (operation %d's memory cannot serve operation %d)", k, R.nops + 1), -1;
-    if (settle(old, k - 1) != 0) return problem("operation %d: its outputs could not be read", k), -1;
+    if (settle(old, k - 1) != 0) return problem("operation %d: its outputs could not be read (no memory to copy them)", k), -1;
+    free(old->hashes); /* settled: what its freeze read is needed no more */
+    free(old->words);
+    free(old->order);
+    free(old->at);
+    old->hashes = NULL;
+    old->words = old->order = old->at = NULL;
     struct op *o = &R.ops[R.nops];
     memset(o, 0, sizeof *o);
     o->in_n = in_n;
@@ -765,6 +827,7 @@ static int prepare_again(int sock, uint64_t in_n, uint64_t out_n, int k) {
     old->view = NULL;
     old->in_src = old->in_dst = NULL;
     if (read_places(o, R.nops) != 0) return problem("operation %d: no memory", R.nops + 1), -1;
+    fill(o->view, NULL, out_n * 4); /* as a new operation's: its outputs' memory starts as zeros */
     draw_inputs((float *)(void *)o->in_src, in_n, (uint64_t)R.nops);
     R.nops++;
     return send_fds(sock, "R", NULL, 0);
@@ -849,7 +912,7 @@ static void write_result(int status, long long cpu) {
             continue;
         }
         if (o->checked) { /* checked at its end mark, or before a later pass took its memory */
-            int changed = o->changed || (o->view && !R.check_at_end && changed_since_freeze(o, i));
+            int changed = o->changed; /* settled: compared then (--check-at-end: the reference's, trusted) */
             fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d%s via %c\n", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
                     o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, changed, o->checked, o->kind);
             continue;

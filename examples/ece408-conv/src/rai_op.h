@@ -19,9 +19,9 @@
 //
 // A run does the course's operations rai_op_passes() times over (the course's ranked.passes), each
 // time on new inputs: every pass of every run is one sample of the ranked number. A later pass of
-// an operation of the same sizes gets the same memory (*out, and the inputs' memory) back, with
-// new inputs: rai-timed settles the earlier operation first (its outputs checked, and compared with
-// what was read at its freeze); mapping it afresh cost ~0.5 s a pass (bench/pass_cost.cu).
+// an operation of the same sizes gets the same memory (*out, zeroed, and the inputs' memory) back,
+// with new inputs: rai-timed settles the earlier operation first (its outputs checked, and compared
+// with what was read at its freeze); mapping it afresh cost ~0.5 s a pass (bench/pass_cost.cu).
 //
 // Every one of the job's processes and threads counts between begin and end, whatever it does;
 // nothing it does after end can change what is checked (a change is seen and the run not ranked).
