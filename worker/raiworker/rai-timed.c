@@ -670,31 +670,34 @@ static int prepare_job_inputs(int sock, struct op *o) {
     return rc;
 }
 
-struct copy_part {
+struct fill_part {
     unsigned char *to;
-    const unsigned char *from;
+    const unsigned char *from; /* NULL: zeros */
     size_t bytes;
 };
 
-static void *copy_part(void *arg) {
-    const struct copy_part *c = arg;
-    memcpy(c->to, c->from, c->bytes);
+static void *fill_part(void *arg) {
+    const struct fill_part *c = arg;
+    if (c->from) memcpy(c->to, c->from, c->bytes);
+    else memset(c->to, 0, c->bytes);
     return NULL;
 }
 
-/* "Q"'s inputs into the job's memory, by up to MAX_THREADS threads (~2-3 ms for ECE 408's 92 MB
- * layer): inside the operation's time, since anything of the job (a thread, a GPU kernel reading
- * mapped memory) may read them from the first byte written. */
-static void copy_inputs(struct op *o) {
-    size_t bytes = o->in_n * 4, pages = (bytes + PAGE_BYTES - 1) / PAGE_BYTES;
+/* ``bytes`` at ``to`` copied from ``from`` (NULL: zeroed), by up to MAX_THREADS threads: "Q"'s
+ * inputs into the job's memory at begin (~2-3 ms for ECE 408's 92 MB layer, inside the operation's
+ * time, since anything of the job, a thread or a GPU kernel reading mapped memory, may read them
+ * from the first byte written), a settled operation's outputs into root's copy, a later pass's
+ * outputs zeroed. */
+static void fill(unsigned char *to, const unsigned char *from, size_t bytes) {
+    size_t pages = (bytes + PAGE_BYTES - 1) / PAGE_BYTES;
     int n = threads_for(pages);
-    struct copy_part part[MAX_THREADS];
+    struct fill_part part[MAX_THREADS];
     for (int t = 0; t < n; t++) {
-        size_t from = pages * (size_t)t / (size_t)n * PAGE_BYTES, to = pages * (size_t)(t + 1) / (size_t)n * PAGE_BYTES;
-        if (to > bytes) to = bytes;
-        part[t] = (struct copy_part){o->in_dst + from, o->in_src + from, to > from ? to - from : 0};
+        size_t a = pages * (size_t)t / (size_t)n * PAGE_BYTES, b = pages * (size_t)(t + 1) / (size_t)n * PAGE_BYTES;
+        if (b > bytes) b = bytes;
+        part[t] = (struct fill_part){to + a, from ? from + a : NULL, b > a ? b - a : 0};
     }
-    in_parallel(copy_part, part, sizeof part[0], n);
+    in_parallel(fill_part, part, sizeof part[0], n);
 }
 
 /* "B": the clock starts, then the inputs are handed over (read-only): their memfd ("P"), or copied
@@ -707,7 +710,7 @@ static int begin(int sock) {
     o->cpu0 = cpu_usec();
     o->t0 = now_ns();
     o->state = 1;
-    if (o->in_dst) copy_inputs(o);
+    if (o->in_dst) fill(o->in_dst, o->in_src, o->in_n * 4);
     int rc = send_fd(sock, "G", ro);
     if (ro >= 0) close(ro);
     close(o->in_fd);
@@ -741,32 +744,6 @@ static int changed_since_freeze(struct op *o, int index) {
     free(now);
     free(words);
     return changed;
-}
-
-struct fill_part {
-    unsigned char *to;
-    const unsigned char *from; /* NULL: zeros */
-    size_t bytes;
-};
-
-static void *fill_part(void *arg) {
-    const struct fill_part *c = arg;
-    if (c->from) memcpy(c->to, c->from, c->bytes);
-    else memset(c->to, 0, c->bytes);
-    return NULL;
-}
-
-/* ``bytes`` at ``to`` copied from ``from`` (NULL: zeroed), by up to MAX_THREADS threads. */
-static void fill(unsigned char *to, const unsigned char *from, size_t bytes) {
-    size_t pages = (bytes + PAGE_BYTES - 1) / PAGE_BYTES;
-    int n = threads_for(pages);
-    struct fill_part part[MAX_THREADS];
-    for (int t = 0; t < n; t++) {
-        size_t a = pages * (size_t)t / (size_t)n * PAGE_BYTES, b = pages * (size_t)(t + 1) / (size_t)n * PAGE_BYTES;
-        if (b > bytes) b = bytes;
-        part[t] = (struct fill_part){to + a, from ? from + a : NULL, b > a ? b - a : 0};
-    }
-    in_parallel(fill_part, part, sizeof part[0], n);
 }
 
 /* Operation ``index`` settled before a later pass takes its memory. Its outputs are read once, into
@@ -911,16 +888,13 @@ static void write_result(int status, long long cpu) {
             fprintf(f, "op %d %" PRIu64 " %" PRIu64 " unended\n", i + 1, o->in_n, o->out_n);
             continue;
         }
-        if (o->checked) { /* checked at its end mark, or before a later pass took its memory */
-            int changed = o->changed; /* settled: compared then (--check-at-end: the reference's, trusted) */
-            fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d%s via %c\n", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
-                    o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, changed, o->checked, o->kind);
-            continue;
-        }
-        int changed = changed_since_freeze(o, i);
+        /* checked already (at its end mark, --check-at-end: the reference's, trusted; or settled
+         * before a later pass took its memory, and compared then), or now that the job is gone */
+        int changed = o->checked ? o->changed : changed_since_freeze(o, i);
         fprintf(f, "op %d %" PRIu64 " %" PRIu64 " %lld %lld %d", i + 1, o->in_n, o->out_n, (long long)(o->t1 - o->t0),
                 o->cpu1 >= 0 && o->cpu0 >= 0 ? o->cpu1 - o->cpu0 : -1, changed);
-        checks(f, o, i);
+        if (o->checked) fputs(o->checked, f);
+        else checks(f, o, i);
         fprintf(f, " via %c\n", o->kind);
     }
     fclose(f);
