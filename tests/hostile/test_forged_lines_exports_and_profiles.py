@@ -275,12 +275,15 @@ def test_hard_links_in_build_hold_no_slot_past_the_wall_clock(hostile, ends):
     """Item 4: 15,000 hard links in /build held a slot 46 s past a 30 s wall clock. The copy of
     /build (each link, extracted, is the file again: 7.5 GB here) is bounded by the job's wall
     clock, RAI_BUILD_MB and RAI_BUILD_FILES: the job ends, and its slot is free, soon after."""
-    import time
+    from datetime import datetime
 
     links = "cd /build && head -c 500000 /dev/urandom > f && i=0; while [ $i -lt 15000 ]; do ln f h$i; i=$((i+1)); done"
-    started = time.monotonic()
     job, _ = hostile.run([links + ("; sleep 100" if ends == "at the wall clock" else "")], "resources:\n  limits:\n    wall_seconds: 15\n")
-    took = time.monotonic() - started
     assert job["state"] in ("timed_out", "failed", "succeeded"), job
-    assert took < 15 + 10, f"the job held its slot {took:.0f} s (wall clock 15 s)"
+    # from the wall clock's start (the command's) to the job's end: a loaded machine's queue and
+    # container start come before the clock and are not the slot held past it (CI: 25.2 s submit to end)
+    at = {p["name"]: datetime.fromisoformat(p["at"]) for p in reversed(job["phases"])}  # each name's first
+    held = (at["finished"] - at["command started"]).total_seconds()
+    timeline = ", ".join(f"{p['name']} {p['at'][11:23]}" for p in job["phases"])
+    assert held < 15 + 10, f"the job held its slot {held:.0f} s after its wall clock (15 s) started: {timeline}"
     hostile.still_serves()
