@@ -178,7 +178,8 @@ def noise(runs: int) -> None:
         helpers["before"] = WORK / "rai-timed-before"
     cu = ROOT / "bench/ranked46/traced.cu"
     binaries: dict[str, Path] = {}
-    for name in ("before", "now"):
+    # BEFORE=none: this tree's harness only; PASSES=P: each run does the operations P times (ranked.passes)
+    for name in ("now",) if before == "none" else ("before", "now"):
         proj = WORK / name
         shutil.copytree(EXAMPLE, proj)
         if name == "before" and not timed_before:
@@ -197,7 +198,8 @@ def noise(runs: int) -> None:
             for name, binary in binaries.items():
                 trace: list[str] = []
                 helper = helpers.get(name, helpers["now"])
-                got, _wall = timed(binary, (secrets.token_hex(16), secrets.token_hex(16)), None, trace=trace, helper=helper)
+                passes = {"RAI_OP_PASSES": os.environ["PASSES"]} if os.environ.get("PASSES") else None
+                got, _wall = timed(binary, (secrets.token_hex(16), secrets.token_hex(16)), None, trace=trace, helper=helper, env=passes)
                 phases = [[float(v) for v in line.split()[2::2]] for line in trace if line.startswith("TRACE ")]
                 ends = [[float(v) for v in re.findall(r"([0-9.]+) ms", line)] for line in trace if line.startswith("TIMED ")]
                 total = [0.0]

@@ -27,6 +27,9 @@ ROOT, OUT = gc.ROOT, gc.OUT
 VARIANTS = ["honest", "cublas", "cputhreads", "sidestream"] + ["honest"] * 7  # 8 honest: the coefficient of variation
 if os.environ.get("VARIANTS"):  # a shorter list for one question: VARIANTS=cublas,honest
     VARIANTS = os.environ["VARIANTS"].split(",")
+_unknown = sorted({v for v in VARIANTS if v != "honest" and not (Path(__file__).parent / "ranked46" / f"{v}.cu").exists()})
+if _unknown:  # found now, not after minutes of device time
+    raise SystemExit(f"VARIANTS: no bench/ranked46/<name>.cu for {', '.join(_unknown)}")
 # SHAPES=5x1,5x5: the variants once for each shape of the timed runs (R runs of P passes), the course
 # installed anew before each (a new version: the board's runs of one shape beside the other's)
 SHAPES = [x for x in os.environ.get("SHAPES", "").split(",") if x] or [""]

@@ -333,17 +333,76 @@ static int threads_for(uint64_t pages) {
     return pages < 1024 ? 1 : cores > MAX_THREADS ? MAX_THREADS : cores < 1 ? 1 : cores;
 }
 
-/* fn on each of n parts (``size`` bytes apart), on n threads at once (the caller's the first). */
+/* rai-timed's helper threads, started once, after the job's process (never forked with them) and
+ * before any mark: work done while an operation's clock runs (the inputs copied in at begin, the
+ * outputs' pages read at end) then only wakes them. Started for each piece of work, they cost
+ * ~0.4-0.8 ms of the clock an operation, and spread it (bench/h200-run-offset-2026-11-29.txt). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long round; /* a new piece of work */
+    int workers, pending;
+    pthread_t owner; /* the thread that started the pool: the only one that hands it work */
+    void *(*fn)(void *);
+    char *parts;
+    size_t size;
+    int n;
+} P = {.mu = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+static void *pool_worker(void *arg) {
+    int id = (int)(intptr_t)arg; /* 1..workers: part id of each piece of work */
+    unsigned long seen = 0;
+    pthread_mutex_lock(&P.mu);
+    for (;;) {
+        while (P.round == seen) pthread_cond_wait(&P.go, &P.mu);
+        seen = P.round;
+        if (id >= P.n) continue;
+        void *(*fn)(void *) = P.fn;
+        void *part = P.parts + (size_t)id * P.size;
+        pthread_mutex_unlock(&P.mu);
+        fn(part);
+        pthread_mutex_lock(&P.mu);
+        if (--P.pending == 0) pthread_cond_signal(&P.done);
+    }
+    return NULL;
+}
+
+static void pool_start(int workers) {
+    P.owner = pthread_self();
+    for (int id = 1; id <= workers && id < MAX_THREADS; id++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, pool_worker, (void *)(intptr_t)id) != 0) break;
+        pthread_detach(t);
+        P.workers = id;
+    }
+    /* fewer: the work is done all the same, more slowly (the run's time says so); the worker's log keeps why */
+    if (P.workers < workers && P.workers < MAX_THREADS - 1)
+        fprintf(stderr, "rai-timed: %d of %d helper threads started\n", P.workers, workers);
+}
+
+/* fn on each of n parts (``size`` bytes apart), at once: the caller does the first, the pool's
+ * threads the others (a part beyond the pool, the caller after its own). */
 static void in_parallel(void *(*fn)(void *), void *parts, size_t size, int n) {
-    pthread_t thread[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
-    for (int t = 1; t < n; t++) {
-        started[t] = pthread_create(&thread[t], NULL, fn, (char *)parts + (size_t)t * size) == 0;
-        if (!started[t]) fn((char *)parts + (size_t)t * size);
+    int pooled = n - 1 < P.workers ? n - 1 : P.workers;
+    if (pooled > 0 && !pthread_equal(pthread_self(), P.owner)) pooled = 0; /* from a pool thread: it would wait on itself */
+    if (pooled > 0) {
+        pthread_mutex_lock(&P.mu);
+        P.fn = fn;
+        P.parts = parts;
+        P.size = size;
+        P.n = pooled + 1;
+        P.pending = pooled;
+        P.round++;
+        pthread_cond_broadcast(&P.go);
+        pthread_mutex_unlock(&P.mu);
     }
     fn(parts);
-    for (int t = 1; t < n; t++)
-        if (started[t]) pthread_join(thread[t], NULL);
+    for (int t = pooled + 1; t < n; t++) fn((char *)parts + (size_t)t * size);
+    if (pooled > 0) {
+        pthread_mutex_lock(&P.mu);
+        while (P.pending > 0) pthread_cond_wait(&P.done, &P.mu);
+        pthread_mutex_unlock(&P.mu);
+    }
 }
 
 struct words_part {
@@ -1022,6 +1081,7 @@ int main(int argc, char **argv) {
     if (R.secrets) {
         close(sv[1]);
         close(marks[1]);
+        pool_start(threads_for(UINT64_MAX) - 1);
     }
     int pidfd = (int)syscall(SYS_pidfd_open, child, 0);
     if (pidfd < 0) return setup_failed("pidfd_open");

@@ -150,6 +150,7 @@ int ranked(int batch) {
         if (rai_gpu_pin_inputs) rai_gpu_pin_inputs(rai_op_inputs(), (nx + nk) * sizeof(float));
         pinned.emplace_back(y, rai_op_inputs());
       }
+      if (conv_prepare) conv_prepare(batch, l.M, l.C, l.H, l.W, l.K);
       rai_op_begin(&in);
       conv_forward(in, in + nx, y, batch, l.M, l.C, l.H, l.W, l.K);
       rai_op_end();
@@ -196,6 +197,7 @@ int main(int argc, char **argv) {
   const int M1 = t[0].shape[0], K1 = t[0].shape[2];
   const int H1 = H - K1 + 1, W1 = W - K1 + 1;
   std::vector<float> y1((size_t)batch * M1 * H1 * W1);
+  if (conv_prepare) conv_prepare(batch, M1, 1, H, W, K1);
   const double op1 = conv_forward(x.data(), t[0].data.data(), y1.data(), batch, M1, 1, H, W, K1);
   printf("Op Time: %.9f\n", op1);
   bias_relu(y1, t[1].data, batch, M1, H1 * W1);
@@ -206,6 +208,7 @@ int main(int argc, char **argv) {
   const int M2 = t[2].shape[0], K2 = t[2].shape[2];
   const int H2 = Hp1 - K2 + 1, W2 = Wp1 - K2 + 1;
   std::vector<float> y2((size_t)batch * M2 * H2 * W2);
+  if (conv_prepare) conv_prepare(batch, M2, M1, Hp1, Wp1, K2);
   const double op2 = conv_forward(p1.data(), t[2].data.data(), y2.data(), batch, M2, M1, Hp1, Wp1, K2);
   printf("Op Time: %.9f\n", op2);
   bias_relu(y2, t[3].data, batch, M2, H2 * W2);
