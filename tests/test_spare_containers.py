@@ -5,6 +5,10 @@ one is removed. Real Docker engine, one slot."""
 
 from __future__ import annotations
 
+import signal
+import time
+
+import docker.errors
 import pytest
 from helpers import make_project, start_service, wait_for
 
@@ -58,3 +62,32 @@ def test_the_next_job_takes_a_fresh_container_started_ahead(tmp_path, redis_url,
         svc.shutdown()
     # the worker's end removes its spare
     assert spares(docker_engine) == []
+
+
+def test_a_spare_container_ends_when_its_worker_dies(tmp_path, redis_url, docker_engine):
+    """A spare waits for a job that only its worker can give it: killed (a box's worker gone, not
+    restarted), the spare stops within the worker's dead-after time, as a job's container does when
+    its lease lapses. It used to run for ever (it had no stamp to watch)."""
+    svc = start_service(tmp_path, redis_url, None, "docker", slots=1)
+    try:
+        job, out = submit(svc, make_project(tmp_path / "a", ["echo first"]))
+        assert "first" in out
+        spare = wait_for(lambda: spares(docker_engine), what="a spare container after the first job")[0]
+        time.sleep(8)  # longer than RAI_WORKER_DEAD_AFTER (6): a living worker's spare stays up
+        assert docker_engine.api.inspect_container(spare)["State"]["Running"], "a living worker's spare stopped"
+        svc.stop("worker-w1", signal.SIGKILL)
+        killed = time.monotonic()
+
+        def stopped() -> bool:
+            try:
+                return not docker_engine.api.inspect_container(spare)["State"]["Running"]
+            except docker.errors.NotFound:
+                return True
+
+        wait_for(stopped, timeout=30, what="the dead worker's spare container to stop")
+        took = time.monotonic() - killed
+    finally:
+        svc.shutdown()
+        for row in docker_engine.api.containers(all=True, filters={"label": "rai.worker=w1"}):
+            docker_engine.api.remove_container(row["Id"], force=True)
+    assert took < 6 + 5, f"the spare ran {took:.0f} s past its worker's death"

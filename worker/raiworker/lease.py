@@ -95,6 +95,48 @@ def write_stamp(stamp: Path, boot_deadline: float, epoch_deadline: float) -> Non
     os.replace(tmp, stamp)
 
 
+class IdleStamp:
+    """Between its jobs a slot's stamp says "this worker lives", renewed while it does: a container
+    started ahead for the slot's next job (a spare) watches the same stamp, and with none (as
+    before) it ran for ever after its worker died or froze. Paused before a claim, so the job's
+    own lease alone decides its stamp (a later idle stamp would let a job outlive its lease)."""
+
+    def __init__(self, stamp: Path, dead_after: float, every: float) -> None:
+        self.stamp, self.dead_after, self.every = stamp, dead_after, every
+        self._idle = threading.Event()
+        self._lock = threading.Lock()  # a stamp being written when the pause comes is done before it returns
+        self._thread: threading.Thread | None = None
+
+    def resume(self) -> None:
+        """The slot's job is over: its stamp is this worker's, renewed from now."""
+        with self._lock:
+            self._write()
+        self._idle.set()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="idle-stamp", daemon=True)
+            self._thread.start()
+
+    def pause(self) -> None:
+        """A claim comes: no more idle stamps (the one written stands until the lease's own)."""
+        self._idle.clear()
+        with self._lock:
+            pass
+
+    def _write(self) -> None:
+        try:
+            write_stamp(self.stamp, boot_clock() + self.dead_after, time.time() + self.dead_after)
+        except OSError as exc:  # the last stamp stands: a spare exits at its time, nothing else
+            log.warning("the idle stamp %s was not written: %s", self.stamp, exc)
+
+    def _run(self) -> None:
+        while True:
+            self._idle.wait()
+            time.sleep(self.every)
+            with self._lock:
+                if self._idle.is_set():
+                    self._write()
+
+
 class Lease(threading.Thread):
     def __init__(
         self,
@@ -155,7 +197,7 @@ class Lease(threading.Thread):
         self._done.set()
         if self.is_alive() and self is not threading.current_thread():
             self.join(timeout=10)
-        self.stamp.unlink(missing_ok=True)  # the slot's next container (a spare) waits for its own job's
+        self.stamp.unlink(missing_ok=True)  # until the idle stamp (IdleStamp.resume): the spare watches that one
         self.http.close()
         self.redis.close()
 

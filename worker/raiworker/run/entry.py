@@ -15,8 +15,9 @@ from raiprotocol.models import GpuInfo, JobState, JobUpdate
 
 from ..config import WorkerSettings
 from ..errors import NoPlace, Refused, ServerUnreachable
+from ..lease import IdleStamp
 from ..server import ServerClient
-from ..workdir import jobs_dir, locks_dir
+from ..workdir import jobs_dir, lease_stamp, locks_dir
 from ..workdir import running_dir as running_dir_of
 from .job import JobRun
 from .places import place
@@ -74,9 +75,21 @@ def run_job(settings: WorkerSettings, gpus: list[GpuInfo], job_id: str, attempt:
         server = ServerClient(settings)
         # every Redis call of the run is bounded: a Redis cut off mid-call must not hold the run
         r = redis.Redis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
+        idle = _idle_stamp(settings)
+        idle.pause()
         try:
             run = JobRun.claim(settings, gpus, server, r, job_id, attempt, ranked=exclusive)
             return run.run() if run is not None else "skipped"
         finally:
+            idle.resume()
             server.close()
             r.close()
+
+
+_idle: list[IdleStamp] = []  # this pool process's, made at its first job
+
+
+def _idle_stamp(settings: WorkerSettings) -> IdleStamp:
+    if not _idle:
+        _idle.append(IdleStamp(lease_stamp(settings.work_dir), settings.worker_dead_after, settings.heartbeat_seconds))
+    return _idle[0]
