@@ -1,24 +1,35 @@
 """GPU sharing at a deadline (issue 38), through the real service: a queue that allows four jobs
 per GPU runs four at once on one GPU, each says so in its log and its printed times are marked as
-shared; a ranked (exclusive) run still has the host and its GPU alone, and shared jobs submitted
-after it wait for it. The process executor stands in for the GPU host (CI has no GPU: the lock
-files that share a GPU are the same whatever runs on it)."""
+shared; an exclusive run still has the host and its GPU alone, and shared jobs submitted while it
+runs wait for it (before it has the host, the order on the host is its places', not the queue's:
+a slot freed as three deliveries wait goes to whichever looks first). The process executor stands
+in for the GPU host (CI has no GPU: the lock files that share a GPU are the same whatever runs on
+it)."""
 
 from __future__ import annotations
 
 import re
 import time
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import pytest
-from helpers import jobs_at_their_end, make_project, start_service
+from helpers import jobs_at_their_end, make_project, start_service, wait_for
 
 from raiprotocol.profile import read_profile_file
 
 pytestmark = pytest.mark.timeout(300)
 
-SHARED = ["sh -c 'sleep 3; echo Op Time: 0.0125; echo Correctness: 0.9 Model: ece408'"]
+
+def _shared(gate: Path) -> list[str]:
+    """A job that holds its GPU until the test opens ``gate`` (at most 60 s), then 3 s more: the four
+    run at once however slowly a loaded machine submits them (CI: with ``sleep 3`` alone, the first
+    ended before the third started)."""
+    wait = f"for i in $(seq 600); do [ -e {gate} ] && break; sleep 0.1; done"
+    return [f"sh -c '{wait}; sleep 3; echo Op Time: 0.0125; echo Correctness: 0.9 Model: ece408'"]
+
+
 GPU = "resources:\n  gpu:\n    count: 1\n"
 ALONE = "resources:\n  gpu:\n    count: 1\n    exclusive: true\n"
 
@@ -75,8 +86,9 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
         },
     )
     try:
-        shared = make_project(tmp_path / "shared", SHARED, extra=GPU)
-        alone = make_project(tmp_path / "alone", SHARED, extra=ALONE)
+        gate = tmp_path / "gate"
+        shared = make_project(tmp_path / "shared", _shared(gate), extra=GPU)
+        alone = make_project(tmp_path / "alone", _shared(gate), extra=ALONE)
 
         first = [_submitted(svc, shared) for _ in range(4)]
         seen_busy = 0
@@ -86,9 +98,10 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
                 metrics = h.get("/metrics").text
                 m = re.search(r'rai_gpu_jobs\{gpu="0",worker="w1"\} (\d+)', metrics)
                 seen_busy = max(seen_busy, int(float(m.group(1))) if m else 0)
-                if seen_busy >= 3:
+                if seen_busy >= 4:
                     break
                 time.sleep(0.2)
+        gate.touch()  # the four may end now
         prof = read_profile_file(svc.profile)
         with httpx.Client(base_url=svc.url, timeout=30) as web:  # the workers page, as staff see it
             token = re.search(r'name="csrf" value="([^"]+)"', web.get("/login").text)
@@ -96,7 +109,8 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
             web.post("/login", data={"access_key": prof.access_key, "secret_key": prof.secret_key, "csrf": token.group(1)})
             page = web.get("/workers")
         ranked = _submitted(svc, alone)
-        time.sleep(1.0)  # the ranked run now waits for the host
+        with svc.http() as h:  # the exclusive run has the host (before it, the slots' order is the host's, not the queue's)
+            wait_for(lambda: "An exclusive run:" in h.get(f"/api/v1/jobs/{ranked}/log.txt").text, 90, 0.2, "the exclusive run's start")
         later = [_submitted(svc, shared) for _ in range(2)]
         ids = first + [ranked] + later
         with svc.http() as h:
@@ -118,7 +132,9 @@ def test_four_jobs_share_a_gpu_and_a_ranked_run_keeps_it_alone(tmp_path, redis_u
     r_start, r_end = _span(jobs[ranked])
     assert "is shared" not in logs[ranked] and jobs[ranked]["results"]["gpu_shared_with"] == 0
     assert all(f <= r_start for _, f in spans), "the ranked run started beside shared jobs"
-    assert all(_span(jobs[i])[0] >= r_end for i in later), "a shared job started beside the ranked run"
+    assert all(_span(jobs[i])[0] >= r_end for i in later), (
+        f"a shared job started beside the ranked run: {jobs[ranked]['phases']} {[jobs[i]['phases'] for i in later]}"
+    )
     assert unverified and all(e["shared_gpu"] for e in unverified), unverified  # printed times: marked as shared
     assert page.status_code == 200 and re.search(r"[1-4]/4 jobs", page.text), page.text
 

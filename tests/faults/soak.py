@@ -73,6 +73,11 @@ class Soak:
         self.kinds: dict[str, dict[str, int]] = {}  # descriptors by kind, of the latest sample
         self.kinds_before: dict[str, dict[str, int]] = {}
         self.kinds_after: dict[str, dict[str, int]] = {}
+        # a third of the way in: what leaks are measured from (every pool process has run jobs by then;
+        # at the warm-up's end one may not have, and its first jobs open what it keeps: its metrics
+        # files, its connections, CI saw a pool process go 21 -> 33 so, its sibling staying at 28)
+        self.settled: dict[str, int] = {}
+        self.kinds_settled: dict[str, dict[str, int]] = {}
         self.c = Campaign(tmp)
         self.c.pause = pause
         self.tmp = tmp
@@ -191,11 +196,16 @@ class Soak:
         warm = max(10, jobs // 10)
         wait_for(lambda: len(self.figures.jobs) >= warm or not any(t.is_alive() for t in threads), timeout=seconds, what="the warm-up jobs")
         before = self.sample()
+        kinds_warm = self.kinds
         k = 0
         while any(t.is_alive() for t in threads):
             time.sleep(every)
             if not any(t.is_alive() for t in threads):
                 break
+            third = len(self.figures.jobs) >= max(warm, jobs // 3) or time.monotonic() >= until - seconds * 2 / 3
+            if not self.settled and third:
+                self.settled = self.sample()  # before the next fault, the service recovered from the last
+                self.kinds_settled = self.kinds
             name = ROTATION[k % len(ROTATION)]
             k += 1
             self.figures.faults.append(name)
@@ -210,10 +220,9 @@ class Soak:
         while r.hlen("unacked") and time.monotonic() < deadline:
             time.sleep(2)
         r.close()
-        kinds_before = self.kinds
         after = self.sample()
         self.before, self.after = before, after
-        self.kinds_before, self.kinds_after = kinds_before, self.kinds
+        self.kinds_before, self.kinds_after = kinds_warm, self.kinds
         return self.figures
 
 
@@ -239,20 +248,24 @@ def main() -> int:
 
 
 def leaks(soak: Soak) -> list[str]:
-    """What grew: descriptors by more than 10 per process, memory by more than half, keys without ttl,
+    """What grew from a third of the way in (the warm-up's end when the soak was too short to get
+    there): descriptors by more than 10 per process, memory by more than half, keys without ttl,
     held deliveries (a process that was replaced meanwhile, after a fault, is not compared)."""
     out = []
-    for key, was in soak.before.items():
-        if key not in soak.after:
+    base, kinds_base = (soak.settled, soak.kinds_settled) if soak.settled else (soak.before, soak.kinds_before)
+    for key, was in base.items():
+        if key not in soak.after or was is None:
             continue
         now = soak.after[key]
+        if now is None:
+            continue
         if key.startswith("fd ") and now > was + 10:
-            grew = {k: n - soak.kinds_before.get(key, {}).get(k, 0) for k, n in soak.kinds_after.get(key, {}).items()}
+            grew = {k: n - kinds_base.get(key, {}).get(k, 0) for k, n in soak.kinds_after.get(key, {}).items()}
             out.append(f"{key}: {was} → {now} ({', '.join(f'{k} +{n}' for k, n in sorted(grew.items()) if n > 0)})")
         if key.startswith("rss_kib ") and now > was * 1.5 + 20_000:
             out.append(f"{key}: {was} → {now}")
-    if soak.after["redis keys without ttl"] > soak.before["redis keys without ttl"] + 5:
-        out.append(f"Redis keys without ttl: {soak.before['redis keys without ttl']} → {soak.after['redis keys without ttl']}")
+    if soak.after["redis keys without ttl"] > base["redis keys without ttl"] + 5:
+        out.append(f"Redis keys without ttl: {base['redis keys without ttl']} → {soak.after['redis keys without ttl']}")
     if soak.after["celery unacked"] > 0:
         out.append(f"{soak.after['celery unacked']} Celery deliveries still held")
     return out
@@ -267,6 +280,7 @@ def report(soak: Soak, figures: Figures) -> str:
         f"{len(figures.jobs)} jobs, {len(figures.faults)} faults ({', '.join(figures.faults)})",
         "states: " + ", ".join(f"{k} {v}" for k, v in sorted(figures.states.items())),
         "before → after: " + "; ".join(f"{k} {soak.before[k]} → {soak.after.get(k)}" for k in soak.before),
+        "a third of the way in → after: " + "; ".join(f"{k} {soak.settled[k]} → {soak.after.get(k)}" for k in soak.settled),
         f"leaks: {leaks(soak) or 'none'}",
         f"problems: {len(figures.problems)}",
         *figures.problems[:30],

@@ -69,10 +69,13 @@ def test_every_pattern_is_linear_on_adversarial_lines():
     worst = 0.0
     for pattern in PATTERNS:
         for text in lines:
-            start = time.perf_counter()
-            pattern.search(text)
-            pattern.findall(text)
-            worst = max(worst, time.perf_counter() - start)
+            took = []
+            for _ in range(3):  # the fastest of three: a busy machine's pause falls on one, a backtracking engine's cost on all
+                start = time.perf_counter()
+                pattern.search(text)
+                pattern.findall(text)
+                took.append(time.perf_counter() - start)
+            worst = max(worst, min(took))
     # a backtracking engine took 16 s on 2,000 spaces; linear matching of 64 KiB is well under this
     assert worst < 0.5, f"slowest match took {worst:.2f} s"
 
