@@ -3,7 +3,9 @@ on a real app (SQLite, a private Redis), every Python call made meanwhile record
 in every thread: the handlers' dependencies run in a thread pool), and the calls into raiserver's
 own code listed in order as modules and rooms (raiserver's sub-packages): the calls rai's code makes
 into rai's code, and the framework's into the routes (a library's callbacks, such as SQLAlchemy's
-type conversions, and the middleware around every request left out). "Comes back": a call into
+type conversions, and the middleware around every request left out; the framework's calls into
+a dependency are counted wherever the dependency lives; a coroutine or generator resumed after an
+await or a yield is the call it was, not a new one). "Comes back": a call into
 a room the request had already left for another one (calls only; a function returning to its
 caller is not counted).
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import inspect
 import sys
 import tempfile
 import threading
@@ -28,6 +31,9 @@ from term_pages import private_redis  # noqa: E402 - beside this file
 # the ASGI middleware around every request and each of its messages (counts, security headers):
 # not the route's path
 MIDDLEWARE = ("HttpCounts", "SecurityHeaders")
+# what calls a route, its dependencies (wherever they live) and the functions it hands to a thread
+FRAMEWORK = ("fastapi.", "starlette.", "anyio.", "sse_starlette.")
+RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 def collapse(names: list[str]) -> list[str]:
@@ -87,15 +93,20 @@ def main() -> None:
         client = TestClient(app)
         client.get(args.path.format(id=job_id), headers={"Authorization": auth})  # warm: imports, caches
         calls: list[str] = []
+        resumable: set[FrameType] = set()  # a coroutine's or generator's frame, seen at its first entry
 
         def profile(frame: FrameType, event: str, arg: Any) -> None:
             if event == "call":
+                if frame.f_code.co_flags & RESUMABLE:
+                    if frame in resumable:
+                        return  # resumed after an await or a yield: the same call going on, not a new one
+                    resumable.add(frame)
                 name = frame.f_globals.get("__name__", "")
                 if not name.startswith("raiserver.") or frame.f_code.co_qualname.startswith(MIDDLEWARE):
                     return
                 caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""
-                if caller.startswith("raiserver.") or name.startswith("raiserver.api."):
-                    calls.append(name)  # rai's code calling rai's, or the framework calling a route (not a library's callback)
+                if caller.startswith("raiserver.") or name.startswith("raiserver.api.") or caller.startswith(FRAMEWORK):
+                    calls.append(name)  # rai's code calling rai's, or the framework a route or a dependency (not a library's callback)
 
         threading.setprofile(profile)
         sys.setprofile(profile)

@@ -12,8 +12,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from sqlalchemy import select
+from sqlalchemy.orm import joinedload
 
 from raiserver import __version__
+from raiserver.access.admission import Admission
 from raiserver.access.auth import key_tag
 from raiserver.access.hardening import LoginLimiter, SecurityHeaders
 from raiserver.access.uploadgate import UploadGate
@@ -32,6 +34,7 @@ from raiserver.services.reaper import Reaper
 from raiserver.services.release import Release
 from raiserver.services.similarity import Similarity
 from raiserver.store.db import Database, migrate
+from raiserver.store.lane import Lane
 from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage
 from raiserver.store.tables import Job, User
@@ -52,7 +55,8 @@ def make_services(settings: Settings) -> AppServices:
     def job_states(ids: list[str]) -> dict[str, Any]:
         with db.session() as session:
             view = QueueView(session, settings)
-            return {j.id: job_out(session, j, view) for j in session.scalars(select(Job).where(Job.id.in_(ids)))}
+            jobs = session.scalars(select(Job).options(joinedload(Job.owner)).where(Job.id.in_(ids)))  # one query for every owner
+            return {j.id: job_out(session, j, view) for j in jobs}
 
     def queue_and_sessions(watchers: list[int]) -> tuple[Rows, Sessions]:
         with db.session() as session:
@@ -66,6 +70,7 @@ def make_services(settings: Settings) -> AppServices:
         logs=logs,
         dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.visibility_timeout),
         db=db,
+        queue_lane=Lane(settings.db_url),
         hub=LogHub(
             logs,
             job_states,
@@ -108,6 +113,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await svc.hub.close()
     await svc.redis.aclose()
     svc.db.engine.dispose()
+    svc.queue_lane.close()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -122,6 +128,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_router)
     app.include_router(metrics.router)
     site.install(app, settings)
+    # innermost of the middlewares below (added first): a request's turn covers what the app computes
+    app.add_middleware(
+        Admission, worker_token=settings.worker_token, at_once=settings.requests_at_once, per_caller=settings.requests_per_caller
+    )
     app.add_middleware(SecurityHeaders, hsts_seconds=settings.hsts_seconds)
     app.add_middleware(metrics.HttpCounts, counts=app.state.services.counts)
     errors.install(app)

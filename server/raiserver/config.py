@@ -64,6 +64,10 @@ class Settings(SharedSettings):
     header_seconds: float = 10.0
     body_idle_seconds: float = 30.0
     connections_per_address: int = 1000
+    # people's requests a process computes at once, and at most this many of one caller's
+    # (access/admission.py: the rest wait holding nothing; the workers' calls never wait here)
+    requests_at_once: int = Field(default=8, ge=1)
+    requests_per_caller: int = Field(default=4, ge=1)
     # storage per student (archives + build folders; 0 = no limit), and retention of the files of
     # finished runs of other kinds than the verified one (`raiserver retention --apply`; 0 = keep)
     storage_mb_per_student: int = 2048

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from starlette.requests import Request
+
 from raiserver.access.hardening import LoginLimiter
 from raiserver.access.uploadgate import UploadGate
 from raiserver.config import Settings
@@ -21,6 +23,7 @@ from raiserver.live.feed import LogHub
 from raiserver.live.logs import LogStore
 from raiserver.live.queuefeed import QueueFeed
 from raiserver.store.db import Database
+from raiserver.store.lane import Lane
 from raiserver.store.redisconn import RedisService
 from raiserver.store.runmarks import CancelFlags, Fences, Leases
 from raiserver.store.storage import Storage
@@ -49,6 +52,7 @@ class Services:
 @dataclass
 class AppServices(Services):
     db: Database = field(kw_only=True)
+    queue_lane: Lane = field(kw_only=True)  # the workers' reports and the release and reaper passes (store/lane.py)
     hub: LogHub = field(kw_only=True)
     queue_feed: QueueFeed = field(kw_only=True)
     login_limiter: LoginLimiter = field(kw_only=True)
@@ -60,3 +64,10 @@ def services_of(app: Any) -> AppServices:
     """The process's services from the FastAPI app (a background loop's way in)."""
     svc: AppServices = app.state.services
     return svc
+
+
+async def services(request: Request) -> AppServices:
+    """The process's services for a request: the API's dependency (``api/deps.py``'s ServicesDep),
+    resolved once a request however many of its dependencies ask for it. Async: reading an attribute
+    needs no thread (a sync one took one of anyio's threads for every request)."""
+    return services_of(request.app)

@@ -26,7 +26,7 @@ from raiserver.access.permissions import (
     can_see_workers,
 )
 from raiserver.errors import Forbidden, TooManyAttempts, Unauthorized
-from raiserver.parts import AppServices, services_of
+from raiserver.parts import AppServices, services
 from raiserver.store.tables import RevokedKey, User
 
 basic = HTTPBasic(auto_error=False)
@@ -38,29 +38,26 @@ class LoginRequired(Exception):
     """A page needs a logged-in browser: the web view answers with the login page."""
 
 
-def services(request: Request) -> AppServices:
-    """The process's parts: the one way a request reaches settings, the database, storage, logs."""
-    return services_of(request.app)
-
-
-def get_db(request: Request) -> Iterator[Session]:
-    """The request's database session. Handlers that must hold none while a client is slow
-    (streams, uploads) open short ones of their own from ``svc.db``."""
-    with services(request).db.session() as s:
+def get_db(svc: AppServices = Depends(services)) -> Iterator[Session]:
+    """The request's database session, committed and closed when the handler returns, before the
+    response is sent (``DB``'s scope): a slow client reading it holds no connection and no row lock
+    (a roster import's locks once lasted until its answer was sent). Handlers that must hold none
+    while a client is slow (streams, uploads) open short ones of their own from ``svc.db``."""
+    with svc.db.session() as s:
         yield s
 
 
-def current_user(request: Request, creds: HTTPBasicCredentials | None = Depends(basic)) -> Principal:
+def current_user(request: Request, svc: AppServices = Depends(services), creds: HTTPBasicCredentials | None = Depends(basic)) -> Principal:
     """Who is calling. Uses its own short session, so no database connection is held while a
     slow upload streams in (students on bad Wi-Fi must not exhaust the pool)."""
-    with services(request).db.session() as db:
+    with svc.db.session() as db:
         user: User | None = None
         if creds is not None:
             # the secret first: a right one is always served, whatever others tried with this key or
             # from this address (a known access key must not lock its owner out); only wrong ones wait
             user = authenticate(db, creds.username, creds.password)
             if user is None:
-                wait = services(request).login_limiter.refuse(client_ip(request), creds.username)
+                wait = svc.login_limiter.refuse(client_ip(request), creds.username)
                 if wait is not None:
                     raise TooManyAttempts(f"too many failed logins; try again in {wait} s", wait)
                 retired = db.get(RevokedKey, creds.username)
@@ -95,13 +92,17 @@ def require_instructor(p: Principal = Depends(require_staff)) -> Principal:
     return p
 
 
-def require_worker(request: Request, creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-    token = services(request).settings.worker_token
+async def require_worker(svc: AppServices = Depends(services), creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+    """The worker token, on the event loop: a worker's report takes no thread of the students' (store/lane.py)."""
+    token = svc.settings.worker_token
     if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):
         raise Unauthorized("worker token required", challenge=False)
 
 
-def web_user(request: Request, db: Session = Depends(get_db)) -> Principal:
+DB = Depends(get_db, scope="function")  # every use of the request's session: one session, ended before the response
+
+
+def web_user(request: Request, db: Session = DB) -> Principal:
     """The browser's user; without a valid session, the login page."""
     user = session_user(db, request)
     if user is None:
@@ -122,7 +123,7 @@ def web_only(rule: Callable[[Principal], bool], refusal: str) -> Callable[[Princ
     return admitted
 
 
-SessionDep = Annotated[Session, Depends(get_db)]
+SessionDep = Annotated[Session, DB]
 ServicesDep = Annotated[AppServices, Depends(services)]
 CurrentUser = Annotated[Principal, Depends(current_user)]
 StaffUser = Annotated[Principal, Depends(require_staff)]

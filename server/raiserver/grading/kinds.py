@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import cached_property
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -177,21 +178,44 @@ class Person(Protocol):
 
 
 class Deadlines:
-    """Every kind, extension and late day of the course, read once (a page, a grade sheet, a board)."""
+    """Every kind, extension and late day of the course, read once (a page, a grade sheet, a board).
+    The kinds are read at once; the extensions and the late days drawn only when first asked: a
+    job's view asks whether it is late (issue 52: every submission's answer and every stream's
+    first look read all three, 7 % of a busy server's time, for courses where no kind is due)."""
 
     def __init__(self, db: Session, settings: Settings):
+        self.db = db
         self.settings = settings
         self.kinds = {k.name: k for k in db.scalars(select(Kind))}
-        self.by_user: dict[tuple[str, str], datetime] = {}
-        self.by_team: dict[tuple[str, str], datetime] = {}
-        self.count: dict[str, int] = {}
-        for e in db.scalars(select(Extension)):
-            target = self.by_user if e.username else self.by_team
+
+    @cached_property
+    def _extensions(self) -> tuple[dict[tuple[str, str], datetime], dict[tuple[str, str], datetime], dict[str, int]]:
+        by_user: dict[tuple[str, str], datetime] = {}
+        by_team: dict[tuple[str, str], datetime] = {}
+        count: dict[str, int] = {}
+        for e in self.db.scalars(select(Extension)):
+            target = by_user if e.username else by_team
             target[(e.kind, e.username or e.team or "")] = e.due_at
-            self.count[e.kind] = self.count.get(e.kind, 0) + 1
-        self.drawn: dict[tuple[int, str], int] = {
+            count[e.kind] = count.get(e.kind, 0) + 1
+        return by_user, by_team, count
+
+    @property
+    def by_user(self) -> dict[tuple[str, str], datetime]:
+        return self._extensions[0]
+
+    @property
+    def by_team(self) -> dict[tuple[str, str], datetime]:
+        return self._extensions[1]
+
+    @property
+    def count(self) -> dict[str, int]:
+        return self._extensions[2]
+
+    @cached_property
+    def drawn(self) -> dict[tuple[int, str], int]:
+        return {
             (owner, kind): int(n or 0)
-            for owner, kind, n in db.execute(
+            for owner, kind, n in self.db.execute(
                 select(Job.owner_id, Job.kind, func.sum(Job.late_days)).where(Job.late_days > 0).group_by(Job.owner_id, Job.kind)
             )
         }

@@ -302,14 +302,17 @@ def shown_state(state: JobState, waiting: bool) -> JobState:
 
 
 def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
+    """The job as the API shows it: the queue's figures first, then what the job's stored facts
+    say (its results, its phases), each read once."""
     position = view.position(job)
     wait = view.wait(job, position)
+    why, state, late = view.why(job, position), shown_state(job.state, bool(job.waiting)), view.late(job)
     return JobOut(
         id=job.id,
         owner=job.owner.username,
         queue=job.queue,
         kind=job.kind,
-        state=shown_state(job.state, bool(job.waiting)),
+        state=state,
         waiting=job.waiting,
         image=job.image,
         created_at=job.created_at,
@@ -325,13 +328,13 @@ def job_out(db: Session, job: Job, view: QueueView) -> JobOut:
         eta_low=None if wait is None else float(5 * math.floor(wait.low / 5)),
         eta_high=None if wait is None else float(5 * math.ceil(wait.high / 5)),
         eta_guess=None if wait is None else wait.guess,
-        position_why=view.why(job, position),
+        position_why=why,
         gpu_name=job.gpu_name,
         has_build=job.has_build,
         archive_bytes=job.archive_bytes,
         results=summary_of(job),
         phases=job.timeline(),
-        late=view.late(job),
+        late=late,
     )
 
 

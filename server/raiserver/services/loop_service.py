@@ -37,6 +37,7 @@ class LoopService:
     between passes; ``wake`` (optional) starts the next pass at once."""
 
     name = "loop"
+    queue_lane = False  # True: its passes run in the queue's lane (store/lane.py), its sessions from the lane's pool
 
     def __init__(self, svc: AppServices, interval: float, wake: asyncio.Event | None = None) -> None:
         self.svc, self.interval, self.wake = svc, interval, wake
@@ -56,6 +57,9 @@ class LoopService:
         while True:
             await self._wait()
             try:
-                await run_in_threadpool(self.run_once)
+                if self.queue_lane:
+                    await self.svc.queue_lane.run(self.run_once)
+                else:
+                    await run_in_threadpool(self.run_once)
             except Exception:  # keep going whatever one pass hit
                 log.exception("%s pass failed", self.name)

@@ -43,7 +43,7 @@ def reaper_pass(svc: AppServices, forget: bool = False) -> int:
         if not mine:
             return 0
         since = awake_since(svc, time.time())
-        with svc.db.session() as db:
+        with svc.queue_lane.db.session() as db:
             restore_fences(db, svc)
             n = reap(db, svc, since)
             if forget:
@@ -60,6 +60,7 @@ def _stale(db: Session, job_id: str, attempt: int) -> bool:
 
 class Reaper(LoopService):
     name = "reaper"
+    queue_lane = True
 
     def __init__(self, svc: AppServices) -> None:
         super().__init__(svc, svc.settings.reaper_interval)

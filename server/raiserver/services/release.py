@@ -17,7 +17,7 @@ def dispatch_pass(svc: AppServices) -> int:
     with one_process_at_a_time(svc, "dispatch", 30) as mine:
         if not mine:
             return 0
-        with svc.db.session() as db:
+        with svc.queue_lane.db.session() as db:
             release_again(db, svc)
             return release_jobs(
                 db,
@@ -30,6 +30,7 @@ def dispatch_pass(svc: AppServices) -> int:
 
 class Release(LoopService):
     name = "dispatch"
+    queue_lane = True
 
     def __init__(self, svc: AppServices, wake: asyncio.Event) -> None:
         super().__init__(svc, svc.settings.dispatch_interval, wake)

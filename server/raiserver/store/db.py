@@ -61,12 +61,22 @@ class Base(DeclarativeBase):
 SQLITE_CACHE_KIB = 256
 
 
-def make_engine(url: str) -> Engine:
+# How long a statement waits for a row lock before it fails (a 503 the caller may retry): without a
+# bound, a request waiting on a lock that a request still running holds (an import of the roster,
+# its commit waiting for a thread that the waiters hold) could wait for ever, and so could every
+# thread behind it (the hostile review of 2026-11-29). Waits of a healthy server are milliseconds.
+LOCK_TIMEOUT_MS = 10_000
+
+
+def make_engine(url: str, pool_size: int = 10, max_overflow: int = 20, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> Engine:
+    """``pool_size``/``max_overflow``: PostgreSQL's connections (SQLite allows 10 more overflow)."""
     if url.startswith("sqlite"):
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=10, max_overflow=30)
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=pool_size, max_overflow=max_overflow + 10
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:  # WAL: readers never block the writer
@@ -78,7 +88,19 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=max_overflow)
+
+    @event.listens_for(engine, "connect")
+    def _lock_timeout(conn: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+        # a SET on each new connection, not libpq's startup "options" (PgBouncer refuses those)
+        autocommit = conn.autocommit
+        conn.autocommit = True
+        cur = conn.cursor()
+        cur.execute(f"SET lock_timeout = {int(lock_timeout_ms)}")
+        cur.close()
+        conn.autocommit = autocommit
+
+    return engine
 
 
 # What the database being out of reach raises, as SQLAlchemy wraps it: the driver's OperationalError
@@ -106,16 +128,17 @@ def migrate(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(HERE / "migrations"))
     with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
+        if conn.dialect.name == "postgresql":  # another process's migration may take longer than a row lock's bound
+            conn.execute(text("SET LOCAL lock_timeout = 0"))
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
 
 class Database:
-    def __init__(self, url: str):
+    def __init__(self, url: str, pool_size: int = 10, max_overflow: int = 20, lock_timeout_ms: int = LOCK_TIMEOUT_MS):
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, pool_size, max_overflow, lock_timeout_ms)
         self.sessionmaker = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager

@@ -31,7 +31,7 @@ from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
 from raiserver.access.csrf import check_csrf, csrf_token
 from raiserver.access.people import MAX_QUERY, find_people
 from raiserver.access.permissions import ROLES, Principal, can_cancel, can_rerun, can_see_all_jobs, can_see_user, more_log_streams
-from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebPeopleViewer, WebRerunner, WebUser, WebWorkersViewer, services
+from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebPeopleViewer, WebRerunner, WebUser, WebWorkersViewer
 from raiserver.config import Settings
 from raiserver.errors import NotFound, Unauthorized
 from raiserver.fleet.workers import is_alive
@@ -42,6 +42,7 @@ from raiserver.jobs.lifecycle import cancel_job, rerun
 from raiserver.jobs.lookup import cancellable_job, visible_job
 from raiserver.jobs.quotas import limits_of
 from raiserver.jobs.views import QueueView, job_out, queue_snapshot, short_id, shown_to
+from raiserver.parts import services_of
 from raiserver.store.db import utcnow
 from raiserver.store.summaries import summary_of
 from raiserver.store.tables import Job, User, Worker
@@ -305,7 +306,7 @@ def wants_page(request: Request) -> bool:
 
 
 def error_page(request: Request, code: int, detail: str) -> HTMLResponse:
-    with services(request).db.session() as db:
+    with services_of(request.app).db.session() as db:
         user = session_user(db, request)
         p = Principal(user) if user is not None else None
         if code == 404 and detail == "Not Found":

@@ -29,11 +29,16 @@ router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
 def job_snapshot(svc: AppServices, p: Principal, job_id: str) -> Callable[[], JobOut]:
     """The job as this user may see it, read with a short session of its own (for streams that
-    outlive any one database session)."""
+    outlive any one database session); after its first answer, by that job's whole id, whatever
+    start of it was given."""
+    wanted = job_id
 
     def snapshot() -> JobOut:
+        nonlocal wanted
         with svc.db.session() as db:
-            return job_out(db, visible_job(db, p, job_id), QueueView(db, svc.settings))
+            out = job_out(db, visible_job(db, p, wanted), QueueView(db, svc.settings))
+        wanted = out.id
+        return out
 
     return snapshot
 
@@ -146,8 +151,8 @@ async def log(
     """Server-Sent Events: `lines` (a batch; id = its last line's number), `status` while queued,
     then `end` with the job. A stream that ends without `end` was cut off: resume with
     Last-Event-ID."""
-    job = await run_in_threadpool(job_snapshot(svc, p, job_id))
-    snapshot = job_snapshot(svc, p, job.id)  # the whole id from now on, whatever start of it was given
+    snapshot = job_snapshot(svc, p, job_id)
+    job = await run_in_threadpool(snapshot)
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
     hub = svc.hub
     hub.admit(p.user.id, more_log_streams(p))

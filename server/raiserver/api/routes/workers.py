@@ -1,4 +1,6 @@
-"""The workers' API (worker token): heartbeats, claims, state changes, blobs in and out."""
+"""The workers' API (worker token): heartbeats, claims, state changes, blobs in and out. Each runs
+its database work in the queue's lane (``store/lane.py``): threads and connections no student's
+request can hold, so a backed-up API never holds up what drains the queue."""
 
 from __future__ import annotations
 
@@ -6,9 +8,9 @@ import logging
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from raiprotocol.models import Claim, ClaimGranted, Heartbeat, HeartbeatReply, JobUpdate, QueueImages, WorkerOut
 from raiserver.api.deps import WORKER_ONLY, CurrentUser, ServicesDep, SessionDep, StaffUser
@@ -16,6 +18,7 @@ from raiserver.errors import Missing, NotFound, TooLarge
 from raiserver.fleet.images import blob_path, wanted_by
 from raiserver.fleet.workers import is_alive, queue_images, record_heartbeat
 from raiserver.jobs.lifecycle import check_build_attempt, claim_job, note_build, reconcile, renew_lease, update_job
+from raiserver.parts import AppServices
 from raiserver.store.db import utcnow
 from raiserver.store.storage import human_size
 from raiserver.store.tables import Job, Worker
@@ -24,14 +27,18 @@ log = logging.getLogger("raiserver")
 router = APIRouter(prefix="/api/v1", tags=["workers"])
 
 
-@router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=WORKER_ONLY)
-def heartbeat(hb: Heartbeat, db: SessionDep, svc: ServicesDep) -> HeartbeatReply:
+def _heartbeat(db: Session, svc: AppServices, hb: Heartbeat) -> HeartbeatReply:
     w = record_heartbeat(db, hb)
     lost = reconcile(db, svc, hb.name, hb.running)
     if lost:
         log.warning("worker %s does not list %d job(s) it held: requeued", hb.name, lost)
     svc.kick()  # free slots may have appeared
     return HeartbeatReply(pull=wanted_by(svc.redis.sync, w.images))
+
+
+@router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=WORKER_ONLY)
+async def heartbeat(hb: Heartbeat, svc: ServicesDep) -> HeartbeatReply:
+    return await svc.queue_lane.in_session(_heartbeat, svc, hb)
 
 
 @router.get("/workers", response_model=list[WorkerOut])
@@ -62,24 +69,30 @@ def images(_: CurrentUser, db: SessionDep, svc: ServicesDep) -> list[QueueImages
 
 
 @router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=WORKER_ONLY)
-def claim(job_id: str, body: Claim, db: SessionDep, svc: ServicesDep) -> ClaimGranted:
-    return claim_job(db, svc, job_id, body)
+async def claim(job_id: str, body: Claim, svc: ServicesDep) -> ClaimGranted:
+    return await svc.queue_lane.in_session(claim_job, svc, job_id, body)
+
+
+def _state(db: Session, svc: AppServices, job_id: str, body: JobUpdate) -> dict[str, Any]:
+    return {"state": update_job(db, svc, job_id, body).state.value}
 
 
 @router.post("/worker/jobs/{job_id}/state", dependencies=WORKER_ONLY)
-def state(job_id: str, body: JobUpdate, db: SessionDep, svc: ServicesDep) -> dict[str, Any]:
-    job = update_job(db, svc, job_id, body)
-    return {"state": job.state.value}
+async def state(job_id: str, body: JobUpdate, svc: ServicesDep) -> dict[str, Any]:
+    return await svc.queue_lane.in_session(_state, svc, job_id, body)
 
 
-@router.post("/worker/jobs/{job_id}/lease", dependencies=WORKER_ONLY)
-def lease(job_id: str, body: Claim, db: SessionDep, svc: ServicesDep) -> dict[str, Any]:
-    """The run of ``body.attempt`` on ``body.worker`` renews its lease (409: it no longer holds the job)."""
+def _lease(db: Session, svc: AppServices, job_id: str, body: Claim) -> dict[str, Any]:
     return {"cancel": renew_lease(db, svc, job_id, body.worker, body.attempt)}
 
 
-@router.get("/worker/jobs/{job_id}/archive", dependencies=WORKER_ONLY)
-def archive(job_id: str, db: SessionDep, svc: ServicesDep) -> FileResponse:
+@router.post("/worker/jobs/{job_id}/lease", dependencies=WORKER_ONLY)
+async def lease(job_id: str, body: Claim, svc: ServicesDep) -> dict[str, Any]:
+    """The run of ``body.attempt`` on ``body.worker`` renews its lease (409: it no longer holds the job)."""
+    return await svc.queue_lane.in_session(_lease, svc, job_id, body)
+
+
+def _archive(db: Session, svc: AppServices, job_id: str) -> FileResponse:
     job = db.get(Job, job_id)
     if job is None:
         raise NotFound("no such job")
@@ -89,9 +102,12 @@ def archive(job_id: str, db: SessionDep, svc: ServicesDep) -> FileResponse:
     return FileResponse(path, media_type="application/gzip")
 
 
-@router.get("/worker/images/{sha256}", dependencies=WORKER_ONLY)
-def image_blob(sha256: str, svc: ServicesDep) -> FileResponse:
-    """A `docker save` tar staff uploaded, for workers to load."""
+@router.get("/worker/jobs/{job_id}/archive", dependencies=WORKER_ONLY)
+async def archive(job_id: str, svc: ServicesDep) -> FileResponse:
+    return await svc.queue_lane.in_session(_archive, svc, job_id)
+
+
+def _image_blob(svc: AppServices, sha256: str) -> FileResponse:
     if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
         raise NotFound("no such image archive")
     path = blob_path(svc.storage, sha256)
@@ -100,16 +116,22 @@ def image_blob(sha256: str, svc: ServicesDep) -> FileResponse:
     return FileResponse(path, media_type="application/x-tar")
 
 
+@router.get("/worker/images/{sha256}", dependencies=WORKER_ONLY)
+async def image_blob(sha256: str, svc: ServicesDep) -> FileResponse:
+    """A `docker save` tar staff uploaded, for workers to load."""
+    return await svc.queue_lane.run(_image_blob, svc, sha256)
+
+
 @router.put("/worker/jobs/{job_id}/build", dependencies=WORKER_ONLY)
 async def upload_build(job_id: str, request: Request, svc: ServicesDep, attempt: int = Query(...)) -> dict[str, Any]:
-    await run_in_threadpool(check_build_attempt, svc.db, job_id, attempt)
+    await svc.queue_lane.run(check_build_attempt, svc.queue_lane.db, job_id, attempt)
     limit = svc.settings.max_build_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:  # before a byte is read: the worker hears it at once
         raise TooLarge(f"the build folder is {human_size(int(declared))}, over the limit of {human_size(limit)} (RAI_MAX_BUILD_BYTES)")
     tmp, _, size = await svc.storage.receive(request.stream(), limit, "the build folder (RAI_MAX_BUILD_BYTES)")
     svc.storage.keep_build(tmp, job_id)
-    await run_in_threadpool(note_build, svc.db, job_id, size)
+    await svc.queue_lane.run(note_build, svc.queue_lane.db, job_id, size)
     return {"bytes": size}
 
 
@@ -120,7 +142,7 @@ WORKER_COPY_BYTES = 64 * 1024**2  # a run's lines are capped at RAI_OUTPUT_BYTES
 async def upload_log(job_id: str, request: Request, svc: ServicesDep, attempt: int = Query(...)) -> dict[str, Any]:
     """The run's own copy of its lines, sent before its end when Redis lost some: the stored log is
     made whole from it as the job ends."""
-    await run_in_threadpool(check_build_attempt, svc.db, job_id, attempt, True)
+    await svc.queue_lane.run(check_build_attempt, svc.queue_lane.db, job_id, attempt, True)
     tmp, _, size = await svc.storage.receive(request.stream(), WORKER_COPY_BYTES, "the worker's copy of the log")
     svc.storage.keep_worker_copy(tmp, job_id, attempt)
     return {"bytes": size}
