@@ -159,6 +159,26 @@ def submission(name: str, binary: Path, refbin: Path, gpu: str, repeats: int = 5
     return row
 
 
+def layer_figures(name: str, table: dict[str, list[list[float]]], cols: list[str]) -> None:
+    """Per layer (a run's operations are its passes of the two layers, in turn): the mean of each
+    column, b = the sd of the runs' means, w = the pooled sd within a run (ms)."""
+    ops = sorted((k for k in table if k.startswith("op")), key=lambda k: int(k[2:]))
+    for layer in (0, 1):
+        mine = [table[k] for k in ops if (int(k[2:]) - 1) % 2 == layer]
+        if not mine or len(mine[0]) < 2:
+            continue
+        parts = []
+        for j, col in enumerate(cols):
+            runs_vals = [[mine[p][r][j] for p in range(len(mine)) if len(mine[p][r]) > j] for r in range(len(mine[0]))]
+            runs_vals = [v for v in runs_vals if v]
+            if len(runs_vals) < 2:
+                continue
+            means = [statistics.fmean(v) for v in runs_vals]
+            within = statistics.fmean([statistics.pvariance(v) for v in runs_vals]) ** 0.5
+            parts.append(f"{col} {statistics.fmean(means):.2f} b{statistics.pstdev(means):.2f} w{within:.2f}")
+        say(f"  {name:6s} layer {layer + 1}: " + "  ".join(parts))
+
+
 def noise(runs: int) -> None:
     """NOISE=N: the honest baseline with a clock between its phases (bench/ranked46/traced.cu) and
     rai-timed built with -DRAI_TIMED_TRACE, N timed runs per harness, alternating: where each
@@ -176,6 +196,12 @@ def noise(runs: int) -> None:
     if timed_before:
         sh(f"cc -O2 -static -DRAI_TIMED_TRACE -o {WORK}/rai-timed-before {timed_before}")
         helpers["before"] = WORK / "rai-timed-before"
+    # TIMED_ALSO=name=FILE,...: more rai-timed builds (older or trial rai-timed.c), each run beside
+    # this tree's with this tree's harness, in turn
+    also = dict(item.split("=", 1) for item in os.environ.get("TIMED_ALSO", "").split(",") if item)
+    for label, source in also.items():
+        sh(f"cc -O2 -static -DRAI_TIMED_TRACE -o {WORK}/rai-timed-{label} {ROOT / source}")
+        helpers[label] = WORK / f"rai-timed-{label}"
     cu = ROOT / "bench/ranked46/traced.cu"
     binaries: dict[str, Path] = {}
     # BEFORE=none: this tree's harness only; PASSES=P: each run does the operations P times (ranked.passes)
@@ -190,6 +216,8 @@ def noise(runs: int) -> None:
         binaries[name] = proj / "m2-traced"
         objs = f"{proj}/obj/driver.o {proj}/src/gpu_warmup.cu {cu}"
         sh(f"nvcc -O3 -std=c++17 -arch=native -I{proj} -o {binaries[name]} {objs} -lz -lpthread", cwd=proj)
+    for label in also:
+        binaries[label] = binaries["now"]
     sh(f"chmod -R a+rX {WORK}")
     CG.mkdir(exist_ok=True)
     tables: dict[str, dict[str, list[list[float]]]] = {name: {} for name in binaries}
@@ -201,18 +229,20 @@ def noise(runs: int) -> None:
                 passes = {"RAI_OP_PASSES": os.environ["PASSES"]} if os.environ.get("PASSES") else None
                 got, _wall = timed(binary, (secrets.token_hex(16), secrets.token_hex(16)), None, trace=trace, helper=helper, env=passes)
                 phases = [[float(v) for v in line.split()[2::2]] for line in trace if line.startswith("TRACE ")]
-                ends = [[float(v) for v in re.findall(r"([0-9.]+) ms", line)] for line in trace if line.startswith("TIMED ")]
+                ends = [[float(v) for v in re.findall(r"([0-9.]+) ms", line)] for line in trace if line.startswith("TIMED op")]
+                copies = [float(re.findall(r"([0-9.]+) ms", line)[0]) for line in trace if line.startswith("TIMED begin")]
                 total = [0.0]
                 for i, op in enumerate(got.ops):
                     row = [op.seconds * 1e3, *phases[i], *ends[i]] if i < len(phases) and i < len(ends) else [op.seconds * 1e3]
-                    if len(row) == 8:
-                        row.append(row[0] - sum(row[1:8]))
+                    if len(row) == 8:  # the inputs' copy at begin, where rai-timed says (0: an older one that does not)
+                        row.append(copies[i] if i < len(copies) else 0.0)
+                        row.append(row[0] - sum(row[1:9]))
                     tables[name].setdefault(f"op{i + 1}", []).append(row)
                     total[0] += op.seconds * 1e3
                 tables[name].setdefault("total", []).append(total)
     finally:
         CG.rmdir()
-    cols = ["op", "malloc", "h2d", "kernel", "d2h", "free", "freeze", "pages", "rest"]
+    cols = ["op", "malloc", "h2d", "kernel", "d2h", "free", "freeze", "pages", "copy", "rest"]
     figures["noise"] = tables
     for name, table in tables.items():
         for op, rows in table.items():
@@ -222,6 +252,7 @@ def noise(runs: int) -> None:
                 if len(vals) > 1:
                     parts.append(f"{col} {statistics.median(vals):.2f}±{statistics.pstdev(vals):.2f}")
             say(f"  {name:6s} {op:5s} ({len(rows)} runs, ms, median±sd): " + "  ".join(parts))
+        layer_figures(name, table, cols)
         totals = [r[0] for r in table["total"]]
         # a submission ranks the median of 5 runs: the spread of that median across submissions
         medians = [statistics.median(totals[i : i + 5]) for i in range(0, len(totals) - 4, 5)]

@@ -769,7 +769,9 @@ static int begin(int sock) {
     o->cpu0 = cpu_usec();
     o->t0 = now_ns();
     o->state = 1;
+    TRACE_AT(b0);
     if (o->in_dst) fill(o->in_dst, o->in_src, o->in_n * 4);
+    TRACE("TIMED begin %d: copy %.3f ms\n", R.nops, (double)(now_ns() - b0) / 1e6);
     int rc = send_fd(sock, "G", ro);
     if (ro >= 0) close(ro);
     close(o->in_fd);
