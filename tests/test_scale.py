@@ -90,7 +90,12 @@ def test_two_hundred_watchers_of_one_job_all_get_every_line_over_one_reader(svc,
 
 
 def test_stream_caps_answer_429_with_retry_after_not_a_broken_stream(svc, tmp_path):
+    """A student's open log streams are capped, downloads of a finished log among them (a download
+    is read and sent page by page, after the answer started: outside admission)."""
     prof = svc.add_user("watcher_student")
+    done = svc.client("submit", "-p", str(make_project(tmp_path / "d", ["echo done here"])), env={"RAI_PROFILE": str(prof)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    finished = done.stdout.split("Job ", 1)[1].split()[0]
     proj = make_project(tmp_path / "p", ["sleep 20"])
     res = svc.client("submit", "-p", str(proj), "--detach", env={"RAI_PROFILE": str(prof)})
     jid = res.stdout.split("Job ", 1)[1].split()[0]
@@ -103,12 +108,20 @@ def test_stream_caps_answer_429_with_retry_after_not_a_broken_stream(svc, tmp_pa
             r = h.get(f"/api/v1/jobs/{jid}/log")
             assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0
             assert "log streams open (the limit is 10)" in r.json()["detail"]
+            for download in ("log.txt", "build.tar.gz"):
+                r = h.get(f"/api/v1/jobs/{finished}/{download}")
+                assert r.status_code == 429 and "log streams open (the limit is 10)" in r.json()["detail"], (download, r.text)
         finally:
             for s in streams:
                 s.__exit__(None, None, None)
         time.sleep(0.5)
         with h.stream("GET", f"/api/v1/jobs/{jid}/log") as again:
             assert again.status_code == 200, "closed streams give their places back"
+        for _ in range(12):  # a download that ended gives its place back
+            r = h.get(f"/api/v1/jobs/{finished}/log.txt")
+            assert r.status_code == 200 and "done here" in r.text, r.text
+            r = h.get(f"/api/v1/jobs/{finished}/build.tar.gz")
+            assert r.status_code == 200 and r.content[:2] == b"\x1f\x8b", r.text
         assert h.post(f"/api/v1/jobs/{jid}/cancel").status_code == 200
 
 

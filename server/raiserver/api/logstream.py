@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
 from pydantic import BaseModel
+from starlette.types import Receive, Scope, Send
 
 from raiprotocol import logwire
 from raiprotocol.logwire import END, Batch
@@ -28,15 +31,42 @@ def sse_json(model: BaseModel, **kw: Any) -> str:
     return json.dumps(model.model_dump(mode="json", **kw))
 
 
-async def plain_text(svc: Services, job_id: str) -> AsyncIterator[bytes]:
-    """A finished job's stored log as text, a page at a time from disk (system lines marked ✱)."""
-    offset = 0
-    while offset >= 0:
-        batches, offset = await run_in_threadpool(svc.logs.stored_page, job_id, offset, 0)
-        yield "".join(
+async def plain_text(svc: Services, hub: LogHub, job_id: str, user_id: int) -> AsyncIterator[bytes]:
+    """A finished job's stored log as text, a page at a time from disk, read and rendered off the
+    event loop; it holds one of the reader's stream slots (``LogHub.admit``, taken by the route)
+    until it ends, however it ends: a download is a stream like any other, and one student's
+    hundreds of them held the server's threads once the answer had started, past admission."""
+
+    def page(offset: int) -> tuple[bytes, int]:
+        batches, offset = svc.logs.stored_page(job_id, offset, 0)
+        text = "".join(
             ("".join(f"{SYSTEM_MARK} {t}\n" for t in b.lines()) if b.s == "sys" else "".join(f"{disarm(t)}\n" for t in b.lines()))
             for b in batches
-        ).encode()
+        )
+        return text.encode(), offset
+
+    try:
+        offset = 0
+        while offset >= 0:
+            text, offset = await run_in_threadpool(page, offset)
+            yield text
+    finally:
+        hub.release(user_id)
+
+
+class HeldFileResponse(FileResponse):
+    """A file sent as one of the caller's streams: ``release`` gives its slot back once the sending
+    ends, whichever way it ends (sent, the client gone, an error)."""
+
+    def __init__(self, path: Path, *, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
 
 
 def lines_event(batches: list[Batch]) -> dict[str, Any]:

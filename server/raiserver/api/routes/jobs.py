@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from fastapi import APIRouter, Header, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
@@ -14,7 +15,7 @@ from sse_starlette.sse import EventSourceResponse
 from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
 from raiserver.access.permissions import Principal, can_delete_run, can_see_all_jobs, exempt_from_limits, more_log_streams
 from raiserver.api.deps import CurrentUser, ServicesDep, SessionDep
-from raiserver.api.logstream import log_events, plain_text
+from raiserver.api.logstream import HeldFileResponse, log_events, plain_text
 from raiserver.errors import Conflict, DomainError, NotFound
 from raiserver.jobs.lifecycle import cancel_job
 from raiserver.jobs.lookup import cancellable_job, visible_job
@@ -128,13 +129,22 @@ def delete_job_files(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesD
 
 
 @router.get("/jobs/{job_id}/build.tar.gz")
-def build_folder(job_id: str, p: CurrentUser, db: SessionDep, svc: ServicesDep) -> FileResponse:
-    job = visible_job(db, p, job_id)
-    path = svc.storage.build_path(job.id)
-    if not job.has_build or not path.exists():
-        detail = "the job has not finished yet" if not job.state.finished else "this job left no build folder"
-        raise NotFound(detail)
-    return FileResponse(path, media_type="application/gzip", filename=f"build-{job.id}.tar.gz")
+async def build_folder(job_id: str, p: CurrentUser, svc: ServicesDep) -> FileResponse:
+    """The job's /build as it ended; sent as one of the caller's open log streams (page by page from
+    disk, after the answer started: outside admission, so capped as streams are)."""
+
+    def find() -> tuple[str, Path | None, bool]:
+        with svc.db.session() as db:
+            job = visible_job(db, p, job_id)
+            path = svc.storage.build_path(job.id)
+            return job.id, path if job.has_build and path.exists() else None, job.state.finished
+
+    jid, path, finished = await run_in_threadpool(find)
+    if path is None:
+        raise NotFound("this job left no build folder" if finished else "the job has not finished yet")
+    hub = svc.hub
+    hub.admit(p.user.id, more_log_streams(p))
+    return HeldFileResponse(path, release=lambda: hub.release(p.user.id), media_type="application/gzip", filename=f"build-{jid}.tar.gz")
 
 
 @router.get("/jobs/{job_id}/log")
@@ -161,12 +171,14 @@ async def log(
 
 @router.get("/jobs/{job_id}/log.txt")
 async def log_text(job_id: str, p: CurrentUser, svc: ServicesDep) -> StreamingResponse:
-    """A finished job's whole log as plain text, streamed from disk page by page."""
+    """A finished job's whole log as plain text, streamed from disk page by page; it counts as one
+    of the caller's open log streams while it is sent."""
     job = await run_in_threadpool(job_snapshot(svc, p, job_id))
     if not job.state.finished:
         raise Conflict(f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
+    svc.hub.admit(p.user.id, more_log_streams(p))
     return StreamingResponse(
-        plain_text(svc, job.id),
+        plain_text(svc, svc.hub, job.id, p.user.id),
         media_type="text/plain; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="log-{job.id}.txt"'},
     )
