@@ -70,7 +70,7 @@ def make_services(settings: Settings) -> AppServices:
         logs=logs,
         dispatcher=Dispatcher(settings.redis_url, visibility_timeout=settings.visibility_timeout),
         db=db,
-        queue_lane=Lane(settings.db_url),
+        queue_lane=Lane(settings.db_url, settings.redis_url),
         hub=LogHub(
             logs,
             job_states,

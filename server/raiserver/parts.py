@@ -8,6 +8,7 @@ what only requests and background loops use. One object of the latter per proces
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,15 @@ class AppServices(Services):
     login_limiter: LoginLimiter = field(kw_only=True)
     upload_gate: UploadGate = field(kw_only=True)
     counts: ProcessCounts = field(kw_only=True, default_factory=ProcessCounts)
+    _lane: AppServices | None = field(default=None, init=False, repr=False, compare=False)
+
+    def in_lane(self) -> AppServices:
+        """These services as the queue's lane uses them (store/lane.py): the same parts, with Redis,
+        and the log store, fences, leases and cancel flags over it, from the lane's own connections."""
+        if self._lane is None:
+            r = self.queue_lane.redis
+            self._lane = dataclasses.replace(self, redis=r, logs=LogStore(r, self.storage, self.logs.ttl))
+        return self._lane
 
 
 def services_of(app: Any) -> AppServices:

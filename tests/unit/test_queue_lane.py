@@ -14,16 +14,17 @@ from typing import Any
 import anyio.to_thread
 import httpx
 import pytest
-from helpers import fresh_pg
+from helpers import GOOD_SPEC, fresh_pg
 from sqlalchemy import exc, select, update
 
+from raiprotocol.models import JobState
 from raiserver.access.auth import create_user
 from raiserver.app import create_app
 from raiserver.config import Settings
 from raiserver.parts import AppServices, services_of
 from raiserver.services.release import dispatch_pass
 from raiserver.store.db import Database, away, migrate
-from raiserver.store.tables import User
+from raiserver.store.tables import Job, User
 
 TOKEN = "lane-test-worker-token"
 
@@ -52,12 +53,30 @@ HEARTBEAT = {"name": "lane-w1", "queues": ["gpu"], "executor": "process", "slots
 
 
 def test_a_workers_report_and_the_release_pass_go_through_while_students_hold_every_thread_and_connection(app: Any) -> None:
-    """Every one of anyio's threads busy and every connection of the process's pool checked out (a
-    flood of students' requests): a worker's heartbeat is answered and a release pass runs at once,
-    while a student's request waits. Before the lane both waited for a student's thread."""
+    """Every one of anyio's threads busy, every connection of the process's database pool and of
+    its Redis pool checked out (a flood of students' requests and log streams): a worker's heartbeat,
+    claim and lease are answered and a release pass runs at once, while a student's request waits.
+    Before the lane all of them waited for a student's thread; before the lane's own Redis, for a
+    student's Redis connection (up to 20 s)."""
     svc: AppServices = services_of(app)
+    with svc.db.session() as db:
+        owner = db.scalar(select(User).where(User.username == "lane_teacher"))
+        assert owner is not None
+        job = Job(
+            id="lanejob-1",
+            owner_id=owner.id,
+            queue="gpu",
+            state=JobState.queued,
+            archive_sha256="0" * 64,
+            spec_yaml=GOOD_SPEC.decode(),
+            image="rai/busybox:latest",
+        )
+        db.add(job)
+        db.commit()
     pool = svc.db.engine.pool
     held = [svc.db.engine.connect() for _ in range(pool.size() + pool._max_overflow)]  # type: ignore[attr-defined]
+    redis_pool = svc.redis.sync.connection_pool
+    held_redis = [redis_pool.get_connection() for _ in range(redis_pool.max_connections)]  # type: ignore[attr-defined]
 
     async def main() -> tuple[int, float, bool, int]:  # the heartbeat's status and time, the student's
         limiter = anyio.to_thread.current_default_thread_limiter()
@@ -71,13 +90,23 @@ def test_a_workers_report_and_the_release_pass_go_through_while_students_hold_ev
             beat = await asyncio.wait_for(
                 c.post("/api/v1/workers/heartbeat", json=HEARTBEAT, headers={"Authorization": f"Bearer {TOKEN}"}), 10
             )
+            worker = {"Authorization": f"Bearer {TOKEN}"}
+            claim = {"worker": "lane-w1", "attempt": 1}
+            got = await asyncio.wait_for(c.post("/api/v1/worker/jobs/lanejob-1/claim", json=claim, headers=worker), 10)
+            assert got.status_code == 200, got.text
+            renewed = await asyncio.wait_for(c.post("/api/v1/worker/jobs/lanejob-1/lease", json=claim, headers=worker), 10)
+            assert renewed.status_code == 200, renewed.text
             answered = time.monotonic() - started
-            await asyncio.wait_for(svc.queue_lane.run(dispatch_pass, svc), 10)  # the release pass: no thread nor connection of theirs
+            await asyncio.wait_for(
+                svc.queue_lane.run(dispatch_pass, svc.in_lane()), 10
+            )  # the release pass: no thread nor connection of theirs
             student_waited = not student.done()
             for b in borrowers:
                 limiter.release_on_behalf_of(b)
             for conn in held:
                 conn.close()
+            for rc in held_redis:
+                redis_pool.release(rc)
             student_status = (await asyncio.wait_for(student, 30)).status_code
         return beat.status_code, answered, student_waited, student_status
 

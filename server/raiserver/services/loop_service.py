@@ -40,7 +40,7 @@ class LoopService:
     queue_lane = False  # True: its passes run in the queue's lane (store/lane.py), its sessions from the lane's pool
 
     def __init__(self, svc: AppServices, interval: float, wake: asyncio.Event | None = None) -> None:
-        self.svc, self.interval, self.wake = svc, interval, wake
+        self.svc, self.interval, self.wake = (svc.in_lane() if self.queue_lane else svc), interval, wake
 
     def run_once(self) -> object:
         raise NotImplementedError

@@ -8,7 +8,10 @@ behind them for a thread: a job held its slot in the database's eyes 3-4 s for a
 filled and the line grew before release (submit->released 25-31 s). Threads alone were not enough
 (f9aeb4f, reverted): a request waiting for a thread may hold a connection an earlier step of it took,
 and ~40 of them emptied the pool that the workers' lane needed too. Here the lane owns both: its own
-limiter and its own small pool, so nothing a student sends can take either from it."""
+limiter, its own small pool, and its own Redis connections (``AppServices.in_lane``: a student's
+log streams read their backlog from Redis in the process's threads, past admission, and could hold
+every connection of the process's pool while a claim waited up to 20 s for one), so nothing a student
+sends can take any of them from it."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import anyio
 import anyio.to_thread
 
 from raiserver.store.db import Database
+from raiserver.store.redisconn import RedisService
 
 T = TypeVar("T")
 
@@ -29,10 +33,11 @@ class Lane:
     """``await lane.run(fn, ...)``: ``fn`` in one of the lane's threads; ``await lane.in_session(fn, ...)``:
     ``fn(session, ...)`` with a session of the lane's pool, committed before the call returns."""
 
-    def __init__(self, url: str, threads: int = QUEUE_THREADS) -> None:
+    def __init__(self, url: str, redis_url: str, threads: int = QUEUE_THREADS) -> None:
         self.threads = threads
         # one connection per thread, never more: a call never waits for one
         self.db = Database(url, pool_size=threads, max_overflow=0)
+        self.redis = RedisService(redis_url, pool_size=threads + 2)  # a call's script and its reply's lookups
         self._limiter: anyio.CapacityLimiter | None = None
 
     @property
@@ -53,3 +58,4 @@ class Lane:
 
     def close(self) -> None:
         self.db.engine.dispose()
+        self.redis.sync.close()

@@ -38,7 +38,7 @@ def _heartbeat(db: Session, svc: AppServices, hb: Heartbeat) -> HeartbeatReply:
 
 @router.post("/workers/heartbeat", response_model=HeartbeatReply, dependencies=WORKER_ONLY)
 async def heartbeat(hb: Heartbeat, svc: ServicesDep) -> HeartbeatReply:
-    return await svc.queue_lane.in_session(_heartbeat, svc, hb)
+    return await svc.queue_lane.in_session(_heartbeat, svc.in_lane(), hb)
 
 
 @router.get("/workers", response_model=list[WorkerOut])
@@ -70,7 +70,7 @@ def images(_: CurrentUser, db: SessionDep, svc: ServicesDep) -> list[QueueImages
 
 @router.post("/worker/jobs/{job_id}/claim", response_model=ClaimGranted, dependencies=WORKER_ONLY)
 async def claim(job_id: str, body: Claim, svc: ServicesDep) -> ClaimGranted:
-    return await svc.queue_lane.in_session(claim_job, svc, job_id, body)
+    return await svc.queue_lane.in_session(claim_job, svc.in_lane(), job_id, body)
 
 
 def _state(db: Session, svc: AppServices, job_id: str, body: JobUpdate) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def _state(db: Session, svc: AppServices, job_id: str, body: JobUpdate) -> dict[
 
 @router.post("/worker/jobs/{job_id}/state", dependencies=WORKER_ONLY)
 async def state(job_id: str, body: JobUpdate, svc: ServicesDep) -> dict[str, Any]:
-    return await svc.queue_lane.in_session(_state, svc, job_id, body)
+    return await svc.queue_lane.in_session(_state, svc.in_lane(), job_id, body)
 
 
 def _lease(db: Session, svc: AppServices, job_id: str, body: Claim) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def _lease(db: Session, svc: AppServices, job_id: str, body: Claim) -> dict[str,
 @router.post("/worker/jobs/{job_id}/lease", dependencies=WORKER_ONLY)
 async def lease(job_id: str, body: Claim, svc: ServicesDep) -> dict[str, Any]:
     """The run of ``body.attempt`` on ``body.worker`` renews its lease (409: it no longer holds the job)."""
-    return await svc.queue_lane.in_session(_lease, svc, job_id, body)
+    return await svc.queue_lane.in_session(_lease, svc.in_lane(), job_id, body)
 
 
 def _archive(db: Session, svc: AppServices, job_id: str) -> FileResponse:
@@ -104,7 +104,7 @@ def _archive(db: Session, svc: AppServices, job_id: str) -> FileResponse:
 
 @router.get("/worker/jobs/{job_id}/archive", dependencies=WORKER_ONLY)
 async def archive(job_id: str, svc: ServicesDep) -> FileResponse:
-    return await svc.queue_lane.in_session(_archive, svc, job_id)
+    return await svc.queue_lane.in_session(_archive, svc.in_lane(), job_id)
 
 
 def _image_blob(svc: AppServices, sha256: str) -> FileResponse:
@@ -119,7 +119,7 @@ def _image_blob(svc: AppServices, sha256: str) -> FileResponse:
 @router.get("/worker/images/{sha256}", dependencies=WORKER_ONLY)
 async def image_blob(sha256: str, svc: ServicesDep) -> FileResponse:
     """A `docker save` tar staff uploaded, for workers to load."""
-    return await svc.queue_lane.run(_image_blob, svc, sha256)
+    return await svc.queue_lane.run(_image_blob, svc.in_lane(), sha256)
 
 
 @router.put("/worker/jobs/{job_id}/build", dependencies=WORKER_ONLY)
