@@ -66,7 +66,8 @@ class AppServices(Services):
         and the log store, fences, leases and cancel flags over it, from the lane's own connections."""
         if self._lane is None:
             r = self.queue_lane.redis
-            self._lane = dataclasses.replace(self, redis=r, logs=LogStore(r, self.storage, self.logs.ttl))
+            # kick: the process's own, as it is when called (set once the loops start, maybe after this)
+            self._lane = dataclasses.replace(self, redis=r, logs=LogStore(r, self.storage, self.logs.ttl), kick=lambda: self.kick())
         return self._lane
 
 

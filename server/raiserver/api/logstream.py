@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel
+from sse_starlette.sse import EventSourceResponse
 from starlette.types import Receive, Scope, Send
 
 from raiprotocol import logwire
@@ -31,11 +33,9 @@ def sse_json(model: BaseModel, **kw: Any) -> str:
     return json.dumps(model.model_dump(mode="json", **kw))
 
 
-async def plain_text(svc: Services, hub: LogHub, job_id: str, user_id: int) -> AsyncIterator[bytes]:
+async def plain_text(svc: Services, job_id: str) -> AsyncIterator[bytes]:
     """A finished job's stored log as text, a page at a time from disk, read and rendered off the
-    event loop; it holds one of the reader's stream slots (``LogHub.admit``, taken by the route)
-    until it ends, however it ends: a download is a stream like any other, and one student's
-    hundreds of them held the server's threads once the answer had started, past admission."""
+    event loop in the stored logs' own threads (``LogStore.in_page_thread``)."""
 
     def page(offset: int) -> tuple[bytes, int]:
         batches, offset = svc.logs.stored_page(job_id, offset, 0)
@@ -45,28 +45,51 @@ async def plain_text(svc: Services, hub: LogHub, job_id: str, user_id: int) -> A
         )
         return text.encode(), offset
 
-    try:
-        offset = 0
-        while offset >= 0:
-            text, offset = await run_in_threadpool(page, offset)
-            yield text
-    finally:
-        hub.release(user_id)
+    offset = 0
+    while offset >= 0:
+        text, offset = await svc.logs.in_page_thread(page, offset)
+        yield text
 
 
-class HeldFileResponse(FileResponse):
-    """A file sent as one of the caller's streams: ``release`` gives its slot back once the sending
-    ends, whichever way it ends (sent, the client gone, an error)."""
+class _Held:
+    """An answer that holds one of its caller's stream slots (``LogHub.admit``, taken by the route):
+    given back in the answer's own ``__call__``, however the sending ends (sent, the client gone,
+    cancelled, an error), and its body iterator closed there. (A generator's own ``finally`` is not
+    enough: a generator never started, cancelled before its first chunk, never runs it, and one
+    abandoned mid-send waits for the garbage collector: the hostile review of 2026-11-29.)"""
 
+    _release: Callable[[], None]
+    body_iterator: Any
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)  # type: ignore[misc]
+        finally:
+            aclose = getattr(getattr(self, "body_iterator", None), "aclose", None)
+            try:
+                if aclose is not None:
+                    with anyio.move_on_after(5, shield=True):
+                        await aclose()
+            finally:
+                self._release()
+
+
+class HeldFileResponse(_Held, FileResponse):
     def __init__(self, path: Path, *, release: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(path, **kwargs)
         self._release = release
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
+
+class HeldStreamingResponse(_Held, StreamingResponse):
+    def __init__(self, content: AsyncIterator[bytes], *, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
+
+
+class HeldEventSourceResponse(_Held, EventSourceResponse):
+    def __init__(self, content: AsyncIterator[Any], *, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release = release
 
 
 def lines_event(batches: list[Batch]) -> dict[str, Any]:
@@ -76,7 +99,8 @@ def lines_event(batches: list[Batch]) -> dict[str, Any]:
 async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator[dict[str, Any]]:
     """The stored log after line ``after``, a page at a time from disk: bounded memory however
     long the log, nothing more read once the client is gone, and the reading and encoding done
-    off the event loop (the server keeps answering everyone else meanwhile)."""
+    off the event loop in the stored logs' own threads (``LogStore.in_page_thread``: the server
+    keeps answering everyone else meanwhile)."""
 
     def page(offset: int) -> tuple[dict[str, Any] | None, int]:
         batches, offset = svc.logs.stored_page(job_id, offset, after, max_bytes=256 * 1024)
@@ -84,7 +108,7 @@ async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator
 
     offset = 0
     while offset >= 0:
-        event, offset = await run_in_threadpool(page, offset)
+        event, offset = await svc.logs.in_page_thread(page, offset)
         if event:
             yield event
 
@@ -111,10 +135,10 @@ def merged_event(items: list[Shared], sent: int) -> tuple[dict[str, Any] | bytes
 
 
 async def log_events(
-    svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot: Callable[[], JobOut], user_id: int, follow: bool = True
+    svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot: Callable[[], JobOut], follow: bool = True
 ) -> AsyncIterator[dict[str, Any] | bytes]:
-    """Every event for one reader from line ``sent`` on; releases the reader's stream slot at the
-    end, however the stream ends (finished, cut off as too slow, or the client gone)."""
+    """Every event for one reader from line ``sent`` on (the reader's stream slot is given back by
+    the answer, ``HeldEventSourceResponse``)."""
     w = None
     try:
         if job.state.finished:
@@ -138,7 +162,6 @@ async def log_events(
     finally:
         if w is not None:
             hub.unwatch(w)
-        hub.release(user_id)
 
 
 async def _backlog(svc: Services, job_id: str, sent: int, top: int, snapshot: Callable[[], JobOut]) -> AsyncIterator[dict[str, Any]]:

@@ -13,6 +13,10 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
 
 from raiprotocol.keys import stream_key
 from raiprotocol.logwire import APPEND_LUA, END, Batch, append_call, decode_entry, lost_range, restored_note
@@ -88,6 +92,10 @@ def _covered(spans: list[tuple[int, int]], first: int, last: int) -> bool:
     return False
 
 
+T = TypeVar("T")
+PAGE_THREADS = 4  # stored pages read (and rendered) at once, per process
+
+
 class LogStore:
     """A job's log, live and stored. Fences, leases and cancel flags are ``store.runmarks``'."""
 
@@ -97,6 +105,17 @@ class LogStore:
         self.storage = storage
         self.ttl = ttl
         self._append = self.redis.register_script(APPEND_LUA)
+        self._page_threads: anyio.CapacityLimiter | None = None
+
+    async def in_page_thread(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn`` in one of the threads that read stored logs (``PAGE_THREADS`` a process, every
+        reader's: a stream's pages, a download's): readers of long logs, whose pages are read after
+        their answers started (past admission), wait for these, not for the threads every other
+        request runs in (the hostile review of 2026-11-29: ten downloads of one student's longest
+        logs, over and over, kept ten of them busy)."""
+        if self._page_threads is None:  # made in the running event loop
+            self._page_threads = anyio.CapacityLimiter(PAGE_THREADS)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._page_threads)
 
     # -- writing (server side: system lines and the end marker) -------------------------------
     def system(self, job_id: str, text: str, t: float | None = None) -> None:

@@ -58,4 +58,4 @@ class Lane:
 
     def close(self) -> None:
         self.db.engine.dispose()
-        self.redis.sync.close()
+        self.redis.close()  # the lane's calls are all synchronous: its asynchronous pool never connected

@@ -1,6 +1,7 @@
-"""The process's one connection to Redis, made once at start and handed to every user of it (the
+"""The process's connections to Redis, made once at start and handed to every user of them (the
 log store, the run marks, the loops, the metrics, the login limiter, the upload gate, image pulls):
-nobody opens a second pool, so the connections a server process holds never grow with its users."""
+one set for the process and one for the queue's lane (``store/lane.py``), so the connections a
+server process holds never grow with its users."""
 
 from __future__ import annotations
 
@@ -23,4 +24,10 @@ class RedisService:
 
     async def aclose(self) -> None:
         await self.aio.aclose()
+        await self.aio.connection_pool.disconnect()  # a pool made apart is not closed with its client
+        self.close()
+
+    def close(self) -> None:
+        """The synchronous pool's connections (the asynchronous one's: ``aclose``)."""
         self.sync.close()
+        self.sync.connection_pool.disconnect()

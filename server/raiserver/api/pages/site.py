@@ -32,6 +32,7 @@ from raiserver.access.csrf import check_csrf, csrf_token
 from raiserver.access.people import MAX_QUERY, find_people
 from raiserver.access.permissions import ROLES, Principal, can_cancel, can_rerun, can_see_all_jobs, can_see_user, more_log_streams
 from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebPeopleViewer, WebRerunner, WebUser, WebWorkersViewer
+from raiserver.api.logstream import HeldEventSourceResponse
 from raiserver.config import Settings
 from raiserver.errors import NotFound, Unauthorized
 from raiserver.fleet.workers import is_alive
@@ -141,25 +142,25 @@ async def queue_events(request: Request, svc: ServicesDep) -> EventSourceRespons
 
     async def events() -> AsyncIterator[dict[str, str]]:
         last = None
-        try:
-            while True:
-                rows, sessions = await feed.get()
-                active, current = sessions.get(uid, (True, tag))
-                if not active or current != tag:  # deactivated, or the key was rotated or revoked
-                    yield {"event": "logout", "data": "{}"}
-                    return
-                text = json.dumps(shown_to(rows, uid, everyone), sort_keys=True)
-                if text != last:
-                    last = text
-                    yield {"event": "queue", "data": text}
-                await asyncio.sleep(1.0)
-        finally:
-            feed.watching[uid] -= 1
-            if feed.watching[uid] <= 0:
-                del feed.watching[uid]
-            hub.release(uid)
+        while True:
+            rows, sessions = await feed.get()
+            active, current = sessions.get(uid, (True, tag))
+            if not active or current != tag:  # deactivated, or the key was rotated or revoked
+                yield {"event": "logout", "data": "{}"}
+                return
+            text = json.dumps(shown_to(rows, uid, everyone), sort_keys=True)
+            if text != last:
+                last = text
+                yield {"event": "queue", "data": text}
+            await asyncio.sleep(1.0)
 
-    return EventSourceResponse(events(), ping=15)
+    def release() -> None:  # once the answer ends, however it ends
+        feed.watching[uid] -= 1
+        if feed.watching[uid] <= 0:
+            del feed.watching[uid]
+        hub.release(uid)
+
+    return HeldEventSourceResponse(events(), release=release, ping=15)
 
 
 @router.get("/workers")

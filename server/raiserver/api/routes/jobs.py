@@ -15,7 +15,7 @@ from sse_starlette.sse import EventSourceResponse
 from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
 from raiserver.access.permissions import Principal, can_delete_run, can_see_all_jobs, exempt_from_limits, more_log_streams
 from raiserver.api.deps import CurrentUser, ServicesDep, SessionDep
-from raiserver.api.logstream import HeldFileResponse, log_events, plain_text
+from raiserver.api.logstream import HeldEventSourceResponse, HeldFileResponse, HeldStreamingResponse, log_events, plain_text
 from raiserver.errors import Conflict, DomainError, NotFound
 from raiserver.jobs.lifecycle import cancel_job
 from raiserver.jobs.lookup import cancellable_job, visible_job
@@ -166,7 +166,8 @@ async def log(
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
     hub = svc.hub
     hub.admit(p.user.id, more_log_streams(p))
-    return EventSourceResponse(log_events(svc, hub, job, start, snapshot, p.user.id, follow), ping=15, send_timeout=30)
+    events = log_events(svc, hub, job, start, snapshot, follow)
+    return HeldEventSourceResponse(events, release=lambda: hub.release(p.user.id), ping=15, send_timeout=30)
 
 
 @router.get("/jobs/{job_id}/log.txt")
@@ -176,9 +177,11 @@ async def log_text(job_id: str, p: CurrentUser, svc: ServicesDep) -> StreamingRe
     job = await run_in_threadpool(job_snapshot(svc, p, job_id))
     if not job.state.finished:
         raise Conflict(f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
-    svc.hub.admit(p.user.id, more_log_streams(p))
-    return StreamingResponse(
-        plain_text(svc, svc.hub, job.id, p.user.id),
+    hub = svc.hub
+    hub.admit(p.user.id, more_log_streams(p))
+    return HeldStreamingResponse(
+        plain_text(svc, job.id),
+        release=lambda: hub.release(p.user.id),
         media_type="text/plain; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="log-{job.id}.txt"'},
     )
