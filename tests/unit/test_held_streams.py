@@ -96,3 +96,16 @@ def test_a_streams_slot_comes_back_once_however_it_ends(kind: str, how: str, tmp
     asyncio.run(main())
     gc.collect()
     assert h.open_streams == 0 and dict(h.streams) == {}, (h.open_streams, dict(h.streams))
+
+
+def test_a_build_folder_deleted_after_the_route_looked_is_not_found_and_gives_its_slot_back(tmp_path: Path) -> None:
+    """Retention or the owner's delete between the route's look and the sending: a 404 (the route's
+    error), not the engine's 500 and its traceback."""
+    from raiserver.errors import NotFound
+
+    h = hub()
+    response = make("file", h, tmp_path)
+    (tmp_path / "build.tar.gz").unlink()
+    with pytest.raises(NotFound):
+        asyncio.run(response(dict(SCOPE), None, None))
+    assert h.open_streams == 0

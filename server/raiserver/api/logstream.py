@@ -20,6 +20,7 @@ from raiprotocol import logwire
 from raiprotocol.logwire import END, Batch
 from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.models import JobOut, JobState
+from raiserver.errors import NotFound
 from raiserver.live.feed import LogHub, Shared, Watcher
 from raiserver.live.logs import PAGE_ENTRIES
 from raiserver.parts import Services
@@ -63,6 +64,7 @@ class _Held:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
+            await self._ready()
             await super().__call__(scope, receive, send)  # type: ignore[misc]
         finally:
             aclose = getattr(getattr(self, "body_iterator", None), "aclose", None)
@@ -73,11 +75,18 @@ class _Held:
             finally:
                 self._release()
 
+    async def _ready(self) -> None:
+        """What must hold before the answer starts (an error raised here is answered as such)."""
+
 
 class HeldFileResponse(_Held, FileResponse):
     def __init__(self, path: Path, *, release: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(path, **kwargs)
         self._release = release
+
+    async def _ready(self) -> None:
+        if not await anyio.Path(self.path).is_file():  # deleted since the route looked (retention, the owner)
+            raise NotFound("this job's build folder was deleted")
 
 
 class HeldStreamingResponse(_Held, StreamingResponse):
