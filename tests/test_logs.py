@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 from helpers import make_project, read_log, start_service
 
@@ -116,6 +117,12 @@ def test_archive_and_replay_go_page_by_page(any_redis, tmp_path):
     assert seen == 200_000 and pages > 10, "the replay came in many bounded pages, every line once"
     first = next(store.stored(job, after=123_456))
     assert first.n == 123_457 and first.lines()[0] == f"line {123_456 % 5000}"
+    # deleted part way through a reading (retention, its owner): the reading breaks, it does not end as if whole
+    _, offset = store.stored_page(job, 0, 0, max_bytes=64 * 1024)
+    store.storage.log_path(job).unlink()
+    with pytest.raises(FileNotFoundError):
+        store.stored_page(job, offset, 0)
+    assert store.stored_page(job, 0, 0) == ([], -1)  # a log never stored: nothing, and the end
 
 
 def test_a_whole_job_and_exact_resume_on_this_redis(any_redis, tmp_path):

@@ -179,12 +179,15 @@ class LogStore:
     # -- reading the stored log ------------------------------------------------------------------
     def stored_page(self, job_id: str, offset: int, after: int, max_bytes: int = PAGE_BYTES) -> tuple[list[Batch], int]:
         """Batches after line ``after`` from byte ``offset`` of the stored log, about ``max_bytes``
-        of them; returns them and the offset to go on from (-1 at the end)."""
+        of them; returns them and the offset to go on from (-1 at the end). A log deleted part way
+        through (retention, its owner) raises: a reader's stream breaks rather than end as if whole."""
         path = self.storage.log_path(job_id)
         batches: list[Batch] = []
         try:
             fh = path.open("rb")
         except FileNotFoundError:
+            if offset > 0:
+                raise
             return batches, -1
         with fh:
             fh.seek(offset)
