@@ -210,6 +210,27 @@ def test_no_page_is_wider_than_the_window(browser, site):
     assert wide == [], "pages wider than the window"
 
 
+def test_a_student_lands_on_the_queue_with_their_latest_finished_jobs(browser, site):
+    """A login lands on the queue, an empty table most of the day: a student sees their latest
+    finished jobs above it (a friction noted by a new user); what runs or waits stays in the live
+    tables, never in the card (drawn once, it would go stale). Staff see the queue alone."""
+    svc = site["svc"]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page = log_in(browser, svc, site["dana"], 1280)
+    card = page.locator("#mine")
+    assert "Your latest finished jobs" in card.inner_text()
+    for finished in (site["failed"], site["ranked"]):
+        assert card.locator(f"a[href='/jobs/{finished}']").count() == 1, card.inner_text()
+    assert card.locator(f"a[href='/jobs/{site['running']}']").count() == 0, "a running job in the card"
+    page.locator(f"#running a[href='/jobs/{site['running']}']").first.wait_for(timeout=20000)  # it is in the live table
+    assert "failed" in card.inner_text() and card.locator("a[href='/users/dana_l']").count() == 1
+    page.screenshot(path=str(SHOTS / "queue-student-1280.png"), full_page=True)
+    staff = log_in(browser, svc, site["staff"], 1280)
+    assert staff.locator("#mine").count() == 0
+    page.context.close()
+    staff.context.close()
+
+
 def test_a_failed_job_says_which_command_failed_and_links_to_it_in_the_log(browser, site):
     svc, job = site["svc"], site["failed"]
     page = log_in(browser, svc, site["dana"], 1280)

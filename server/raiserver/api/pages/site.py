@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
 from raiprotocol.models import REGRADE_MESSAGE_CHARS
+from raiprotocol.states import UNFINISHED
 from raiprotocol.waits import wait_words
 from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
 from raiserver.access.csrf import check_csrf, csrf_token
@@ -120,9 +121,21 @@ def home() -> Response:
     return RedirectResponse("/queue", status.HTTP_303_SEE_OTHER)
 
 
+LATEST_JOBS = 5  # a student's own finished jobs on the queue page, where a login lands
+
+
 @router.get("/queue")
 def queue_page(request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
-    return render(request, "queue.html", p, snapshot=queue_snapshot(db, svc.settings, p))
+    """Everyone's running and waiting jobs, live (a student's own marked); for a student, their
+    latest finished jobs above them (the page a login lands on was an empty table most of the day).
+    Finished ones only: what runs or waits is in the live tables, and a card drawn once would go stale."""
+    mine = None
+    if not can_see_all_jobs(p):
+        ended = (Job.owner_id == p.user.id) & Job.state.not_in(UNFINISHED)
+        latest = db.scalars(select(Job).where(ended).order_by(Job.created_at.desc()).limit(LATEST_JOBS)).all()
+        view = QueueView(db, svc.settings)
+        mine = [job_out(db, j, view) for j in latest]
+    return render(request, "queue.html", p, snapshot=queue_snapshot(db, svc.settings, p), mine=mine)
 
 
 @router.get("/web/queue/events")
