@@ -14,6 +14,7 @@ Streams are capped per user and per process, and refused with a ``Retry-After`` 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import Counter, deque
@@ -111,8 +112,9 @@ class LogHub:
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- caps ------------------------------------------------------------------------------------
-    def admit(self, user_id: int, staff: bool) -> None:
-        """Count a new stream, or refuse it: 503 (this server is full) or 429 (this user), Retry-After 5 s."""
+    def admit(self, user_id: int, staff: bool) -> Callable[[], None]:
+        """Count a new stream, or refuse it: 503 (this server is full) or 429 (this user), Retry-After 5 s.
+        Returns what gives the slot back, once (the answer calls it as it ends: ``api/logstream._Held``)."""
         if self.open_streams >= self.per_process:
             raise Busy(f"this server is at its limit of {self.per_process} open log streams; retry shortly", 5)
         cap = self.per_staff if staff else self.per_student
@@ -124,6 +126,7 @@ class LogHub:
             )
         self.streams[user_id] += 1
         self.open_streams += 1
+        return functools.partial(self.release, user_id)
 
     def release(self, user_id: int) -> None:
         self.streams[user_id] -= 1

@@ -150,7 +150,7 @@ async def queue_events(request: Request, svc: ServicesDep) -> EventSourceRespons
     p = await run_in_threadpool(who)
     uid, everyone, tag = p.user.id, can_see_all_jobs(p), request.session.get("key")
     hub, feed = svc.hub, svc.queue_feed
-    hub.admit(uid, more_log_streams(p))
+    give_back = hub.admit(uid, more_log_streams(p))
     feed.watching[uid] += 1
 
     async def events() -> AsyncIterator[dict[str, str]]:
@@ -171,7 +171,7 @@ async def queue_events(request: Request, svc: ServicesDep) -> EventSourceRespons
         feed.watching[uid] -= 1
         if feed.watching[uid] <= 0:
             del feed.watching[uid]
-        hub.release(uid)
+        give_back()
 
     return HeldEventSourceResponse(events(), release=release, ping=15)
 

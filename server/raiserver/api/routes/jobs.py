@@ -142,9 +142,8 @@ async def build_folder(job_id: str, p: CurrentUser, svc: ServicesDep) -> FileRes
     jid, path, finished = await run_in_threadpool(find)
     if path is None:
         raise NotFound("this job left no build folder" if finished else "the job has not finished yet")
-    hub = svc.hub
-    hub.admit(p.user.id, more_log_streams(p))
-    return HeldFileResponse(path, release=lambda: hub.release(p.user.id), media_type="application/gzip", filename=f"build-{jid}.tar.gz")
+    release = svc.hub.admit(p.user.id, more_log_streams(p))
+    return HeldFileResponse(path, release=release, media_type="application/gzip", filename=f"build-{jid}.tar.gz")
 
 
 @router.get("/jobs/{job_id}/log")
@@ -164,10 +163,9 @@ async def log(
     snapshot = job_snapshot(svc, p, job_id)
     job = await run_in_threadpool(snapshot)
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
-    hub = svc.hub
-    hub.admit(p.user.id, more_log_streams(p))
-    events = log_events(svc, hub, job, start, snapshot, follow)
-    return HeldEventSourceResponse(events, release=lambda: hub.release(p.user.id), ping=15, send_timeout=30)
+    release = svc.hub.admit(p.user.id, more_log_streams(p))
+    events = log_events(svc, svc.hub, job, start, snapshot, follow)
+    return HeldEventSourceResponse(events, release=release, ping=15, send_timeout=30)
 
 
 @router.get("/jobs/{job_id}/log.txt")
@@ -177,11 +175,10 @@ async def log_text(job_id: str, p: CurrentUser, svc: ServicesDep) -> StreamingRe
     job = await run_in_threadpool(job_snapshot(svc, p, job_id))
     if not job.state.finished:
         raise Conflict(f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
-    hub = svc.hub
-    hub.admit(p.user.id, more_log_streams(p))
+    release = svc.hub.admit(p.user.id, more_log_streams(p))
     return HeldStreamingResponse(
         plain_text(svc, job.id),
-        release=lambda: hub.release(p.user.id),
+        release=release,
         media_type="text/plain; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="log-{job.id}.txt"'},
     )
