@@ -115,7 +115,7 @@ def _thread_stamp(work_dir: Path) -> Path:
 def host_main() -> None:
     """One simulated GPU host: the real worker (settings from RAI_*), its slots threads, its executor ``SimExecutor``."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from raiworker import executor_names
+    from raiworker.executors import names as executor_names
     from raiworker.run import job as jobrun
 
     executor_names.EXECUTORS["sim"] = f"{__name__}:SimExecutor"

@@ -65,6 +65,7 @@ def test_importing_the_worker_does_no_work(tmp_path):
         ({"RAI_SLOTS": "many"}, "RAI_SLOTS: Input should be a valid integer, unable to parse string as an integer (it is 'many')"),
         ({"RAI_JOBS_PER_GPU": "17"}, "RAI_JOBS_PER_GPU for '*' is 17: from 1 to 16"),
         ({"RAI_JOB_WALL_SECONDS": "60"}, "RAI_JOB_WALL_SECONDS is now RAI_WALL_SECONDS"),
+        ({"RAI_EXECUTOR": "dokcer"}, "unknown executor 'dokcer' (RAI_EXECUTOR); one of: docker, process, slurm"),
     ],
 )
 def test_a_bad_setting_stops_the_worker_named_as_the_operator_wrote_it(tmp_path, env, said):

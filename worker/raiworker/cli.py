@@ -48,6 +48,11 @@ def run(
     except ValueError as exc:  # pydantic's ValidationError: say which setting, and stop
         typer.echo(f"raiworker: bad settings: {settings_problem(exc)}", err=True)
         raise typer.Exit(2) from None
+    try:
+        executor_class(settings.executor)  # a mistyped RAI_EXECUTOR stops here, before any host is prepared
+    except ExecutorUnavailable as exc:
+        typer.echo(f"raiworker: bad settings: {exc}", err=True)
+        raise typer.Exit(2) from None
     prepare(settings.work_dir)  # before the pool forks: job counters from every process
     rt = WorkerRuntime.start(settings)
     from celery.exceptions import SecurityWarning

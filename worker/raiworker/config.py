@@ -11,7 +11,6 @@ from pydantic_settings import NoDecode
 
 from raiprotocol.settings import CommaList, SharedSettings
 
-from .executor_names import EXECUTORS
 from .workdir import own_name
 
 
@@ -47,20 +46,13 @@ class WorkerSettings(SharedSettings):
     # share a host name), and the same after a restart, which recovery relies on
     worker_name: str = ""
     queues: CommaList = ["gpu"]
-    executor: str = "docker"  # a name in executor_names.EXECUTORS
+    executor: str = "docker"  # a name in executors.names.EXECUTORS, checked as the worker starts
 
     @model_validator(mode="after")
     def _named(self) -> WorkerSettings:
         if not self.worker_name:
             self.worker_name = own_name(self.work_dir, socket.gethostname())
         return self
-
-    @field_validator("executor")
-    @classmethod
-    def _known_executor(cls, value: str) -> str:
-        if value not in EXECUTORS:
-            raise ValueError(f"unknown executor {value!r}; one of: {', '.join(EXECUTORS)}")
-        return value
 
     slots: int = 0  # 0: one per GPU share (RAI_JOBS_PER_GPU), or 1 without GPUs
     # jobs that may share one GPU at once (time-sliced): "4" for every queue, or "dev=4,*=1" per
