@@ -85,6 +85,16 @@ static int open_pty(int *master, int *slave) {
     return 0;
 }
 
+/* A pipe in place of a terminal (read end non-blocking, as a master's). */
+static int open_pipe(int *master, int *slave) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) return -1;
+    fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
+    *master = p[0];
+    *slave = p[1];
+    return 0;
+}
+
 static void write_all(int fd, const char *buf, size_t n) {
     while (n > 0) {
         ssize_t w = write(fd, buf, n);
@@ -115,7 +125,8 @@ static void write_all(int fd, const char *buf, size_t n) {
 #define GATHER_NS 1000000L
 
 /* RAI_PTY_FRAMES=1: both streams go to stdout as frames (8-byte header: stream 1 or 2, three zero
- * bytes, big-endian length; Docker's format), one file that keeps their order (Slurm jobs). */
+ * bytes, big-endian length; Docker's format), one file or pipe that keeps their order (Slurm jobs,
+ * the process executor). Only the helper's own complaints go to its stderr. */
 static int framed = 0;
 
 struct out {
@@ -305,10 +316,13 @@ int main(int argc, char **argv) {
     unsetenv("RAI_PTY_END");
     int om, os_, em, es;
     if (open_pty(&om, &os_) < 0 || open_pty(&em, &es) < 0) {
-        /* No terminals here (no /dev/ptmx): run the command on plain pipes rather than not at all. */
-        execvp(argv[1], argv + 1);
-        perror(argv[1]);
-        return 127;
+        /* No terminals here (no /dev/ptmx): run the command on plain pipes rather than not at all;
+         * framed, through two pipes of this helper's, so that its output is frames all the same. */
+        if (!framed || open_pipe(&om, &os_) < 0 || open_pipe(&em, &es) < 0) {
+            execvp(argv[1], argv + 1);
+            perror(argv[1]);
+            return 127;
+        }
     }
     sigset_t block, orig;
     sigemptyset(&block);

@@ -25,7 +25,7 @@ from raiprotocol.models import LogStream
 
 from ..lease import LEASE_EXIT, PAST_BOOT_SH
 from ..logsink import LogSink
-from ..terminal import no_terminal_note, pty_helper, terminal_env
+from ..terminal import Frames, no_terminal_note, pty_helper, terminal_env
 from ..workdir import lease_stamp, rewrite_paths
 from .base import Executor, JobContext
 
@@ -90,6 +90,8 @@ class ProcessExecutor(Executor):
         os.makedirs(env["TMPDIR"], exist_ok=True)
         real = rewrite_paths(command, str(ctx.src_dir), str(ctx.build_dir))
         argv = ["/bin/sh", "-c", real]
+        if self.helper:  # both streams on stdout as frames, in the order printed (two pipes lose it when the worker stalls)
+            env["RAI_PTY_FRAMES"] = "1"
         self.proc = subprocess.Popen(
             [str(self.helper), *argv] if self.helper else argv,
             cwd=ctx.build_dir,
@@ -108,9 +110,10 @@ class ProcessExecutor(Executor):
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        frames = Frames(sink) if self.helper else None  # else the command's own two pipes
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ, LogStream.out)
-        sel.register(self.proc.stderr, selectors.EVENT_READ, LogStream.err)
+        sel.register(self.proc.stderr, selectors.EVENT_READ, LogStream.err)  # framed: only the helper's complaints
         open_streams = 2
         while open_streams:
             ready = sel.select(timeout=0.5)
@@ -121,6 +124,8 @@ class ProcessExecutor(Executor):
                 if not data:
                     sel.unregister(selected.fileobj)
                     open_streams -= 1
+                elif frames is not None and selected.data is LogStream.out:
+                    frames.feed(data)
                 else:
                     sink.feed(selected.data, data)
         sel.close()
