@@ -305,6 +305,7 @@ int main(int argc, char **argv) {
     }
     prctl(PR_SET_DUMPABLE, 0); /* the job's processes (its user) may not read this one's memory or environment */
     framed = env_int("RAI_PTY_FRAMES", 0) == 1;
+    unsetenv("RAI_PTY_FRAMES"); /* the helper's, not the job's */
     char *then = NULL, *token = NULL;
     if (getenv("RAI_PTY_THEN") && getenv("RAI_PTY_END")) {
         then = strdup(getenv("RAI_PTY_THEN"));
