@@ -7,11 +7,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from raiprotocol.resultview import results_view
 from raiprotocol.states import ExitCode, JobState, exit_code_for
 
 from . import listings, table
 from .errors import ApiError
-from .output import cell, kib, local, print_results, results_view, say, waits
+from .output import cell, kib, local, print_results, say, waits
 from .session import duration, fail, last_job_id, session, when
 
 # status' rows, in order: the job's field and the name shown (times without their _at)

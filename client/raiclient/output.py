@@ -14,13 +14,13 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
-from types import MappingProxyType
-from typing import Any, NamedTuple, TextIO, TypeVar
+from typing import Any, TextIO
 
 from raiprotocol.logwire import Batch
 from raiprotocol.markers import SYSTEM_MARK, disarm
+from raiprotocol.resultview import printed_facts, results_view
 from raiprotocol.safejson import escaped
 from raiprotocol.sampling import median_of
 from raiprotocol.states import JobState, exit_code_for
@@ -312,69 +312,10 @@ def quoted(command: str) -> str:
     return f"the command {command}"
 
 
-class MeasuredView(NamedTuple):
-    """What the client shows of a ranked run's ``raiprotocol.models.Measured``: the wire model's
-    names, typed, on the standard library (the submit path imports no pydantic, nor
-    dataclasses: 15 ms of its start)."""
-
-    course_version: int | None = None
-    measure: str | None = None
-    op_time: float | None = None
-    runs: Sequence[float] = ()
-    passes: int = 1
-    spread: float | None = None
-    accuracy: float | None = None
-    error: float | None = None
-    flags: Sequence[str] = ()
-    problem: str | None = None
-
-
-class ResultsView(NamedTuple):
-    """What the client shows of a job's ``raiprotocol.models.JobResultSummary`` (``JobOut.results``),
-    read from the server's JSON by ``results_view``; tests/unit/test_summaries.py checks every name
-    here against the wire model."""
-
-    op_times: Sequence[float] = ()
-    op_time_total: float | None = None
-    op_time_runs: Sequence[float] = ()
-    op_time_spread: float | None = None
-    correctness: Mapping[str, float] = MappingProxyType({})
-    elapsed_seconds: float | None = None
-    max_rss_kb: int | None = None
-    measured: MeasuredView | None = None
-
-
-View = TypeVar("View", ResultsView, MeasuredView)
-
-
-def _view(cls: type[View], data: Mapping[str, Any]) -> View:
-    """``cls`` from the fields of ``data`` it names (absent or null: the field's default)."""
-    return cls(**{name: data[name] for name in cls._fields if data.get(name) is not None})
-
-
-def results_view(results: Mapping[str, Any] | None) -> ResultsView:
-    """A job's ``results`` as the server sent them (JSON), typed: the one place that reads them by key."""
-    r = results or {}
-    m = r.get("measured")
-    return _view(ResultsView, {**r, "measured": _view(MeasuredView, m) if m else None})
-
-
 def print_results(results: Mapping[str, Any] | None) -> None:
     """The parsed results (Op Time, Correctness, …) as a small two-column table."""
     r = results_view(results)
-    rows: list[tuple[str, str]] = []
-    if r.op_times:
-        total = r.op_time_total
-        end = f" = {total:g} s" if len(r.op_times) > 1 and total is not None else " s"
-        rows.append(("Op Time", " + ".join(f"{t:g}" for t in r.op_times) + end))
-    if r.op_time_runs:
-        rows.append(("Timing runs", f"{len(r.op_time_runs)} (median shown, spread {r.op_time_spread or 0:g} s)"))
-    for model, value in r.correctness.items():
-        rows.append(("Correctness", f"{value:g} (model {model})"))
-    if r.elapsed_seconds is not None:
-        rows.append(("Elapsed", f"{r.elapsed_seconds:g} s"))
-    if r.max_rss_kb is not None:
-        rows.append(("Peak memory", f"{r.max_rss_kb / 1024:,.0f} MiB"))
+    rows = [(f.label, f"{f.value} ({f.note})" if f.note else f.value) for f in printed_facts(r)]
     m = r.measured
     if m is not None:  # a ranked run: the service's own figures rank; the printed ones above are shown only
         measured: list[tuple[str, str]] = []

@@ -1,5 +1,5 @@
 """Issue 47: the client reads a job's results (``JobOut.results``, JSON) typed, through
-raiclient.output.results_view, on the standard library; every name its view reads is checked here
+raiprotocol.resultview.results_view, on the standard library; every name its view reads is checked here
 against the wire model, so a renamed field fails a test instead of printing nothing."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import typing
 from helpers.results import MEASURED, PRINTED
 from pydantic import BaseModel
 
-from raiclient.output import MeasuredView, ResultsView, results_view
 from raiprotocol.models import JobResultSummary, Measured
+from raiprotocol.resultview import MeasuredView, ResultsView, results_view
 
 
 def _fields(model: type[BaseModel]) -> dict[str, object]:
@@ -36,3 +36,26 @@ def test_the_client_reads_the_json_the_server_sends():
     empty = results_view(None)
     assert empty == results_view({}) == ResultsView() and empty.measured is None
     assert results_view({"op_times": None, "measured": {}}) == ResultsView()  # null and empty: the defaults
+
+
+def test_the_printed_figures_are_facts_the_terminal_and_the_job_page_both_show(capsys):
+    """One list of facts (raiprotocol.resultview.printed_facts) for the client's table and the job
+    page's list: a metric added there shows on both."""
+    from raiclient.output import print_results
+    from raiprotocol.resultview import Fact, printed_facts
+
+    sent = JobResultSummary.model_validate({**PRINTED.model_dump(), "elapsed_seconds": 3.5, "max_rss_kb": 2048 * 1024})
+    facts = printed_facts(results_view(sent.model_dump(mode="json")))
+    assert facts == [
+        Fact("Op Time", "0.01 + 0.002 = 0.012 s"),
+        Fact("Timing runs", "2: 0.012, 0.013 s", "median shown, spread 0.001 s"),
+        Fact("Correctness", "0.9", "model a"),
+        Fact("Correctness", "0.8", "model b"),
+        Fact("Elapsed", "3.5 s"),
+        Fact("Peak memory", "2,048 MiB"),
+    ]
+    print_results(sent.model_dump(mode="json"))
+    table = capsys.readouterr().out
+    for f in facts:
+        assert f"{f.label}  " in table and (f"{f.value} ({f.note})" if f.note else f.value) in table, f
+    assert printed_facts(results_view(None)) == []

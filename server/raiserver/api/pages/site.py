@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 
 from raiprotocol.models import REGRADE_MESSAGE_CHARS
+from raiprotocol.resultview import printed_facts, results_view
 from raiprotocol.states import UNFINISHED
 from raiprotocol.waits import wait_words
 from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
@@ -202,11 +203,13 @@ def board_now(db: Session, settings: Settings, job: Job) -> dict[str, Any] | Non
 def job_page(job_id: str, request: Request, p: WebUser, db: SessionDep, svc: ServicesDep) -> HTMLResponse:
     job = visible_job(db, p, job_id)
     asked = regrades.for_job(db, job)
+    out = job_out(db, job, QueueView(db, svc.settings))
     return render(
         request,
         "job.html",
         p,
-        job=job_out(db, job, QueueView(db, svc.settings)),
+        job=out,
+        printed=printed_facts(results_view(out.results.model_dump(mode="json") if out.results else None)),
         spec=job.spec_yaml,
         can_cancel=can_cancel(p, job),
         can_rerun=can_rerun(p) and job.state.finished and job.archive_kept,
