@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from raiprotocol.graderules import PARAMS, rule_words
 from raiprotocol.models import ExtensionIn, GradeRule, KindIn
 
 from . import staff as cli
@@ -14,20 +15,6 @@ from . import table
 from .output import cell, say
 from .session import fail
 from .term import late_policy, print_kinds, wrapped
-
-
-def rule_words(name: str, g: GradeRule) -> str:
-    """One kind's grade rule in a line; each rule's words made only for that rule (a pass rule has no
-    op times: formatting them crashed 'kinds show', issue 49)."""
-    if g.rule == "linear":
-        how = f"op time {g.slow:g} s → 0, {g.fast:g} s → full" if g.slow is not None and g.fast is not None else "op time"
-    elif g.rule == "stddev":
-        how = f"{g.at_median:g} at the class median, {g.per_sd:+g} per standard deviation faster"
-    else:
-        how = "pass/fail on accuracy"
-    gate = f"accuracy ≥ {g.threshold:g}" if g.threshold is not None else "accuracy ≥ the server's threshold"
-    late = f", late: −{g.late_penalty:g} per started day" if g.late_penalty else ""
-    return f"{name}: graded out of {g.points:g} by {how}; {gate}{late}"
 
 
 def show(args: argparse.Namespace) -> int:
@@ -46,17 +33,9 @@ def set_kind(args: argparse.Namespace) -> int:
     given = (("opens", args.opens), ("due", args.due), ("late_policy", args.policy), ("late_hours", args.late_hours))
     fields: dict[str, object] = {k: v for k, v in given if v is not None}
     try:
-        if args.grade is not None:
-            fields["grading"] = GradeRule(
-                rule=args.grade,
-                points=args.points,
-                threshold=args.threshold,
-                slow=args.slow,
-                fast=args.fast,
-                at_median=args.at_median,
-                per_sd=args.per_sd,
-                late_penalty=args.late_penalty,
-            )
+        if args.grade is not None:  # the numbers given; the others keep GradeRule's defaults
+            numbers = {name: getattr(args, name) for name in PARAMS if getattr(args, name) is not None}
+            fields["grading"] = GradeRule(rule=args.grade, **numbers)
         change = KindIn(**fields)
     except ValueError as exc:
         fail(_first_error(exc))

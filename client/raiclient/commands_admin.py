@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from raiprotocol import graderules
+
 from .argtree import Tree, arg, as_json, count, existing_file, server
 
 A = "raiclient.admin:"
@@ -179,14 +181,9 @@ def _kinds(t: Tree, kinds: argparse.ArgumentParser) -> None:
     arg(p, "--due", metavar="WHEN", help="the deadline, ISO 8601; 'none' clears")
     arg(p, "--late-policy", dest="policy", metavar="POLICY", help="refuse | mark (accept, mark late) | days (draw late days)")
     arg(p, "--late-hours", type=float, metavar="H", help="the late window after each student's deadline; 0: no end")
-    arg(p, "--grade", metavar="RULE", help="pass | linear | stddev: the grade rule (with the options below)")
-    arg(p, "--points", type=float, default=100.0, metavar="P", help="grade rule: full marks")
-    arg(p, "--threshold", type=float, metavar="A", help="grade rule: the accuracy needed (default: the server's)")
-    arg(p, "--slow", type=float, metavar="S", help="linear: op time (s) that earns 0")
-    arg(p, "--fast", type=float, metavar="S", help="linear: op time (s) that earns full points")
-    arg(p, "--at-median", type=float, default=0.8, metavar="F", help="stddev: the fraction earned at the class median")
-    arg(p, "--per-sd", type=float, default=0.1, metavar="F", help="stddev: the fraction more per standard deviation faster")
-    arg(p, "--late-penalty", type=float, default=0.0, metavar="F", help="grade rule: the fraction lost per started day late")
+    arg(p, "--grade", metavar="RULE", help=f"{' | '.join(graderules.RULES)}: the grade rule (with the options below)")
+    for name, param in graderules.PARAMS.items():  # a rule's numbers, as raiprotocol.graderules says them
+        arg(p, f"--{name.replace('_', '-')}", type=float, metavar=param.metavar, help=graderules.label(name))
     server(p)
     p = t.command(kinds, "remove", K + "remove", "Remove a kind that has no runs (one with runs: close it with --due instead).", admin=True)
     arg(p, "name", metavar="NAME", complete="kinds")

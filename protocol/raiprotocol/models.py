@@ -6,8 +6,9 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from .graderules import RULES
 from .sampling import median_of
 from .states import ExitCode as ExitCode  # re-exported: one import for the wire's vocabulary
 from .states import JobState as JobState
@@ -440,13 +441,14 @@ LatePolicy = Literal["refuse", "mark", "days"]
 
 
 class GradeRule(BaseModel):
-    """How a kind's runs are graded. pass: full points once accuracy reaches the threshold. linear:
-    op time ``slow`` s earns 0, ``fast`` s or faster full points, linear between. stddev:
-    ``at_median`` of the points at the class median op time, ``per_sd`` more for each standard
-    deviation faster (less slower). Both op-time rules need the threshold's accuracy first;
+    """How a kind's runs are graded: a rule of ``raiprotocol.graderules.RULES`` and its numbers, a
+    field each (``graderules.PARAMS`` says them). pass: full points once accuracy reaches the
+    threshold. linear: op time ``slow`` s earns 0, ``fast`` s or faster full points, linear between.
+    stddev: ``at_median`` of the points at the class median op time, ``per_sd`` more for each
+    standard deviation faster (less slower). Both op-time rules need the threshold's accuracy first;
     ``late_penalty``: the fraction lost per started day late (late policy "mark")."""
 
-    rule: Literal["pass", "linear", "stddev"]
+    rule: str = Field(max_length=32)
     points: float = Field(100.0, gt=0, le=1e6)
     threshold: float | None = Field(None, ge=0, le=1)  # None: the server's RAI_CORRECTNESS_THRESHOLD
     slow: float | None = Field(None, gt=0, le=1e6)
@@ -454,6 +456,13 @@ class GradeRule(BaseModel):
     at_median: float = Field(0.8, ge=0, le=1)
     per_sd: float = Field(0.1, ge=0, le=1)
     late_penalty: float = Field(0.0, ge=0, le=1)
+
+    @field_validator("rule")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in RULES:
+            raise ValueError(f"no grade rule {name!r}; one of: {', '.join(RULES)}")
+        return name
 
 
 class KindIn(BaseModel):

@@ -233,7 +233,7 @@ def test_the_web_view_escapes_as_the_client_over_every_code_point(tmp_path):
 
 def test_kinds_show_words_every_grade_rule_without_a_crash():
     """Issue 49: 'raiclient admin kinds show' crashed (NoneType.__format__) once a kind had a pass rule."""
-    from raiclient.admin_kinds import rule_words
+    from raiprotocol.graderules import rule_words
     from raiprotocol.models import GradeRule
 
     assert (

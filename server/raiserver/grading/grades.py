@@ -11,7 +11,6 @@ measured; other kinds what the program printed (the sheet says which)."""
 from __future__ import annotations
 
 import math
-import statistics
 import threading
 import weakref
 from collections.abc import Callable, Collection, Sequence
@@ -22,11 +21,13 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, joinedload, load_only
 
+from raiprotocol.graderules import RULES
 from raiprotocol.models import GradeRule, JobState
 from raiserver.access.permissions import is_student
 from raiserver.config import Settings
 from raiserver.errors import Invalid
 from raiserver.grading.kinds import Deadlines, Person, Personal, aware, in_words, kind_row, late_days_for, rule_of
+from raiserver.grading.rules import class_times, fraction, needs_op_time
 from raiserver.store.db import SETTLE, utcnow
 from raiserver.store.summaries import figures_of
 from raiserver.store.tables import Job, User
@@ -91,7 +92,7 @@ def _judge(job: Job, rule: GradeRule, threshold: float, ranked: bool, deadlines:
         g.reason = "no correctness reported"
     elif acc < threshold:
         g.reason = f"accuracy {acc:.4g} is below {threshold:g}"
-    elif rule.rule != "pass" and op is None:
+    elif needs_op_time(rule) and op is None:
         g.reason = "no op time"
     elif g.late is not None and not deadlines.counts(job):
         row = deadlines.kinds[job.kind]
@@ -100,17 +101,6 @@ def _judge(job: Job, rule: GradeRule, threshold: float, ranked: bool, deadlines:
         else:
             g.penalty = min(1.0, rule.late_penalty * late_days_for(g.late))
     return g
-
-
-def _fraction(g: Graded, rule: GradeRule, median: float | None, sd: float | None) -> float:
-    if rule.rule == "pass":
-        return 1.0
-    t = float(g.op_time or 0)
-    if rule.rule == "linear":
-        slow, fast = float(rule.slow or 0), float(rule.fast or 0)
-        return min(1.0, max(0.0, (slow - t) / (slow - fast)))
-    assert median is not None and sd is not None
-    return min(1.0, max(0.0, rule.at_median + rule.per_sd * (median - t) / sd))
 
 
 def team_of(user: Person) -> str:
@@ -251,19 +241,13 @@ def judged(
 def _best_of(by_team: dict[str, TeamRuns], rule: GradeRule, kind: str) -> dict[str, Graded]:
     """Each team's best run (the most points, the earliest of equals) with its fraction of the points
     (set on a copy: the judged runs may be kept and shared)."""
-    median = sd = None
-    if rule.rule == "stddev":
-        fastest = [min(float(g.op_time or 0) for g in team.front) for team in by_team.values() if team.front]
-        if len(fastest) < 2:
-            raise Invalid(f"the stddev rule needs valid runs from at least 2 teams; '{kind}' has {len(fastest)}")
-        median, sd = statistics.median(fastest), statistics.pstdev(fastest)
-        if sd == 0 or not math.isfinite(sd):
-            raise Invalid(f"the stddev rule cannot grade '{kind}': every team's op time is the same ({median:g} s)")
+    fastest = [min(float(g.op_time or 0) for g in team.front) for team in by_team.values() if team.front]
+    c = class_times(rule, kind, fastest)
     best_of: dict[str, Graded] = {}
     for key, team in by_team.items():
         top, most = None, -1.0
         for g in team.front:  # in submission order: a later run must earn more to take the place
-            if (f := max(0.0, _fraction(g, rule, median, sd) - g.penalty)) > most:
+            if (f := max(0.0, fraction(rule, float(g.op_time or 0), c) - g.penalty)) > most:
                 top, most = g, f
         if top is not None:
             best_of[key] = replace(top, fraction=most)
@@ -275,7 +259,7 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
     row = kind_row(db, kind)
     rule = rule_of(row)
     if rule is None:
-        raise Invalid(f"'{kind}' has no grade rule; set one: raiclient admin kinds set {kind} --grade pass|linear|stddev …")
+        raise Invalid(f"'{kind}' has no grade rule; set one: raiclient admin kinds set {kind} --grade {'|'.join(RULES)} …")
     threshold = rule.threshold if rule.threshold is not None else settings.correctness_threshold
     ranked = kind in settings.ranked_kind_set
     deadlines = Deadlines(db, settings)

@@ -22,6 +22,7 @@ from raiprotocol.models import ExtensionIn, ExtensionOut, GradeRule, KindIn, Kin
 from raiserver.access.permissions import submits_any_time
 from raiserver.config import Settings
 from raiserver.errors import Closed, Invalid, NotFound
+from raiserver.grading.rules import check_rule
 from raiserver.store.db import utcnow
 from raiserver.store.tables import Extension, Job, Kind, User
 
@@ -104,17 +105,6 @@ def update_kind(db: Session, name: str, change: KindIn, create: bool) -> Kind:
         db.add(row)
     row.opens_at, row.due_at, row.late_policy, row.late_hours, row.grading = opens, due, policy, hours, grading
     return row
-
-
-def check_rule(rule: GradeRule) -> None:
-    """A rule that can be computed, or one clear line."""
-    if rule.rule == "linear":
-        if rule.slow is None or rule.fast is None:
-            raise Invalid("the linear rule needs --slow (the op time, in seconds, that earns 0) and --fast (full points)")
-        if rule.fast >= rule.slow:
-            raise Invalid(f"the linear rule's --fast ({rule.fast:g} s) must be faster (smaller) than --slow ({rule.slow:g} s)")
-    elif rule.slow is not None or rule.fast is not None:
-        raise Invalid(f"--slow and --fast belong to the linear rule, not '{rule.rule}'")
 
 
 def rule_of(row: Kind) -> GradeRule | None:

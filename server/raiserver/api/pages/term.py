@@ -4,14 +4,16 @@ and audit as ``raiclient admin kinds``. A refused change shows the page again wi
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Form, Query, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError, create_model
+from pydantic import Field as PydanticField
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from raiprotocol.graderules import PARAMS, RULES, label, scope
 from raiprotocol.models import ExtensionIn, GradeRule, KindIn
 from raiserver.access.audit import audit
 from raiserver.access.csrf import check_csrf
@@ -43,9 +45,18 @@ def kinds_page(request: Request, p: Principal, db: Session, svc: ServicesDep, er
         extensions=exts,
         manage=can_manage_course(p),
         error=error,
+        grade_rules=RULES,
+        rule_fields=[(name, _label(name), param.shown) for name, param in PARAMS.items()],
     )
     response.status_code = code
     return response
+
+
+def _label(param: str) -> str:
+    """A grade rule's number as the form says it: "linear: op time (s) that earns 0"; every rule's
+    own, such as "Full marks", without the rule's name."""
+    says = PARAMS[param].says
+    return says[0].upper() + says[1:] if scope(param) == "grade rule" else label(param)
 
 
 @router.get("/kinds")
@@ -83,37 +94,35 @@ def change_kind(
     return RedirectResponse("/kinds", status.HTTP_303_SEE_OTHER)
 
 
+def _rule_form() -> type[BaseModel]:
+    """The grade rule form's fields: the kind, the rule and every number of raiprotocol.graderules
+    (as text, as the form sends them; empty: the rule's default)."""
+    numbers: dict[str, Any] = {name: (str, PydanticField(param.shown, max_length=256)) for name, param in PARAMS.items()}
+    text = (str, PydanticField(max_length=256))
+    return create_model("RuleForm", csrf=(str, ...), kind=text, rule=text, **numbers)
+
+
+if TYPE_CHECKING:
+    RuleForm = BaseModel
+else:
+    RuleForm = _rule_form()
+
+
 @router.post("/kinds/grading")
 def set_rule(
     request: Request,
     p: WebInstructor,
     db: SessionDep,
     svc: ServicesDep,
-    csrf: Annotated[str, Form()],
-    kind: Field,
-    rule: Field,
-    points: Field = "100",
-    threshold: Field = "",
-    slow: Field = "",
-    fast: Field = "",
-    at_median: Field = "0.8",
-    per_sd: Field = "0.1",
-    late_penalty: Field = "0",
+    form: Annotated[RuleForm, Form()],
 ) -> Response:
     """A kind's grade rule, as ``raiclient admin kinds set KIND --grade …`` sets it."""
-    check_csrf(request, csrf, FORM_EXPIRED)
-    numbers = {
-        "points": points,
-        "threshold": threshold,
-        "slow": slow,
-        "fast": fast,
-        "at_median": at_median,
-        "per_sd": per_sd,
-        "late_penalty": late_penalty,
-    }
+    sent: dict[str, str] = form.model_dump()
+    check_csrf(request, sent["csrf"], FORM_EXPIRED)
+    kind = sent["kind"]
     try:
-        given = {k: float(v) for k, v in numbers.items() if v.strip()}
-        change = KindIn(grading=GradeRule(rule=rule, **given))
+        given = {name: float(sent[name]) for name in PARAMS if sent[name].strip()}
+        change = KindIn(grading=GradeRule(rule=sent["rule"], **given))
         update_kind(db, kind.strip(), change, create=False)
     except (ValueError, DomainError) as exc:
         db.rollback()
