@@ -28,12 +28,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from term_pages import private_redis  # noqa: E402 - beside this file
 
-# the ASGI middleware around every request and each of its messages (counts, security headers):
-# not the route's path
+# the ASGI middleware around every request and each of its messages (counts, security headers,
+# admission and its fair turns), and what it calls: not the route's path
 MIDDLEWARE = ("HttpCounts", "SecurityHeaders")
+MIDDLEWARE_MODULES = ("raiserver.access.admission",)
 # what calls a route, its dependencies (wherever they live) and the functions it hands to a thread
 FRAMEWORK = ("fastapi.", "starlette.", "anyio.", "sse_starlette.")
 RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _middleware(frame: FrameType) -> bool:
+    return frame.f_code.co_qualname.startswith(MIDDLEWARE)
 
 
 def collapse(names: list[str]) -> list[str]:
@@ -102,9 +107,12 @@ def main() -> None:
                         return  # resumed after an await or a yield: the same call going on, not a new one
                     resumable.add(frame)
                 name = frame.f_globals.get("__name__", "")
-                if not name.startswith("raiserver.") or frame.f_code.co_qualname.startswith(MIDDLEWARE):
+                if not name.startswith("raiserver.") or name in MIDDLEWARE_MODULES or frame.f_code.co_qualname.startswith(MIDDLEWARE):
                     return
-                caller = frame.f_back.f_globals.get("__name__", "") if frame.f_back else ""
+                back = frame.f_back
+                if back is not None and (back.f_globals.get("__name__") in MIDDLEWARE_MODULES or _middleware(back)):
+                    return  # the middleware's own work (counting the answer)
+                caller = back.f_globals.get("__name__", "") if back else ""
                 if caller.startswith("raiserver.") or name.startswith("raiserver.api.") or caller.startswith(FRAMEWORK):
                     calls.append(name)  # rai's code calling rai's, or the framework a route or a dependency (not a library's callback)
 

@@ -18,7 +18,6 @@ from starlette.types import Receive, Scope, Send
 
 from raiprotocol import logwire
 from raiprotocol.logwire import END, Batch
-from raiprotocol.markers import SYSTEM_MARK, disarm
 from raiprotocol.models import JobOut, JobState
 from raiserver.errors import NotFound
 from raiserver.live.feed import LogHub, Shared, Watcher
@@ -32,24 +31,6 @@ def sse_json(model: BaseModel, **kw: Any) -> str:
     """JSON with every non-ASCII character escaped: an SSE data field is split at any Unicode line
     break (U+2028, NEL…), which job output may well contain."""
     return json.dumps(model.model_dump(mode="json", **kw))
-
-
-async def plain_text(svc: Services, job_id: str) -> AsyncIterator[bytes]:
-    """A finished job's stored log as text, a page at a time from disk, read and rendered off the
-    event loop in the stored logs' own threads (``LogStore.in_page_thread``)."""
-
-    def page(offset: int) -> tuple[bytes, int]:
-        batches, offset = svc.logs.stored_page(job_id, offset, 0)
-        text = "".join(
-            ("".join(f"{SYSTEM_MARK} {t}\n" for t in b.lines()) if b.s == "sys" else "".join(f"{disarm(t)}\n" for t in b.lines()))
-            for b in batches
-        )
-        return text.encode(), offset
-
-    offset = 0
-    while offset >= 0:
-        text, offset = await svc.logs.in_page_thread(page, offset)
-        yield text
 
 
 class _Held:
@@ -106,20 +87,10 @@ def lines_event(batches: list[Batch]) -> dict[str, Any]:
 
 
 async def stored_events(svc: Services, job_id: str, after: int) -> AsyncIterator[dict[str, Any]]:
-    """The stored log after line ``after``, a page at a time from disk: bounded memory however
-    long the log, nothing more read once the client is gone, and the reading and encoding done
-    off the event loop in the stored logs' own threads (``LogStore.in_page_thread``: the server
-    keeps answering everyone else meanwhile)."""
-
-    def page(offset: int) -> tuple[dict[str, Any] | None, int]:
-        batches, offset = svc.logs.stored_page(job_id, offset, after, max_bytes=256 * 1024)
-        return (lines_event(batches) if batches else None), offset
-
-    offset = 0
-    while offset >= 0:
-        event, offset = await svc.logs.in_page_thread(page, offset)
-        if event:
-            yield event
+    """The stored log after line ``after``, as the log store reads and encodes it page by page off
+    the event loop (``LogStore.stored_wire``)."""
+    async for data, last in svc.logs.stored_wire(job_id, after):
+        yield {"event": "lines", "id": str(last), "data": data}
 
 
 def merged_event(items: list[Shared], sent: int) -> tuple[dict[str, Any] | bytes | None, int]:
@@ -151,9 +122,10 @@ async def log_events(
     w = None
     try:
         if job.state.finished:
+            end = {"event": "end", "data": sse_json(job)}  # the job as it ended: known before its log is read
             async for event in stored_events(svc, job.id, sent):
                 yield event
-            yield {"event": "end", "data": sse_json(job)}
+            yield end
             return
         w = await hub.watch(job.id)
         if job.state is JobState.queued:

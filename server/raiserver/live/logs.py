@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import anyio
 import anyio.to_thread
 
+from raiprotocol import logwire
 from raiprotocol.keys import stream_key
 from raiprotocol.logwire import APPEND_LUA, END, Batch, append_call, decode_entry, lost_range, restored_note
-from raiprotocol.markers import one_line
+from raiprotocol.markers import SYSTEM_MARK, disarm, one_line
 from raiprotocol.models import LogStream
 from raiserver.store.redisconn import RedisService
 from raiserver.store.storage import Storage
@@ -116,6 +117,40 @@ class LogStore:
         if self._page_threads is None:  # made in the running event loop
             self._page_threads = anyio.CapacityLimiter(PAGE_THREADS)
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._page_threads)
+
+    async def stored_wire(self, job_id: str, after: int, max_bytes: int = 256 * 1024) -> AsyncIterator[tuple[str, int]]:
+        """The stored log after line ``after`` as the wire's pages: each about ``max_bytes`` of batches
+        as ``logwire.dumps`` encodes them, with its last line's number (its SSE event id). Each page is
+        read and encoded in the page threads (``in_page_thread``): bounded memory however long the
+        log, nothing more read once the reader is gone, and the event loop free meanwhile."""
+
+        def page(offset: int) -> tuple[tuple[str, int] | None, int]:
+            batches, offset = self.stored_page(job_id, offset, after, max_bytes)
+            return ((logwire.dumps(batches), batches[-1].last) if batches else None), offset
+
+        offset = 0
+        while offset >= 0:
+            got, offset = await self.in_page_thread(page, offset)
+            if got is not None:
+                yield got
+
+    async def stored_text(self, job_id: str) -> AsyncIterator[bytes]:
+        """The stored log as plain text (``log.txt``), a page at a time, read and rendered in the
+        page threads: rai's own lines after its mark, the job's disarmed (no line of the job's can
+        pass for one of rai's)."""
+
+        def page(offset: int) -> tuple[bytes, int]:
+            batches, offset = self.stored_page(job_id, offset, 0)
+            text = "".join(
+                "".join(f"{SYSTEM_MARK} {t}\n" for t in b.lines()) if b.s == "sys" else "".join(f"{disarm(t)}\n" for t in b.lines())
+                for b in batches
+            )
+            return text.encode(), offset
+
+        offset = 0
+        while offset >= 0:
+            text, offset = await self.in_page_thread(page, offset)
+            yield text
 
     # -- writing (server side: system lines and the end marker) -------------------------------
     def system(self, job_id: str, text: str, t: float | None = None) -> None:

@@ -15,7 +15,7 @@ from sse_starlette.sse import EventSourceResponse
 from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
 from raiserver.access.permissions import Principal, can_delete_run, can_see_all_jobs, exempt_from_limits, more_log_streams
 from raiserver.api.deps import CurrentUser, ServicesDep, SessionDep
-from raiserver.api.logstream import HeldEventSourceResponse, HeldFileResponse, HeldStreamingResponse, log_events, plain_text
+from raiserver.api.logstream import HeldEventSourceResponse, HeldFileResponse, HeldStreamingResponse, log_events
 from raiserver.errors import Conflict, DomainError, NotFound
 from raiserver.jobs.lifecycle import cancel_job
 from raiserver.jobs.lookup import cancellable_job, visible_job
@@ -177,7 +177,7 @@ async def log_text(job_id: str, p: CurrentUser, svc: ServicesDep) -> StreamingRe
         raise Conflict(f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
     release = svc.hub.admit(p.user.id, more_log_streams(p))
     return HeldStreamingResponse(
-        plain_text(svc, job.id),
+        svc.logs.stored_text(job.id),
         release=release,
         media_type="text/plain; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="log-{job.id}.txt"'},
