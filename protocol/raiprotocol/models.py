@@ -448,7 +448,7 @@ class GradeRule(BaseModel):
     standard deviation faster (less slower). Both op-time rules need the threshold's accuracy first;
     ``late_penalty``: the fraction lost per started day late (late policy "mark")."""
 
-    rule: str = Field(max_length=32)
+    rule: str = Field(max_length=32, json_schema_extra={"enum": list(RULES)})
     points: float = Field(100.0, gt=0, le=1e6)
     threshold: float | None = Field(None, ge=0, le=1)  # None: the server's RAI_CORRECTNESS_THRESHOLD
     slow: float | None = Field(None, gt=0, le=1e6)

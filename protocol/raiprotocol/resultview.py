@@ -68,20 +68,25 @@ class Fact(NamedTuple):
     note: str = ""
 
 
+def _n(x: float) -> str:
+    """A figure as printed, to 10 significant digits: 123.456789 s and 0.99999996 stay whole (not 123.457 and 1)."""
+    return f"{x:.10g}"
+
+
 def printed_facts(r: ResultsView) -> list[Fact]:
     """The figures the program printed (Op Time, Correctness, GNU time's), in the order shown."""
     facts: list[Fact] = []
     if r.op_times:
         total = r.op_time_total
-        end = f" = {total:g} s" if len(r.op_times) > 1 and total is not None else " s"
-        facts.append(Fact("Op Time", " + ".join(f"{t:g}" for t in r.op_times) + end))
+        end = f" = {_n(total)} s" if len(r.op_times) > 1 and total is not None else " s"
+        facts.append(Fact("Op Time", " + ".join(_n(t) for t in r.op_times) + end))
     if r.op_time_runs:
-        runs = ", ".join(f"{t:g}" for t in r.op_time_runs)
-        facts.append(Fact("Timing runs", f"{len(r.op_time_runs)}: {runs} s", f"median shown, spread {r.op_time_spread or 0:g} s"))
+        runs = ", ".join(_n(t) for t in r.op_time_runs)
+        facts.append(Fact("Timing runs", f"{len(r.op_time_runs)}: {runs} s", f"median shown, spread {_n(r.op_time_spread or 0)} s"))
     for model, value in r.correctness.items():
-        facts.append(Fact("Correctness", f"{value:g}", f"model {model}"))
+        facts.append(Fact("Correctness", _n(value), f"model {model}"))
     if r.elapsed_seconds is not None:
-        facts.append(Fact("Elapsed", f"{r.elapsed_seconds:g} s"))
+        facts.append(Fact("Elapsed", f"{_n(r.elapsed_seconds)} s"))
     if r.max_rss_kb is not None:
         facts.append(Fact("Peak memory", f"{r.max_rss_kb / 1024:,.0f} MiB"))
     return facts

@@ -59,3 +59,13 @@ def test_the_printed_figures_are_facts_the_terminal_and_the_job_page_both_show(c
     for f in facts:
         assert f"{f.label}  " in table and (f"{f.value} ({f.note})" if f.note else f.value) in table, f
     assert printed_facts(results_view(None)) == []
+
+
+def test_printed_figures_keep_their_digits():
+    """The job page used to show every digit (%.6f); a fact keeps ten significant ones."""
+    from raiprotocol.resultview import printed_facts
+
+    sent = {"op_times": [1.2345e-05, 123.456789], "op_time_total": 123.456801345, "correctness": {"m": 0.99999996}}
+    facts = printed_facts(results_view(sent))
+    assert facts[0].value == "1.2345e-05 + 123.456789 = 123.4568013 s"
+    assert facts[1].value == "0.99999996"  # not "1", which a threshold of 1 would contradict

@@ -14,7 +14,7 @@ from raiprotocol.settings import settings_problem
 
 from .config import WorkerSettings
 from .errors import ExecutorUnavailable
-from .executors import executor_class
+from .executors import check_name, executor_class
 from .metrics import prepare
 from .run.entry import recover
 from .runtime import WorkerRuntime
@@ -49,7 +49,7 @@ def run(
         typer.echo(f"raiworker: bad settings: {settings_problem(exc)}", err=True)
         raise typer.Exit(2) from None
     try:
-        executor_class(settings.executor)  # a mistyped RAI_EXECUTOR stops here, before any host is prepared
+        check_name(settings.executor)  # a mistyped RAI_EXECUTOR stops here, before any host is prepared
     except ExecutorUnavailable as exc:
         typer.echo(f"raiworker: bad settings: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -315,14 +315,22 @@ int main(int argc, char **argv) {
     }
     unsetenv("RAI_PTY_THEN");
     unsetenv("RAI_PTY_END");
-    int om, os_, em, es;
+    int om = -1, os_ = -1, em = -1, es = -1;
     if (open_pty(&om, &os_) < 0 || open_pty(&em, &es) < 0) {
-        /* No terminals here (no /dev/ptmx): run the command on plain pipes rather than not at all;
-         * framed, through two pipes of this helper's, so that its output is frames all the same. */
-        if (!framed || open_pipe(&om, &os_) < 0 || open_pipe(&em, &es) < 0) {
+        /* No terminals here (no /dev/ptmx, or none left): run the command on plain pipes rather than
+         * not at all; framed, through two pipes of this helper's, so that its output is frames all
+         * the same (never the command's bare output where frames are read). */
+        int fds[] = {om, os_, em, es};
+        for (int i = 0; i < 4; i++)
+            if (fds[i] >= 0) close(fds[i]);
+        if (!framed) {
             execvp(argv[1], argv + 1);
             perror(argv[1]);
             return 127;
+        }
+        if (open_pipe(&om, &os_) < 0 || open_pipe(&em, &es) < 0) {
+            perror("rai-pty: pipe");
+            return 125;
         }
     }
     sigset_t block, orig;

@@ -212,6 +212,13 @@ class Frames:
     def emit(self, stream: int, data: bytes) -> None:
         self.sink.feed(self.STREAMS.get(stream, LogStream.out), data)
 
+    def cut_short(self) -> None:
+        """What came of a frame the writer never finished (it was killed between a header and the
+        end of its bytes): the bytes that did come, on their stream, rather than nothing."""
+        if len(self.buf) > 8:
+            self.emit(self.buf[0], bytes(self.buf[8:]))
+        self.buf.clear()
+
     def drain(self, raw: socket.socket) -> None:
         """What is already on the wire after the process ended."""
         raw.settimeout(0.1)

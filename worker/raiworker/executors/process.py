@@ -129,6 +129,8 @@ class ProcessExecutor(Executor):
                 else:
                     sink.feed(selected.data, data)
         sel.close()
+        if frames is not None:
+            frames.cut_short()  # the helper killed mid-frame (timeout, cancel, the lease): the tail all the same
         code = self.proc.wait()  # the helper reports a command killed by signal N as 128+N
         self._kill_group()  # orphans and background children die with the command
         self._stop_watcher()
