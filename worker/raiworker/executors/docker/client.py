@@ -81,10 +81,17 @@ def reap_containers(client: docker.DockerClient, worker: str, spares_only: bool 
 def remove_lapsed(client: docker.DockerClient, worker: str) -> int:
     """Remove this worker's containers that their lease's watcher ended (exit LEASE_EXIT): a run
     whose pool process was killed or paused leaves one, which nobody else removes. A run that
-    comes back to find its container gone ends as a restart (``ContainerJob.lease_stopped``)."""
+    comes back to find its container gone ends as a restart (``ContainerJob.lease_stopped``).
+
+    And any worker's spare container that ended itself the same way: its worker died or stopped
+    answering, and may never come back under its name (a worker container made anew, its work
+    folder gone: `docker compose down -v`), so without this the host kept it for ever. A worker
+    that does come back finds its spare gone and starts another (``spares._Slot.take``)."""
     n = 0
-    for row in client.api.containers(all=True, filters={"label": f"rai.worker={worker}", "status": "exited", "exited": LEASE_EXIT}):
-        n += remove_container(client.api, row["Id"])
+    lapsed = {"status": "exited", "exited": LEASE_EXIT}
+    for label in (f"rai.worker={worker}", f"{LABEL}={SPARE}"):
+        for row in client.api.containers(all=True, filters={"label": label, **lapsed}):
+            n += remove_container(client.api, row["Id"])
     return n
 
 

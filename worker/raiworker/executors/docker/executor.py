@@ -73,7 +73,7 @@ class DockerExecutor(TimedRuns):
     def tidy_host(cls, settings: WorkerSettings) -> None:
         n = remove_lapsed(shared_client(), settings.worker_name)
         if n:
-            log.info("removed %d container(s) whose lease ran out (their run's process was killed or paused)", n)
+            log.info("removed %d container(s) whose lease ran out (a run whose process was killed or paused, or a dead worker's spare)", n)
         n = reap_parents()
         if n:
             log.info("removed %d timed runs' cgroup folder(s) that no container uses (a run that never ended)", n)
