@@ -5,7 +5,7 @@ starts it again, its append-only file kept). Prints, per second, the answers and
 one, what the failed answers said, and how every submitted job ended: none may stay stuck, run
 twice or lose its log.
 
-    .venv/bin/python bench/redis_outage.py [--pause 8] [--port 8031]
+    .venv/bin/python bench/redis_outage.py [--pause 8] [--port 8031] [--keep]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pause", type=float, default=8.0)
     ap.add_argument("--port", type=int, default=8031)
+    ap.add_argument("--keep", action="store_true", help="keep the instance's folder (its logs) and say where")
     args = ap.parse_args()
     from raiprotocol.profile import read_profile_file
 
@@ -72,7 +73,11 @@ def main() -> None:
                     try:
                         r = h.get(path, params={"follow": "false"} if path.endswith("/log") else {"all": "true"})
                         status: int | str = r.status_code
-                        if r.status_code >= 400:
+                        whole = any(f"event: {e}" in r.text for e in ("caught_up", "end"))
+                        if path.endswith("/log") and r.status_code == 200 and not whole:
+                            status = "cut"  # a stream that ends without its last event: the client resumes it
+                            said["log: a stream cut (no caught_up or end)"] += 1
+                        elif r.status_code >= 400:
                             said[f"{path.split('/')[-1]}: {r.status_code} {r.text[:160]}"] += 1
                     except httpx.HTTPError as exc:
                         status = type(exc).__name__
@@ -118,12 +123,21 @@ def main() -> None:
         ended, logs_ok = outcomes(url, (prof.access_key, prof.secret_key), jobs)
         report(answers, said, refused, jobs, ended, logs_ok)
         print("raid dev said:", *[line for line in (tmp / "raid.log").read_text().splitlines() if "redis" in line.lower()][:6], sep="\n  ")
+        server_log = (data / "logs" / "server.log").read_text(errors="replace")
+        print(f"the server's log: {server_log.count('Traceback')} tracebacks, {len(server_log.splitlines())} lines; its errors:")
+        bad = [line for line in server_log.splitlines() if " ERROR " in line or "Error" in line]
+        errors = collections.Counter(line.split(" ", 2)[-1][:150] for line in bad)
+        for text, n in errors.most_common(6):
+            print(f"  {n:5d} × {text}")
     finally:
         stop.set()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(raid.pid, signal.SIGTERM)
         raid.wait(60)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def outcomes(url: str, auth: tuple[str, str], jobs: list[str]) -> tuple[dict[str, str], int]:
@@ -153,7 +167,7 @@ def report(
     per_second: dict[int, list[tuple[int | str, float]]] = collections.defaultdict(list)
     for at, status, took in answers:
         per_second[int(at)].append((status, took))
-    print("second  answers  failed  slowest")
+    print("second  answers  failed  slowest   (failed: an error, or a log stream cut)")
     for sec in sorted(per_second):
         got = per_second[sec]
         failed = sum(1 for s, _ in got if not (isinstance(s, int) and s < 400))

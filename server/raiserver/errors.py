@@ -110,6 +110,16 @@ class DatabaseUnavailable(DomainError):
         super().__init__(f"the service's database is unavailable; try again in {int(retry_after)} s", retry_after)
 
 
+class LogStoreUnavailable(DomainError):
+    """Redis (the live logs, the queue's messages, leases and fences) cannot be reached: passing, as
+    the database's absence is; 503 with Retry-After."""
+
+    status, refusal = 503, "redis"
+
+    def __init__(self, retry_after: float = 2):
+        super().__init__(f"the service's log store (Redis) is unavailable; try again in {int(retry_after)} s", retry_after)
+
+
 class Busy(DomainError):
     """A capacity limit of the service itself (streams per process), not the user's quota."""
 

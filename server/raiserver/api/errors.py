@@ -1,6 +1,6 @@
 """What a refused, failed or cut-off request answers: a domain refusal its status (a browser the
-page with a way back), a client gone nothing, the database away 503 with Retry-After, anything
-else 500 without a traceback to the caller (the operator finds it in the server log)."""
+page with a way back), a client gone nothing, the database or Redis away 503 with Retry-After,
+anything else 500 without a traceback to the caller (the operator finds it in the server log)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
 from raiserver.api.pages import site
-from raiserver.errors import DatabaseUnavailable, DomainError
+from raiserver.errors import DatabaseUnavailable, DomainError, LogStoreUnavailable
 from raiserver.store.db import AWAY_TYPES, away
+from raiserver.store.redisconn import REDIS_AWAY
 
 log = logging.getLogger("raiserver")
 
@@ -46,9 +47,19 @@ async def _database_away(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=refused.headers)
 
 
+async def _redis_away(request: Request, exc: Exception) -> Response:
+    """Redis out of reach (restarting, paused, killed) is passing too: 503 with Retry-After and one
+    line in the log, not a 500 and a traceback for every request that met it."""
+    log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, str(exc).split("\n", 1)[0])
+    refused = LogStoreUnavailable()
+    return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=refused.headers)
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(DomainError, _refused)
     app.add_exception_handler(ClientDisconnect, _gone)
     app.add_exception_handler(Exception, _unhandled)
     for kind in AWAY_TYPES:
         app.add_exception_handler(kind, _database_away)
+    for kind in REDIS_AWAY:
+        app.add_exception_handler(kind, _redis_away)

@@ -5,6 +5,7 @@ status while queued and ``end`` with the job. The route only authorises and open
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ from raiserver.errors import NotFound
 from raiserver.live.feed import LogHub, Shared, Watcher
 from raiserver.live.logs import PAGE_ENTRIES
 from raiserver.parts import Services
+from raiserver.store.redisconn import REDIS_AWAY
+
+log = logging.getLogger("raiserver")
 
 STATUS_FIELDS = {"state", "position", "eta_seconds", "eta_low", "eta_high", "eta_guess", "position_why", "worker"}
 
@@ -118,7 +122,9 @@ async def log_events(
     svc: Services, hub: LogHub, job: JobOut, sent: int, snapshot: Callable[[], JobOut], follow: bool = True
 ) -> AsyncIterator[dict[str, Any] | bytes]:
     """Every event for one reader from line ``sent`` on (the reader's stream slot is given back by
-    the answer, ``HeldEventSourceResponse``)."""
+    the answer, ``HeldEventSourceResponse``). Redis out of reach ends the stream without ``end``,
+    which the client resumes from its last line, with one line in the server's log (it was an
+    unhandled error and two tracebacks a reader: bench/redis-outage.txt)."""
     w = None
     try:
         if job.state.finished:
@@ -140,6 +146,8 @@ async def log_events(
             return
         async for item in _live(svc, w, job.id, sent, snapshot):
             yield item
+    except REDIS_AWAY as exc:
+        log.warning("log stream of job %s cut: Redis unavailable: %s", job.id, str(exc).split("\n", 1)[0])
     finally:
         if w is not None:
             hub.unwatch(w)

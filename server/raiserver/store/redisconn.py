@@ -8,6 +8,10 @@ from __future__ import annotations
 import redis
 import redis.asyncio as aioredis
 
+# Redis out of reach (refused, timed out, still loading its file after a restart, no connection
+# free in the pool): passing, answered 503, not a bug's 500 (api/errors.py, live streams)
+REDIS_AWAY: tuple[type[Exception], ...] = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
 
 class RedisService:
     """A synchronous client (handlers run in threads) and an asynchronous one (the live feeds), each
