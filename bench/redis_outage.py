@@ -184,11 +184,8 @@ def redis_pid_of(data: Path) -> int:
     """The dev instance's redis-server: the one whose working folder is the instance's."""
     want = str((data / "redis").resolve())
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
+        try:  # redis-server rewrites its command line to its address; its working folder is its --dir
             if b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes() and os.readlink(f"/proc/{pid}/cwd") == want:
-                return int(pid)
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            if b"redis-server" in cmd[0] and want.encode() in cmd:
                 return int(pid)
         except OSError:
             pass

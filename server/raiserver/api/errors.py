@@ -37,22 +37,24 @@ async def _unhandled(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": "internal error; the operator can find it in the server log"}, status_code=500)
 
 
+def _passing(request: Request, what: str, exc: Exception, refused: DomainError) -> Response:
+    """A part of the service out of reach for now: 503 with Retry-After and one line in the log,
+    not a 500 and a traceback for every request that met it."""
+    log.warning("%s unavailable on %s %s: %s", what, request.method, request.url.path, str(exc).split("\n", 1)[0])
+    return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=refused.headers)
+
+
 async def _database_away(request: Request, exc: Exception) -> Response:
     """The database out of reach (killed, restarting, its pool exhausted) is passing: 503 with
     Retry-After, as JSON even for a browser (the error page itself reads the database)."""
     if not away(exc):
         return await _unhandled(request, exc)
-    log.warning("database unavailable on %s %s: %s", request.method, request.url.path, str(exc).split("\n", 1)[0])
-    refused = DatabaseUnavailable()
-    return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=refused.headers)
+    return _passing(request, "database", exc, DatabaseUnavailable())
 
 
 async def _redis_away(request: Request, exc: Exception) -> Response:
-    """Redis out of reach (restarting, paused, killed) is passing too: 503 with Retry-After and one
-    line in the log, not a 500 and a traceback for every request that met it."""
-    log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, str(exc).split("\n", 1)[0])
-    refused = LogStoreUnavailable()
-    return JSONResponse({"detail": str(refused)}, status_code=refused.status, headers=refused.headers)
+    """Redis out of reach (restarting, paused, killed) is passing too."""
+    return _passing(request, "Redis", exc, LogStoreUnavailable())
 
 
 def install(app: FastAPI) -> None:
