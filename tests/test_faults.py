@@ -24,7 +24,7 @@ def test_job_of_a_dead_worker_is_requeued_and_finishes_elsewhere(tmp_path, redis
         proj = make_project(tmp_path / "p", ["sh -c 'echo attempt on $(hostname); sleep 4; echo done'"])
         res = svc.client("submit", "-p", str(proj), "--detach")
         jid = next(ln.split()[2] for ln in res.stdout.splitlines() if " queued on " in ln)
-        wait_for(lambda: docker_engine.containers.list(filters={"label": "rai.worker=w1"}), what="w1's job container")
+        wait_for(lambda: docker_engine.containers.list(filters={"label": "rai.worker=w1"}, ignore_removed=True), what="w1's job container")
         svc.stop("worker-w1", signal.SIGKILL)  # the box dies
         svc.start_worker("w2")
         res = svc.client("logs", jid, "--follow", timeout=120)
@@ -35,10 +35,10 @@ def test_job_of_a_dead_worker_is_requeued_and_finishes_elsewhere(tmp_path, redis
             job = h.get(f"/api/v1/jobs/{jid}").json()
         assert job["state"] == "succeeded" and job["worker"] == "w2"
         # the dead worker's container is removed when that worker starts again
-        leftover = docker_engine.containers.list(all=True, filters={"label": "rai.worker=w1"})
+        leftover = docker_engine.containers.list(all=True, filters={"label": "rai.worker=w1"}, ignore_removed=True)
         assert leftover, "expected the killed worker's container to still exist"
         svc.start_worker("w1")
-        assert docker_engine.containers.list(all=True, filters={"label": "rai.worker=w1"}) == []
+        assert docker_engine.containers.list(all=True, filters={"label": "rai.worker=w1"}, ignore_removed=True) == []
     finally:
         svc.shutdown()
 
@@ -247,7 +247,8 @@ def test_a_killed_pool_process_leaves_no_container_running_beside_the_rerun(tmp_
         assert "Stopped the container of an earlier run of this job" in out and out.splitlines().count("finished") == 1, out
 
         def job_containers() -> list:  # spares aside: any container still running a command of this job
-            return [c for c in docker_engine.containers.list(filters={"label": "rai.worker=w1"}) if c.name.startswith("rai-")]
+            rows = docker_engine.containers.list(filters={"label": "rai.worker=w1"}, ignore_removed=True)
+            return [c for c in rows if c.name.startswith("rai-")]
 
         wait_for(lambda: job_containers() == [], timeout=20, what="no job container left running")
     finally:

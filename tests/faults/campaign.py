@@ -43,6 +43,7 @@ LEASE_BOUND of the fault's end.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
+import docker.errors
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -382,9 +384,11 @@ class Campaign:
         elif fault == "client":
             os.killpg(client.pid, signal.SIGKILL)
         elif fault == "container":
-            for c in self.docker.containers.list(filters={"label": "rai.worker"}):
-                if jid is not None and c.name.startswith(f"rai-{jid.lower()}"):
-                    c.kill()
+            # By name from one listing: containers.list() inspects each container it lists, and a
+            # spare that another worker removes meanwhile failed the whole kill with a 404.
+            for name in job_containers(self.docker, jid, running=True) if jid is not None else []:
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    self.docker.api.kill(name)
 
     def _pause_processes(self, fault: str, holder: str, pause: float) -> None:
         """SIGSTOP for the pause, then SIGCONT: the worker, its pool or the server, frozen."""
