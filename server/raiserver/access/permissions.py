@@ -3,15 +3,15 @@ queue's fair share and the quotas ask these functions; none restates a rule."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING
+
+from sqlalchemy import ColumnElement, select
 
 from raiserver.errors import Forbidden
 
 if TYPE_CHECKING:
-    from sqlalchemy import ColumnElement
-
     from raiserver.config import Settings
     from raiserver.store.tables import Job, User
 
@@ -29,15 +29,34 @@ STAFF = (Role.ta.value, Role.instructor.value, Role.admin.value)  # see every jo
 INSTRUCTORS = (Role.instructor.value, Role.admin.value)  # change the course: roster, keys, images, build files
 
 
-@dataclass
+@dataclass(eq=False)
 class Principal:
-    """Who is calling (API key or browser session), as every rule below sees them."""
+    """Who is calling (API key or browser session), as every rule below sees them. What the rules
+    decide about the caller alone is decided here, once, when they are recognised: a request asks
+    the policy at that one moment, not again at each step of its way."""
 
     user: User
+    is_staff: bool = field(init=False)
+    many_log_streams: bool = field(init=False)  # the larger cap on the log streams one user holds open
+    jobs_seen: ColumnElement[bool] = field(init=False)  # which jobs they may see, as a query's condition
 
-    @property
-    def is_staff(self) -> bool:
-        return is_staff(self.user.role)
+    def __post_init__(self) -> None:
+        from sqlalchemy import true
+
+        from raiserver.store import tables  # the tables know the roles: imported when first needed
+
+        self.is_staff = is_staff(self.user.role)
+        # Staff follow many jobs at once.
+        self.many_log_streams = self.is_staff
+        # Staff see every job; anyone else their own and their teammates' (and the same "no such
+        # job" for the rest, asked by a whole id or by a start or an end of one).
+        owner, team = tables.Job.owner_id, self.user.team
+        if self.is_staff:
+            self.jobs_seen = true()
+        elif team:
+            self.jobs_seen = owner.in_(select(tables.User.id).where(tables.User.team == team)) | (owner == self.user.id)
+        else:
+            self.jobs_seen = owner == self.user.id
 
 
 def is_staff(role: str) -> bool:
@@ -81,11 +100,6 @@ def submits_any_time(user: User) -> bool:
     return is_staff(user.role)
 
 
-def more_log_streams(p: Principal) -> bool:
-    """Staff follow many jobs at once: the larger cap on the log streams one user holds open."""
-    return p.is_staff
-
-
 # -- seeing ------------------------------------------------------------------------------------
 
 
@@ -95,16 +109,9 @@ def can_see_staff_pages(p: Principal) -> bool:
     return p.is_staff
 
 
-def can_see(p: Principal, job: Job) -> bool:
-    """Staff, the owner, and the owner's teammates."""
-    if p.is_staff or job.owner_id == p.user.id:
-        return True
-    return bool(p.user.team) and job.owner.team == p.user.team
-
-
 def can_see_all_jobs(p: Principal) -> bool:
     """Staff list everyone's jobs and see whose each queued job is; a student sees their own (and,
-    through can_see, their team's) and others' places in the queue without names."""
+    through Principal.jobs_seen, their team's) and others' places in the queue without names."""
     return p.is_staff
 
 

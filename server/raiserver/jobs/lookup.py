@@ -7,9 +7,9 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from raiserver.access.permissions import Principal, can_cancel, can_see, can_see_all_jobs
+from raiserver.access.permissions import Principal, can_cancel
 from raiserver.errors import Conflict, Forbidden, NotFound
-from raiserver.store.tables import Job, User
+from raiserver.store.tables import Job
 
 ID_LENGTH, MIN_PREFIX = 26, 6
 
@@ -21,8 +21,8 @@ def visible_job(db: Session, p: Principal, job_id: str) -> Job:
     job_id = job_id.strip().upper()
     if len(job_id) < ID_LENGTH:
         return _job_by_prefix(db, p, job_id)
-    job = db.get(Job, job_id)
-    if job is None or not can_see(p, job):
+    job = db.scalars(select(Job).where(Job.id == job_id, p.jobs_seen)).first()
+    if job is None:
         raise NotFound(f"no job {job_id} (or not yours)")
     return job
 
@@ -40,11 +40,7 @@ def _job_by_prefix(db: Session, p: Principal, prefix: str) -> Job:
     if len(prefix) < MIN_PREFIX:  # said as such: "no job X" read as if X were looked up (issue 49)
         raise NotFound(f"{prefix} is too short for a job id: give at least {MIN_PREFIX} characters of it")
     q = select(Job).where(Job.id.startswith(prefix, autoescape=True) | Job.id.endswith(prefix, autoescape=True))
-    q = q.order_by(Job.id).limit(50)
-    if not can_see_all_jobs(p):  # narrowed in SQL to what can_see (below) can admit
-        mates = select(User.id).where(User.team == p.user.team) if p.user.team else None
-        q = q.where(Job.owner_id == p.user.id if mates is None else (Job.owner_id == p.user.id) | Job.owner_id.in_(mates))
-    matched = [j for j in db.scalars(q) if can_see(p, j)]
+    matched = list(db.scalars(q.where(p.jobs_seen).order_by(Job.id).limit(50)))
     starts = [j for j in matched if j.id.startswith(prefix)]  # a unique start wins over ends
     found = (starts or matched)[:4]
     if not found:

@@ -32,7 +32,7 @@ from raiprotocol.waits import wait_words
 from raiserver.access.auth import authenticate, client_ip, key_tag, session_user
 from raiserver.access.csrf import check_csrf, csrf_token
 from raiserver.access.people import MAX_QUERY, find_people
-from raiserver.access.permissions import ROLES, Principal, can_cancel, can_rerun, can_see_all_jobs, can_see_user, more_log_streams
+from raiserver.access.permissions import ROLES, Principal, can_cancel, can_rerun, can_see_all_jobs, can_see_user
 from raiserver.api.deps import LoginRequired, ServicesDep, SessionDep, WebPeopleViewer, WebRerunner, WebUser, WebWorkersViewer
 from raiserver.api.logstream import HeldEventSourceResponse
 from raiserver.config import Settings
@@ -151,7 +151,7 @@ async def queue_events(request: Request, svc: ServicesDep) -> EventSourceRespons
     p = await run_in_threadpool(who)
     uid, everyone, tag = p.user.id, can_see_all_jobs(p), request.session.get("key")
     hub, feed = svc.hub, svc.queue_feed
-    give_back = hub.admit(uid, more_log_streams(p))
+    give_back = hub.admit(uid, p.many_log_streams)
     feed.watching[uid] += 1
 
     async def events() -> AsyncIterator[dict[str, str]]:

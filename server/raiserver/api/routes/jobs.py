@@ -13,7 +13,7 @@ from sqlalchemy.orm import joinedload
 from sse_starlette.sse import EventSourceResponse
 
 from raiprotocol.models import FilesFreed, JobList, JobOut, QueueSummary, UserOut
-from raiserver.access.permissions import Principal, can_delete_run, can_see_all_jobs, exempt_from_limits, more_log_streams
+from raiserver.access.permissions import Principal, can_delete_run, can_see_all_jobs, exempt_from_limits
 from raiserver.api.deps import CurrentUser, ServicesDep, SessionDep
 from raiserver.api.logstream import HeldEventSourceResponse, HeldFileResponse, HeldStreamingResponse, log_events
 from raiserver.errors import Conflict, DomainError, NotFound
@@ -142,7 +142,7 @@ async def build_folder(job_id: str, p: CurrentUser, svc: ServicesDep) -> FileRes
     jid, path, finished = await run_in_threadpool(find)
     if path is None:
         raise NotFound("this job left no build folder" if finished else "the job has not finished yet")
-    release = svc.hub.admit(p.user.id, more_log_streams(p))
+    release = svc.hub.admit(p.user.id, p.many_log_streams)
     return HeldFileResponse(path, release=release, media_type="application/gzip", filename=f"build-{jid}.tar.gz")
 
 
@@ -163,7 +163,7 @@ async def log(
     snapshot = job_snapshot(svc, p, job_id)
     job = await run_in_threadpool(snapshot)
     start = max(after, int(last_event_id) if last_event_id and last_event_id.isdigit() else 0)
-    release = svc.hub.admit(p.user.id, more_log_streams(p))
+    release = svc.hub.admit(p.user.id, p.many_log_streams)
     events = log_events(svc, svc.hub, job, start, snapshot, follow)
     return HeldEventSourceResponse(events, release=release, ping=15, send_timeout=30)
 
@@ -175,7 +175,7 @@ async def log_text(job_id: str, p: CurrentUser, svc: ServicesDep) -> StreamingRe
     job = await run_in_threadpool(job_snapshot(svc, p, job_id))
     if not job.state.finished:
         raise Conflict(f"job {job.id} has not finished; follow it with 'raiclient logs {job.id} --follow'")
-    release = svc.hub.admit(p.user.id, more_log_streams(p))
+    release = svc.hub.admit(p.user.id, p.many_log_streams)
     return HeldStreamingResponse(
         svc.logs.stored_text(job.id),
         release=release,
