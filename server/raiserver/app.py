@@ -33,6 +33,7 @@ from raiserver.parts import AppServices, services_of
 from raiserver.services.reaper import Reaper
 from raiserver.services.release import Release
 from raiserver.services.similarity import Similarity
+from raiserver.services.warm import Warm
 from raiserver.store.db import Database, migrate
 from raiserver.store.lane import Lane
 from raiserver.store.redisconn import RedisService
@@ -102,6 +103,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         asyncio.create_task(metrics.flush_loop(app)),
         asyncio.create_task(Similarity(svc).start()),
     ]
+    if svc.settings.warm_seconds:
+        tasks.append(asyncio.create_task(Warm(svc).start()))
     # what the process made to start (modules, the app, its routes: ~200,000 objects) is kept
     # for good: out of the collector's full passes, which otherwise took ~150 ms every few
     # requests of a page that makes many objects (issue 52: a user page's p95 180 ms, p50 45 ms)

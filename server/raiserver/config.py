@@ -109,6 +109,10 @@ class Settings(SharedSettings):
     verified_kind: str = "final"  # the kind with the deadline, the required report and kept for good
     leaderboard_policy: str = "best"  # "best": each team's fastest run; "last": its latest valid run
     leaderboard_hidden_until_deadline: bool = False  # students see only their own row until RAI_DEADLINE
+    # how often each server process brings its boards and grade sheets up to date in the background
+    # (services/warm.py; a pass also just after it starts), so that no look waits while they are made
+    # from every run of the term; 0: only when someone looks
+    warm_seconds: float = Field(default=30.0, ge=0)
     final_requires: CommaList = ["report.pdf"]  # files a 'final' submission must contain
     deadline: datetime | None = None  # seeds the verified kind's deadline (late runs kept, not ranked)
     timing_repeats: int = 1  # ranked kinds: run the timing command this many times, exclusive on the host

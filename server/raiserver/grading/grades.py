@@ -26,6 +26,7 @@ from raiprotocol.models import GradeRule, JobState
 from raiserver.access.permissions import is_student
 from raiserver.config import Settings
 from raiserver.errors import Invalid
+from raiserver.grading.keeping import one_maker
 from raiserver.grading.kinds import Deadlines, Person, Personal, aware, in_words, kind_row, late_days_for, rule_of
 from raiserver.grading.rules import class_times, fraction, needs_op_time
 from raiserver.store.db import SETTLE, utcnow
@@ -209,6 +210,13 @@ def judged(
 ) -> tuple[dict[str, TeamRuns], Sheet | None]:
     """Every run of ``kind`` judged, per team: the settled ones from this process's sheet, the rest
     now; and the kept sheet itself when nothing was added to it (its ``best`` holds then)."""
+    with one_maker(db.get_bind(), ("sheet", kind)):
+        return _judged(db, kind, inputs, deadlines, people, judge)
+
+
+def _judged(
+    db: Session, kind: str, inputs: tuple[Any, ...], deadlines: Deadlines, people: Sequence[Any], judge: Callable[[Job], Graded]
+) -> tuple[dict[str, TeamRuns], Sheet | None]:
     settled = utcnow() - SETTLE
     personal = deadlines.personal()
     with _SHEETS_LOCK:

@@ -28,11 +28,14 @@ from sqlalchemy.orm import Session, joinedload, load_only
 from raiprotocol.models import Entry, JobResultSummary, JobState, Measured
 from raiserver.access.permissions import Principal, run_by_staff, sees_names_on_board
 from raiserver.config import Settings
+from raiserver.grading.keeping import one_maker
 from raiserver.grading.kinds import Deadlines, Person, Personal, Submission, when
 from raiserver.grading.measured import QUARANTINE, in_words
 from raiserver.store.db import SETTLE, utcnow
 from raiserver.store.summaries import path, summary_of
 from raiserver.store.tables import Job, Kind, User
+
+BOARDS = ("ranked", "unverified")  # the runs the service built, timed and checked; the others, shown apart
 
 
 def _aware(t: datetime) -> datetime:
@@ -266,6 +269,11 @@ def best_runs(
 
 
 def _cached_board(db: Session, settings: Settings, deadlines: Deadlines, users: dict[int, User], board: str, kind: str | None) -> Board:
+    with one_maker(db.get_bind(), ("board", board, kind)):
+        return _bring_up_to_date(db, settings, deadlines, users, board, kind)
+
+
+def _bring_up_to_date(db: Session, settings: Settings, deadlines: Deadlines, users: dict[int, User], board: str, kind: str | None) -> Board:
     inputs = _inputs(settings, deadlines, users)
     settled = utcnow() - SETTLE
     with _BOARDS_LOCK:

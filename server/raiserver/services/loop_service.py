@@ -34,13 +34,15 @@ def one_process_at_a_time(svc: AppServices, name: str, timeout: int) -> Iterator
 
 class LoopService:
     """A loop of passes. ``run_once`` is one pass, in a thread; ``interval`` the longest wait
-    between passes; ``wake`` (optional) starts the next pass at once."""
+    between passes; ``wake`` (optional) starts the next pass at once; ``first_after`` (optional)
+    how soon after the start the first pass runs."""
 
     name = "loop"
     queue_lane = False  # True: its passes run in the queue's lane (store/lane.py), its sessions from the lane's pool
 
-    def __init__(self, svc: AppServices, interval: float, wake: asyncio.Event | None = None) -> None:
+    def __init__(self, svc: AppServices, interval: float, wake: asyncio.Event | None = None, first_after: float | None = None) -> None:
         self.svc, self.interval, self.wake = (svc.in_lane() if self.queue_lane else svc), interval, wake
+        self.first_after = first_after  # the first pass this long after the start (None: after ``interval``)
 
     def run_once(self) -> object:
         raise NotImplementedError
@@ -54,8 +56,11 @@ class LoopService:
         self.wake.clear()
 
     async def start(self) -> None:
-        while True:
+        if self.first_after is not None:
+            await asyncio.sleep(self.first_after)
+        else:
             await self._wait()
+        while True:
             try:
                 if self.queue_lane:
                     await self.svc.queue_lane.run(self.run_once)
@@ -63,3 +68,4 @@ class LoopService:
                     await run_in_threadpool(self.run_once)
             except Exception:  # keep going whatever one pass hit
                 log.exception("%s pass failed", self.name)
+            await self._wait()
