@@ -42,9 +42,12 @@ def test_a_job_is_seen_by_its_owner_teammates_and_staff_only(db, job_and_people,
             visible_job(db, p, name)
 
 
-def test_a_student_without_a_team_sees_no_teamless_strangers_job(db):
-    """A missing team is no team: two students without one are not each other's teammates."""
+@pytest.mark.parametrize("team", [None, ""])
+def test_a_student_without_a_team_sees_no_teamless_strangers_job(db, team):
+    """A missing or empty team is no team: two students without one are not each other's teammates."""
     ann, bob = add_user(db, "ann"), add_user(db, "bob")
+    ann.team = bob.team = team
+    db.commit()
     job = add_job(db, ann)
     assert visible_job(db, Principal(ann), job.id).id == job.id
     with pytest.raises(NotFound):

@@ -209,14 +209,8 @@ def judged(
     db: Session, kind: str, inputs: tuple[Any, ...], deadlines: Deadlines, people: Sequence[Any], judge: Callable[[Job], Graded]
 ) -> tuple[dict[str, TeamRuns], Sheet | None]:
     """Every run of ``kind`` judged, per team: the settled ones from this process's sheet, the rest
-    now; and the kept sheet itself when nothing was added to it (its ``best`` holds then)."""
-    with one_maker(db.get_bind(), ("sheet", kind)):
-        return _judged(db, kind, inputs, deadlines, people, judge)
-
-
-def _judged(
-    db: Session, kind: str, inputs: tuple[Any, ...], deadlines: Deadlines, people: Sequence[Any], judge: Callable[[Job], Graded]
-) -> tuple[dict[str, TeamRuns], Sheet | None]:
+    now; and the kept sheet itself when nothing was added to it (its ``best`` holds then). Called
+    in the sheet's turn (``grading.keeping``)."""
     settled = utcnow() - SETTLE
     personal = deadlines.personal()
     with _SHEETS_LOCK:
@@ -264,23 +258,24 @@ def _best_of(by_team: dict[str, TeamRuns], rule: GradeRule, kind: str) -> dict[s
 
 def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[GradeRow]]:
     """Every active student's grade on ``kind`` (raises Invalid with one line if it cannot be computed)."""
-    row = kind_row(db, kind)
-    rule = rule_of(row)
-    if rule is None:
-        raise Invalid(f"'{kind}' has no grade rule; set one: raiclient admin kinds set {kind} --grade {'|'.join(RULES)} …")
-    threshold = rule.threshold if rule.threshold is not None else settings.correctness_threshold
-    ranked = kind in settings.ranked_kind_set
-    deadlines = Deadlines(db, settings)
-    # the roster once, as rows (its hash tells a kept sheet whether teams or roles changed; its
-    # students are the sheet's rows: no 400 ORM objects a look)
-    people = db.execute(
-        select(User.id, User.username, User.team, User.role, User.active, User.firstname, User.lastname, User.email).order_by(User.username)
-    ).all()
-    inputs = (deadlines.fingerprint(), hash(tuple(people)), rule.model_dump_json(), threshold, ranked)
-    by_team, kept = judged(db, kind, inputs, deadlines, people, lambda job: _judge(job, rule, threshold, ranked, deadlines))
-    best_of = kept.best if kept is not None and kept.best is not None else _best_of(by_team, rule, kind)
-    if kept is not None:
-        kept.best = best_of
+    # what decides the sheet read in its turn: a look that waited reads what the one before it kept
+    # the sheet under, not what held when it started waiting
+    with one_maker(db.get_bind(), ("sheet", kind)):
+        rule = rule_of(kind_row(db, kind))
+        if rule is None:
+            raise Invalid(f"'{kind}' has no grade rule; set one: raiclient admin kinds set {kind} --grade {'|'.join(RULES)} …")
+        threshold = rule.threshold if rule.threshold is not None else settings.correctness_threshold
+        ranked = kind in settings.ranked_kind_set
+        deadlines = Deadlines(db, settings)
+        # the roster once, as rows (its hash tells a kept sheet whether teams or roles changed; its
+        # students are the sheet's rows: no 400 ORM objects a look)
+        roster = (User.id, User.username, User.team, User.role, User.active, User.firstname, User.lastname, User.email)
+        people = db.execute(select(*roster).order_by(User.username)).all()
+        inputs = (deadlines.fingerprint(), hash(tuple(people)), rule.model_dump_json(), threshold, ranked)
+        by_team, kept = judged(db, kind, inputs, deadlines, people, lambda job: _judge(job, rule, threshold, ranked, deadlines))
+        best_of = kept.best if kept is not None and kept.best is not None else _best_of(by_team, rule, kind)
+        if kept is not None:
+            kept.best = best_of
     out = []
     students = [p for p in people if is_student(p.role) and p.active]  # by username, as the database orders them
     for user in students:

@@ -253,14 +253,17 @@ def best_runs(
     """Each team's run on the board, best first (``kind``: of that kind only). ``cached``: from
     this process's last look, with the runs that ended since (False: from every run, as the
     caller's session sees them, uncommitted changes included)."""
-    deadlines = Deadlines(db, settings)
-    users = {u.id: u for u in db.scalars(select(User).order_by(User.id))}
     if not cached:
-        runs = candidates(db, board, kind, users)
+        deadlines = Deadlines(db, settings)
+        runs = candidates(db, board, kind, {u.id: u for u in db.scalars(select(User).order_by(User.id))})
         result = Board((), remeasured=frozenset(c.remeasure_of for c in runs if c.remeasure_of))
         result.fold(runs, settings, deadlines)
     else:
-        result = _cached_board(db, settings, deadlines, users, board, kind)
+        # what decides the board read in its turn: a look that waited reads what the one before it
+        # kept the board under, not what held when it started waiting
+        with one_maker(db.get_bind(), ("board", board, kind)):
+            deadlines = Deadlines(db, settings)
+            result = _cached_board(db, settings, deadlines, {u.id: u for u in db.scalars(select(User).order_by(User.id))}, board, kind)
     ranked = sorted(result.best.items(), key=lambda kv: (kv[1].op_time or 0.0, kv[1].finished_at))
     missing = [c.id for _, c in ranked if c.id not in result.whole]  # a team's best that is new since the last look
     for job in db.scalars(select(Job).options(joinedload(Job.owner)).where(Job.id.in_(missing))) if missing else ():
@@ -269,11 +272,7 @@ def best_runs(
 
 
 def _cached_board(db: Session, settings: Settings, deadlines: Deadlines, users: dict[int, User], board: str, kind: str | None) -> Board:
-    with one_maker(db.get_bind(), ("board", board, kind)):
-        return _bring_up_to_date(db, settings, deadlines, users, board, kind)
-
-
-def _bring_up_to_date(db: Session, settings: Settings, deadlines: Deadlines, users: dict[int, User], board: str, kind: str | None) -> Board:
+    """The board as this process keeps it, brought up to date (called in the board's turn)."""
     inputs = _inputs(settings, deadlines, users)
     settled = utcnow() - SETTLE
     with _BOARDS_LOCK:

@@ -13,7 +13,9 @@ from contextlib import contextmanager
 from fastapi.concurrency import run_in_threadpool
 
 from raiserver.parts import AppServices
+from raiserver.store.db import AWAY_TYPES, away
 from raiserver.store.redis_keys import process_lock
+from raiserver.store.redisconn import REDIS_AWAY
 
 log = logging.getLogger("raiserver")
 
@@ -30,6 +32,11 @@ def one_process_at_a_time(svc: AppServices, name: str, timeout: int) -> Iterator
     finally:
         with contextlib.suppress(Exception):  # expired under a very slow pass: harmless
             lock.release()
+
+
+def outage(error: Exception) -> bool:
+    """The database or Redis out of reach: passing, as the API's 503 says (api/errors.py)."""
+    return isinstance(error, REDIS_AWAY) or (isinstance(error, AWAY_TYPES) and away(error))
 
 
 class LoopService:
@@ -66,6 +73,9 @@ class LoopService:
                     await self.svc.queue_lane.run(self.run_once)
                 else:
                     await run_in_threadpool(self.run_once)
-            except Exception:  # keep going whatever one pass hit
-                log.exception("%s pass failed", self.name)
+            except Exception as e:  # keep going whatever one pass hit
+                if outage(e):  # the database or Redis away: one line a pass, not a traceback
+                    log.warning("%s pass skipped: %s", self.name, str(e).split("\n", 1)[0])
+                else:
+                    log.exception("%s pass failed", self.name)
             await self._wait()

@@ -11,7 +11,7 @@ import logging
 
 from sqlalchemy import select
 
-from raiserver.errors import Invalid
+from raiserver.errors import DomainError
 from raiserver.grading.grades import grades
 from raiserver.grading.kinds import rule_of
 from raiserver.grading.leaderboard import BOARDS, best_runs
@@ -24,20 +24,23 @@ FIRST_PASS_SECONDS = 1.0  # after the process starts: its first pass, before any
 
 
 def warm_pass(svc: AppServices) -> list[str]:
-    """Bring every board and every graded kind's sheet up to date in this process. Returns what it kept."""
+    """Bring every board and every graded kind's sheet up to date in this process, each in a short
+    session of its own (no transaction held across the pass; a kind removed meanwhile skipped).
+    Returns what it kept."""
     kept = []
-    with svc.db.session() as db:
-        for board in BOARDS:
+    for board in BOARDS:
+        with svc.db.session() as db:
             best_runs(db, svc.settings, board)
-            kept.append(f"board {board}")
-        for kind in db.scalars(select(Kind).order_by(Kind.name)):
-            if rule_of(kind) is None:
-                continue
-            try:
-                grades(db, svc.settings, kind.name)
-            except Invalid:  # a rule that cannot be used now: the sheet's own page says why
-                continue
-            kept.append(f"sheet {kind.name}")
+        kept.append(f"board {board}")
+    with svc.db.session() as db:
+        graded = [kind.name for kind in db.scalars(select(Kind).order_by(Kind.name)) if rule_of(kind) is not None]
+    for name in graded:
+        try:
+            with svc.db.session() as db:
+                grades(db, svc.settings, name)
+        except DomainError:  # a rule that cannot be used now, a kind just removed: its own page says why
+            continue
+        kept.append(f"sheet {name}")
     return kept
 
 
