@@ -318,10 +318,13 @@ def server(url: str, data: Path, redis_url: str, processes: int) -> Iterator[str
         part.stop()
 
 
-def measure(url: str, data: Path, rounds: int, processes: int) -> tuple[list[Page], dict[str, list[float]], dict[str, Cost]]:
+def measure(
+    url: str, data: Path, rounds: int, processes: int, settle: float = 0.0
+) -> tuple[list[Page], dict[str, list[float]], dict[str, Cost]]:
     ps = pages(targets(url, data / "storage"))
     with private_redis() as (redis_url, _pid):
         with server(url, data, redis_url, processes) as base:
+            time.sleep(settle)  # a process that has been up a while: its background pass has made the boards and sheets
             cs = clients(lambda **kw: httpx.Client(base_url=base, timeout=120, **kw))
             times = timings(cs, [p for p in ps if not p.export], rounds)
             times.update(timings(cs, [p for p in ps if p.export], max(3, rounds // 5)))
@@ -353,6 +356,7 @@ def main() -> None:
     ap.add_argument("--db", help="an already seeded database (term_seed.py); kept")
     ap.add_argument("--data", type=Path, help="its RAI_DATA_DIR (storage/ under it)")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--settle", type=float, default=0.0, help="seconds between the server's start and the first look")
     ap.add_argument("--processes", type=int, default=1, help="server processes (uvicorn --workers)")
     ap.add_argument("--logs", type=int, default=5000, help="stored logs the seeder writes")
     ap.add_argument("--out", type=Path, help="also write the figures here")
@@ -370,7 +374,7 @@ def main() -> None:
             n = conn.execute("SELECT count(*) FROM jobs").fetchone()[0]  # type: ignore[index]
             size = conn.execute("SELECT pg_database_size(current_database())").fetchone()[0]  # type: ignore[index]
         head.append(f"{n:,} jobs, database {size / 1024**2:,.0f} MiB; {a.processes} server process(es), {a.rounds} rounds of every page")
-        ps, times, cost = measure(url, data, a.rounds, a.processes)
+        ps, times, cost = measure(url, data, a.rounds, a.processes, a.settle)
         rss = ", ".join(f"{k / 1024:,.0f}" for k in RSS)
         text = "\n".join([*head, table(ps, times, cost), f"server RSS after the pages (MiB, each process): {rss}"])
         print(text)
