@@ -107,6 +107,7 @@ def submit_one(i: int, shape: str, variant: str, w: Path, env: dict[str, str]) -
         "seconds": round(took, 1),
         "verdict": verdict,
         "op_time": m.get("op_time"),
+        "reference": m.get("reference_time"),  # the course's reference on the same inputs, in the same job: the host's state then
         "runs": m.get("runs"),
     }
     row |= {"cv": m.get("cv"), "error": m.get("error"), "cpu": m.get("cpu_seconds"), "problem": m.get("problem")}
@@ -116,7 +117,7 @@ def submit_one(i: int, shape: str, variant: str, w: Path, env: dict[str, str]) -
     row |= {"flags": m.get("flags"), "kernels": kernels} if m.get("kernels") or m.get("flags") else {}
     figures["submissions"].append(row)  # type: ignore[attr-defined]
     shown = verdict + (f"  [{library}]" if library else "") + f"  inputs copied in: {row['inputs_copied_in']}"
-    gc.say(f"{variant:11s} {took:5.1f} s  {shown}")
+    gc.say(f"{variant:11s} {took:5.1f} s  {shown}  reference {row['reference']}")
     if "kernels" in row:
         gc.say(f"{'':11s} the profiled run's kernels {row['kernels'] * 1e3:.4g} ms; flags: {row['flags']}")
     (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
@@ -150,6 +151,12 @@ def main() -> None:
             if len(honest) > 1:
                 got["honest_cv"] = statistics.pstdev(honest) / statistics.fmean(honest)
                 gc.say(f"{name} honest: {honest}, cv {got['honest_cv']:.2%}")
+                pairs = [(r["op_time"], r["reference"]) for r in rows if r["variant"] == "honest" and r["op_time"] and r["reference"]]
+                if len(pairs) > 2:  # does a submission's offset show in its reference's time too (the host, not the run)?
+                    refs = [b for _, b in pairs]
+                    got["reference_cv"] = statistics.pstdev(refs) / statistics.fmean(refs)
+                    got["op_reference_r"] = statistics.correlation([a for a, _ in pairs], refs)
+                    gc.say(f"{name} references: cv {got['reference_cv']:.2%}; op time ~ reference: r = {got['op_reference_r']:.2f}")
             gc.say(f"{name} a submission, submit to verdict: median {got['median_seconds']:.1f} s ({seconds[0]}-{seconds[-1]} s)")
             figures[name] = got
         (OUT / "ranked46-service.json").write_text(json.dumps(figures, indent=2, default=str))
