@@ -5,7 +5,7 @@ starts it again, its append-only file kept). Prints, per second, the answers and
 one, what the failed answers said, and how every submitted job ended: none may stay stuck, run
 twice or lose its log.
 
-    .venv/bin/python bench/redis_outage.py [--pause 8] [--port 8031] [--keep]
+    .venv/bin/python bench/redis_outage.py [--pause 8] [--port 8031] [--keep] [--quick]
 """
 
 from __future__ import annotations
@@ -28,12 +28,14 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pause", type=float, default=8.0)
     ap.add_argument("--port", type=int, default=8031)
     ap.add_argument("--keep", action="store_true", help="keep the instance's folder (its logs) and say where")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="each phase a third as long (the reduced run in CI)")
+    args = ap.parse_args(argv)
+    scale = 1 / 3 if args.quick else 1.0
     from raiprotocol.profile import read_profile_file
 
     tmp = Path(tempfile.mkdtemp(prefix="rai-redis-outage-"))
@@ -104,18 +106,18 @@ def main() -> None:
         threads = [threading.Thread(target=lister), threading.Thread(target=submitter)]
         for t in threads:
             t.start()
-        time.sleep(10)
+        time.sleep(10 * scale)
         pid = redis_pid_of(data)
         print(f"[{time.monotonic() - t0:5.1f}s] Redis (pid {pid}) stopped whole for {args.pause:g} s")
         os.kill(pid, signal.SIGSTOP)
         time.sleep(args.pause)
         os.kill(pid, signal.SIGCONT)
         print(f"[{time.monotonic() - t0:5.1f}s] Redis goes on")
-        time.sleep(15)
+        time.sleep(15 * scale)
         pid = redis_pid_of(data)
         print(f"[{time.monotonic() - t0:5.1f}s] Redis (pid {pid}) killed")
         os.kill(pid, signal.SIGKILL)
-        time.sleep(25)
+        time.sleep(25 * scale)
         stop.set()
         for t in threads:
             t.join(timeout=150)
