@@ -111,6 +111,55 @@ def _executor(asked: str | None) -> tuple[str, str]:
     return ("docker", why) if ok else ("process", f"{why}: using the process executor (no container isolation)")
 
 
+def _environment(
+    data: Path, secrets_file: Path, password: str, redis_port: int, server_url: str, executor: str, gpus: str, stop_grace: float
+) -> dict[str, str]:
+    """What the server and the worker of this instance read: this environment and the instance's own."""
+    env = dict(os.environ)
+    # one name per data folder: two `raid dev` on one host never remove each other's containers
+    instance = hashlib.sha256(str(data).encode()).hexdigest()[:6]
+    env.update(
+        {
+            "RAI_DATA_DIR": str(data),
+            "RAI_REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
+            "RAI_SECRETS_FILE": str(secrets_file),
+            "RAI_SERVER_URL": server_url,
+            "RAI_EXECUTOR": executor,
+            "RAI_GPUS": gpus,
+            "RAI_WORK_DIR": str(data / "worker"),
+            "RAI_WORKER_NAME": f"dev-{socket.gethostname()}-{instance}",
+            "RAI_QUEUES": "gpu",
+            # the worker, asked to stop, lets its runs go on for as long as this launcher waits for
+            # it: its log and the line below give one number, --stop-grace's
+            "RAI_DRAIN_SECONDS": f"{stop_grace:g}",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.pop("DATABASE_URL", None)
+    return env
+
+
+def _redis(data: Path, port: int, password: str, env: dict[str, str], logs: Path) -> Part:
+    """The instance's Redis: on loopback, with a password, its append-only file in the data folder
+    (a restart of it loses no job)."""
+    redis_dir = data / "redis"
+    redis_dir.mkdir(exist_ok=True)
+    command = [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes"]
+    command += ["--requirepass", password, "--dir", str(redis_dir)]
+    return Part("redis", command, env, logs / "redis.log", die_with=signal.SIGTERM)
+
+
+def _supervise(parts: list[Part], instance_lock: Instance) -> None:
+    """Until interrupted: a part that stops is started again, after a growing pause."""
+    while True:
+        time.sleep(0.5)
+        for part in parts:
+            message = part.check()
+            if message:
+                instance_lock.remember(part)  # started again: a new process group
+                console.print(Text(f"✱ {message}", "yellow"))
+
+
 @app.command()
 def dev(
     data_dir: Path = typer.Option(Path(".rai-data"), help="database, storage, Redis and worker files go here"),
@@ -134,27 +183,7 @@ def dev(
     write_secrets_file(secrets_file)
     password = dict(line.split("=", 1) for line in secrets_file.read_text().splitlines() if "=" in line)["RAI_REDIS_PASSWORD"]
     executor, reason = _executor(executor)
-    env = dict(os.environ)
-    # one name per data folder: two `raid dev` on one host never remove each other's containers
-    instance = hashlib.sha256(str(data).encode()).hexdigest()[:6]
-    env.update(
-        {
-            "RAI_DATA_DIR": str(data),
-            "RAI_REDIS_URL": f"redis://:{password}@127.0.0.1:{redis_port}/0",
-            "RAI_SECRETS_FILE": str(secrets_file),
-            "RAI_SERVER_URL": server_url,
-            "RAI_EXECUTOR": executor,
-            "RAI_GPUS": gpus,
-            "RAI_WORK_DIR": str(data / "worker"),
-            "RAI_WORKER_NAME": f"dev-{socket.gethostname()}-{instance}",
-            "RAI_QUEUES": "gpu",
-            # the worker, asked to stop, lets its runs go on for as long as this launcher waits for
-            # it: its log and the line below give one number, --stop-grace's
-            "RAI_DRAIN_SECONDS": f"{stop_grace:g}",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.pop("DATABASE_URL", None)
+    env = _environment(data, secrets_file, password, redis_port, server_url, executor, gpus, stop_grace)
     logs = data / "logs"
     logs.mkdir(exist_ok=True)
     parts: list[Part] = []
@@ -185,31 +214,7 @@ def dev(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        redis_dir = data / "redis"
-        redis_dir.mkdir(exist_ok=True)
-        parts.append(
-            Part(
-                "redis",
-                [
-                    redis_binary(),
-                    "--port",
-                    str(redis_port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "yes",
-                    "--requirepass",
-                    password,
-                    "--dir",
-                    str(redis_dir),
-                ],
-                env,
-                logs / "redis.log",
-                die_with=signal.SIGTERM,
-            ).start()
-        )
+        parts.append(_redis(data, redis_port, password, env, logs).start())
         instance_lock.remember(parts[-1])
         parts.append(start_server(env, host, port, logs / "server.log", processes=workers, started=instance_lock.remember, tied=True))
         profile_path = ensure_admin(env, data, server_url)
@@ -230,13 +235,7 @@ def dev(
             )
             if exit_after_submit:
                 raise typer.Exit(code)
-        while True:  # supervise: a part that stops is started again, after a growing pause
-            time.sleep(0.5)
-            for part in parts:
-                message = part.check()
-                if message:
-                    instance_lock.remember(part)  # started again: a new process group
-                    console.print(Text(f"✱ {message}", "yellow"))
+        _supervise(parts, instance_lock)
     except KeyboardInterrupt:
         console.print("[bold cyan]✱[/] stopping")
     except RuntimeError as exc:  # a part did not come up: its log says why
