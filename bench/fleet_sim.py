@@ -166,6 +166,7 @@ class Options:
     queue: str = "fleet"
     drain_seconds: float = 180.0  # after the last submission, the jobs may take this long to end
     quiet: bool = False
+    server_settings: dict[str, str] = field(default_factory=dict)  # more RAI_* settings for the server
 
 
 @dataclass
@@ -604,6 +605,7 @@ def service_env(o: Options, tmp: Path, redis_url: str, db_url: str, port: int, t
         # the students' pace is the bench's rate (a small class may each submit more than 5 a minute)
         "RAI_SUBMISSIONS_PER_MINUTE": "1000000",
         "PYTHONUNBUFFERED": "1",
+        **o.server_settings,
     }
 
 
@@ -816,6 +818,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--redis-url", help="a Redis to use (default: a private redis-server)")
     ap.add_argument("--database-url", help="a PostgreSQL database to use (default: a fresh one, dropped afterwards)")
     ap.add_argument("--out", type=Path, help="also append the figures to this file")
+    ap.add_argument("--set", action="append", default=[], metavar="RAI_NAME=VALUE", help="a server setting (repeatable)")
     a = ap.parse_args(argv)
     o = Options(
         slots=a.slots,
@@ -832,6 +835,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         follow=a.follow,
         redis_url=a.redis_url,
         database_url=a.database_url,
+        server_settings=dict(kv.split("=", 1) for kv in a.set),
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the server, hosts, Redis and database go too
     f = run(o)

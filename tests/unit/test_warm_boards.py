@@ -93,3 +93,29 @@ def test_after_the_background_pass_a_look_makes_nothing_from_every_run(database,
         best_runs(s, settings, "unverified")
         assert [row.username for row in grades(s, settings, "m1")[1]] == ["ann"]
     assert made == []
+
+
+def test_the_background_pass_reads_no_run_of_the_last_minutes(database, monkeypatch):
+    """A look folds in the runs that ended in the last minutes (store.db.SETTLE) for itself; the
+    background pass does not read them: at 20 jobs a second they were 12,000 rows a pass, and each
+    server process's memory grew with them (bench/fleet-sim.txt, 2026-11-30)."""
+    asked: list[object] = []
+    candidates, runs = leaderboard.candidates, grades_module._runs
+
+    def all_candidates(db, board, kind, users, after=None, owners=None, until=None):
+        asked.append(until)
+        return candidates(db, board, kind, users, after, owners, until)
+
+    def all_runs(db, kind, after=None, owners=None, until=None):
+        asked.append(until)
+        return runs(db, kind, after, owners, until)
+
+    monkeypatch.setattr(leaderboard, "candidates", all_candidates)
+    monkeypatch.setattr(grades_module, "_runs", all_runs)
+    warm_pass(SimpleNamespace(db=database, settings=Settings()))
+    assert len(asked) == 3 and None not in asked
+    asked.clear()
+    with database.session() as s:
+        best_runs(s, Settings(), "unverified")
+        grades(s, Settings(), "m1")
+    assert asked == [None, None]  # a look reads up to now

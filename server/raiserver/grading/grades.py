@@ -206,11 +206,18 @@ def _runs(
 
 
 def judged(
-    db: Session, kind: str, inputs: tuple[Any, ...], deadlines: Deadlines, people: Sequence[Any], judge: Callable[[Job], Graded]
+    db: Session,
+    kind: str,
+    inputs: tuple[Any, ...],
+    deadlines: Deadlines,
+    people: Sequence[Any],
+    judge: Callable[[Job], Graded],
+    settled_only: bool = False,
 ) -> tuple[dict[str, TeamRuns], Sheet | None]:
     """Every run of ``kind`` judged, per team: the settled ones from this process's sheet, the rest
-    now; and the kept sheet itself when nothing was added to it (its ``best`` holds then). Called
-    in the sheet's turn (``grading.keeping``)."""
+    now (``settled_only``: not read, the background pass keeping the sheet up to date); and the
+    kept sheet itself when nothing was added to it (its ``best`` holds then). Called in the
+    sheet's turn (``grading.keeping``)."""
     settled = utcnow() - SETTLE
     personal = deadlines.personal()
     with _SHEETS_LOCK:
@@ -220,14 +227,15 @@ def judged(
     rejudged = sheet is not None and sheet.personal != personal
     if sheet is not None and rejudged:
         sheet.rejudge(db, kind, personal, people, judge)
-    jobs = _runs(db, kind, sheet.until if sheet is not None else None)
+    last = settled if settled_only else None
+    jobs = _runs(db, kind, sheet.until if sheet is not None else None, until=last)
     if kept is not None and sheet is not None and not jobs and not rejudged:  # nothing ended since, nothing in flight
         with _SHEETS_LOCK:
             kept.until = settled
         return kept.by_team, kept
     again = {j.remeasure_of for j in jobs if j.remeasure_of and j.state.finished}
     if sheet is not None and not again <= sheet.remeasured:  # a re-measure took a run off that was judged: all again
-        sheet, jobs = None, _runs(db, kind)
+        sheet, jobs = None, _runs(db, kind, until=last)
     if sheet is None:
         sheet = Sheet(inputs, remeasured={j.remeasure_of for j in jobs if j.remeasure_of and j.state.finished}, personal=personal)
     ended = [j for j in jobs if j.finished_at is not None and aware(j.finished_at) <= settled]
@@ -256,8 +264,10 @@ def _best_of(by_team: dict[str, TeamRuns], rule: GradeRule, kind: str) -> dict[s
     return best_of
 
 
-def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[GradeRow]]:
-    """Every active student's grade on ``kind`` (raises Invalid with one line if it cannot be computed)."""
+def grades(db: Session, settings: Settings, kind: str, settled_only: bool = False) -> tuple[GradeRule, list[GradeRow]]:
+    """Every active student's grade on ``kind`` (raises Invalid with one line if it cannot be
+    computed). ``settled_only``: from the kept sheet brought up to date, without the runs of the
+    last minutes (the background pass)."""
     # what decides the sheet read in its turn: a look that waited reads what the one before it kept
     # the sheet under, not what held when it started waiting
     with one_maker(db.get_bind(), ("sheet", kind)):
@@ -272,7 +282,8 @@ def grades(db: Session, settings: Settings, kind: str) -> tuple[GradeRule, list[
         roster = (User.id, User.username, User.team, User.role, User.active, User.firstname, User.lastname, User.email)
         people = db.execute(select(*roster).order_by(User.username)).all()
         inputs = (deadlines.fingerprint(), hash(tuple(people)), rule.model_dump_json(), threshold, ranked)
-        by_team, kept = judged(db, kind, inputs, deadlines, people, lambda job: _judge(job, rule, threshold, ranked, deadlines))
+        judge = lambda job: _judge(job, rule, threshold, ranked, deadlines)  # noqa: E731 - one line, used once
+        by_team, kept = judged(db, kind, inputs, deadlines, people, judge, settled_only)
         best_of = kept.best if kept is not None and kept.best is not None else _best_of(by_team, rule, kind)
         if kept is not None:
             kept.best = best_of

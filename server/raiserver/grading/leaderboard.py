@@ -248,11 +248,13 @@ def _inputs(settings: Settings, deadlines: Deadlines, users: dict[int, User]) ->
 
 
 def best_runs(
-    db: Session, settings: Settings, board: str = "ranked", kind: str | None = None, cached: bool = True
+    db: Session, settings: Settings, board: str = "ranked", kind: str | None = None, cached: bool = True, settled_only: bool = False
 ) -> list[tuple[str, Run, set[str]]]:
     """Each team's run on the board, best first (``kind``: of that kind only). ``cached``: from
     this process's last look, with the runs that ended since (False: from every run, as the
-    caller's session sees them, uncommitted changes included)."""
+    caller's session sees them, uncommitted changes included). ``settled_only``: the kept board
+    brought up to date and nothing more (the background pass: the runs of the last minutes, which
+    a look folds in for itself, are not read)."""
     if not cached:
         deadlines = Deadlines(db, settings)
         runs = candidates(db, board, kind, {u.id: u for u in db.scalars(select(User).order_by(User.id))})
@@ -263,7 +265,8 @@ def best_runs(
         # kept the board under, not what held when it started waiting
         with one_maker(db.get_bind(), ("board", board, kind)):
             deadlines = Deadlines(db, settings)
-            result = _cached_board(db, settings, deadlines, {u.id: u for u in db.scalars(select(User).order_by(User.id))}, board, kind)
+            users = {u.id: u for u in db.scalars(select(User).order_by(User.id))}
+            result = _cached_board(db, settings, deadlines, users, board, kind, settled_only)
     ranked = sorted(result.best.items(), key=lambda kv: (kv[1].op_time or 0.0, kv[1].finished_at))
     missing = [c.id for _, c in ranked if c.id not in result.whole]  # a team's best that is new since the last look
     for job in db.scalars(select(Job).options(joinedload(Job.owner)).where(Job.id.in_(missing))) if missing else ():
@@ -271,7 +274,9 @@ def best_runs(
     return [(key, result.whole[c.id], result.members[key]) for key, c in ranked if c.id in result.whole]
 
 
-def _cached_board(db: Session, settings: Settings, deadlines: Deadlines, users: dict[int, User], board: str, kind: str | None) -> Board:
+def _cached_board(
+    db: Session, settings: Settings, deadlines: Deadlines, users: dict[int, User], board: str, kind: str | None, settled_only: bool = False
+) -> Board:
     """The board as this process keeps it, brought up to date (called in the board's turn)."""
     inputs = _inputs(settings, deadlines, users)
     settled = utcnow() - SETTLE
@@ -284,9 +289,10 @@ def _cached_board(db: Session, settings: Settings, deadlines: Deadlines, users: 
             kept = None  # not known what it was judged under: made again
         else:
             kept.rejudge(db, board, kind, users, settings, deadlines)
-    runs = candidates(db, board, kind, users, kept.until if kept is not None else None)
+    last = settled if settled_only else None
+    runs = candidates(db, board, kind, users, kept.until if kept is not None else None, until=last)
     if kept is not None and not {c.remeasure_of for c in runs if c.remeasure_of} <= kept.remeasured:
-        kept, runs = None, candidates(db, board, kind, users)  # a re-measure took a run off: all again
+        kept, runs = None, candidates(db, board, kind, users, until=last)  # a re-measure took a run off: all again
     if kept is None:
         kept = Board(inputs, remeasured=frozenset(c.remeasure_of for c in runs if c.remeasure_of), personal=deadlines.personal())
     ended = [c for c in runs if c.finished_at <= settled]
