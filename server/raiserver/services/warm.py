@@ -9,8 +9,6 @@ look folds in for itself, would cost every pass their rows (12,000 at 20 jobs a 
 
 from __future__ import annotations
 
-import logging
-
 from sqlalchemy import select
 
 from raiserver.errors import DomainError
@@ -21,7 +19,6 @@ from raiserver.parts import AppServices
 from raiserver.services.loop_service import LoopService
 from raiserver.store.tables import Kind
 
-log = logging.getLogger("raiserver")
 FIRST_PASS_SECONDS = 1.0  # after the process starts: its first pass, before anyone's first look
 
 
